@@ -1,0 +1,114 @@
+"""LightningCLI entry point shared by ``train`` (and later ``evaluate`` / ``predict``).
+
+Usage: ``python -m pipelines.train fit --config configs/dna_lm.yaml [--config configs/posenc/rope.yaml]``.
+User mistakes (bad files, bad values) end as one ``error: …`` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from argparse import ArgumentError
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from pipelines.tracking import LogConfigToMLflow, mlflow_logger_defaults, mlflow_loggers
+from posenc import PosencError
+
+
+class PosencCLI(LightningCLI):
+    """LightningCLI with the datamodule's vocabulary linked to the model, MLflow by default,
+    and a test pass (per-length extrapolation check + baselines) after every fit."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
+        for key in ("pad_id", "num_classes", "bases_per_token"):  # DNA tasks (ignored where absent)
+            parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
+        for key in ("n_targets", "n_covariates", "horizon", "patch_len"):  # time-series forecasting
+            parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
+        parser.add_argument("--test_after_fit", type=bool, default=True,
+                            help="Evaluate the best checkpoint on the test split after fit.")
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config.get(self.subcommand, self.config)
+        logger = cfg.trainer.get("logger")
+        if hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path):
+            if not logger.init_args.get("run_name"):
+                logger.init_args.run_name = run_name(cfg)
+
+    def after_fit(self) -> None:
+        trainer = self.trainer
+        if trainer.state.status != "finished" or trainer.interrupted:
+            return
+        cfg = self.config.get(self.subcommand, self.config)
+        if cfg.get("test_after_fit", True):
+            ckpt = "best" if getattr(trainer.checkpoint_callback, "best_model_path", "") else None
+            trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+        for logger in mlflow_loggers(trainer):
+            print(f"MLflow run {logger.run_id} in {logger._tracking_uri}", file=sys.stderr)
+
+
+def run_name(cfg: Any) -> str:
+    """``<ModelClass>-<Scheme>`` from the parsed config, e.g. ``DNALanguageModel-RoPE``."""
+    model = str(cfg.model.class_path).rsplit(".", 1)[-1]
+    pe = cfg.model.init_args.get("pe")
+    scheme = str(pe.class_path).rsplit(".", 1)[-1] if pe is not None else "NoPE"
+    return f"{model}-{scheme}"
+
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def main(args: list[str] | None = None) -> PosencCLI | None:
+    """Run the CLI; a user mistake ends as one ``error: …`` line on stderr and exit status 2."""
+    parser_kwargs = {"parser_mode": "yaml", "exit_on_error": False}
+    try:
+        return PosencCLI(
+            L.LightningModule,
+            L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_callback=LogConfigToMLflow,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={"logger": mlflow_logger_defaults(), "default_root_dir": "outputs"},
+            parser_kwargs={**parser_kwargs, **{cmd: parser_kwargs for cmd in SUBCOMMANDS}},
+            args=args,
+            auto_configure_optimizers=False,
+        )
+    except (PosencError, ArgumentError, TypeError, ValueError) as exc:
+        message = user_error(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _chain(exc: BaseException):
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def user_error(exc: BaseException) -> str | None:
+    """One line for a user mistake (a :class:`PosencError` or a config error), else ``None``.
+
+    jsonargparse nests the real reason several exceptions deep: report the project's own error
+    if there is one, otherwise the dotted config key and the innermost reason.
+    """
+    chain = list(_chain(exc))
+    for e in chain:
+        if isinstance(e, PosencError):
+            return str(e)
+    if not any(isinstance(e, ArgumentError) for e in chain):
+        return None
+    keys: list[str] = []
+    for e in chain:
+        m = re.match(r'Parser key "([^"]+)"', str(e))
+        if m and m.group(1) not in keys:
+            keys.append(m.group(1))
+    reason = str(chain[-1]).strip().splitlines()[0]
+    return f"config key {'.'.join(keys)}: {reason}" if keys else reason

@@ -1,0 +1,44 @@
+"""posenc: pluggable positional encodings behind one interface.
+
+Every scheme is a :class:`PositionalEncoding` with three hooks (``embed``, ``rotate``, ``bias``);
+the class paths re-exported here are public API, since saved configs name them.
+"""
+
+from types import ModuleType as _ModuleType
+
+from posenc.absolute import AbsoluteEncoding, Learned, Sinusoidal, sinusoidal_table
+from posenc.base import (
+    PosencError,
+    PositionalEncoding,
+    PositionOutOfRange,
+    SchemeMeta,
+    as_batched,
+    relative_distance,
+)
+from posenc.bias import ALiBi, BiasEncoding, alibi_slopes
+from posenc.registry import all_schemes, build_encoding
+from posenc.rotary import RoPE, apply_rotation, rope_angles, rope_inv_freq
+
+# [catalogue: absolute and rotary schemes]
+# isort: split
+from posenc.content import ConditionalPE, ConvPE
+from posenc.discrete import Binary, GrayCode, Integer
+from posenc.periods import periods_from_data
+from posenc.rotary_variants import PeriodicRoPE, XPos
+from posenc.spectral import ComplexExponential, GaussianRBF, Hybrid, RandomFourier, TrainableSinusoidal
+
+# [/catalogue: absolute and rotary schemes]
+
+# [catalogue: bias schemes and composition]
+# isort: split
+from posenc.compose import Compose
+from posenc.kernel_bias import GaussianPrior, Kerple
+from posenc.learned_bias import FIRE, DynamicBias, T5Bias, t5_relative_bucket
+from posenc.relative import DeBERTa, ShawRelative, TransformerXL
+
+# [/catalogue: bias schemes and composition]
+
+__all__ = sorted(  # every public name above except the submodules themselves
+    name for name, obj in dict(globals()).items()
+    if not name.startswith("_") and not isinstance(obj, _ModuleType)
+)

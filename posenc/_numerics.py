@@ -1,0 +1,36 @@
+"""Precision helpers shared by the catalogue: position math in float64, results in float32."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+TWO_PI = 2.0 * math.pi
+
+
+def work_dtype(device: torch.device) -> torch.dtype:
+    """float64 for position × frequency products, except on devices without it (Apple MPS)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def out_dtype(pos: Tensor) -> torch.dtype:
+    """float64 when positions are float64 (exact references in tests), else float32."""
+    return torch.float64 if pos.dtype == torch.float64 else torch.float32
+
+
+def pad_features(t: Tensor, dim: int) -> Tensor:
+    """Zero-pad the last dimension of ``t`` to ``dim`` features (S + (k,) → S + (dim,))."""
+    extra = dim - t.shape[-1]
+    if extra <= 0:
+        return t
+    return torch.cat((t, t.new_zeros(*t.shape[:-1], extra)), dim=-1)  # S + (dim,)
+
+
+def require_integers(pos: Tensor, who: str) -> None:
+    """Raise :class:`~posenc.base.PosencError` if ``pos`` holds non-integer values."""
+    from posenc.base import PosencError
+
+    if pos.is_floating_point() and not torch.equal(pos, pos.round()):
+        raise PosencError(f"{who} needs integer positions, got fractional values")

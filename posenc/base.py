@@ -1,0 +1,170 @@
+"""The positional-encoding interface: one base class, three hooks.
+
+A Transformer calls every scheme the same way:
+
+* ``embed(x, pos)`` once, on the token embeddings ``x`` of shape (B, T, D);
+* ``rotate(q, k, q_pos, k_pos)`` in every attention layer, on (B, H, T, Dh) queries and keys;
+* ``bias(q, q_pos, k_pos, k=None)`` in every attention layer, returning an additive logit bias
+  broadcastable to (B, H, Tq, Tk), or ``None`` for no bias.
+
+Positions are always passed in explicitly, as integer or float tensors of shape (T,) or (B, T);
+no hook infers them from a length, so shifted windows, irregular timestamps and test lengths
+longer than training need no new code.
+
+The base class itself is "no positional encoding" (NoPE): every hook leaves its input alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor, nn
+
+Where = Literal["input", "rotate", "bias", "conv"]
+
+
+class PosencError(ValueError):
+    """A user-facing error: bad configuration or input, reported as one line."""
+
+
+class PositionOutOfRange(PosencError):
+    """A scheme was asked for positions it does not define (e.g. learned PE past ``max_len``)."""
+
+
+@dataclass(frozen=True)
+class SchemeMeta:
+    """What a scheme is, for the pipelines and the docs.
+
+    Attributes:
+        acts_on: the hooks the scheme overrides (``input``, ``rotate``, ``bias``, ``conv``).
+        extrapolates: whether it is defined at positions past those seen in training.
+        quadratic_memory: whether its bias is an L×L tensor (a dense mask for SDPA).
+        content_bias: whether the bias depends on q/k content (not a pure function of positions).
+        value_term: whether the scheme adds a position term to the attention output through
+            :meth:`PositionalEncoding.value_term` (Shaw et al.), which needs explicit weights.
+    """
+
+    acts_on: tuple[Where, ...] = ()
+    extrapolates: bool = True
+    quadratic_memory: bool = False
+    content_bias: bool = False
+    value_term: bool = False
+
+    @property
+    def attention_path(self) -> str:
+        """The attention path the scheme allows (chosen from metadata, never from the class)."""
+        if self.value_term:
+            return "explicit"  # weights are needed for the value-side term
+        return "sdpa+bias" if "bias" in self.acts_on else "sdpa-fused"
+
+
+class _RecordsInit(type(nn.Module)):
+    """Metaclass that remembers the keyword arguments a scheme was built with (for ``spec``)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any):
+        obj = super().__call__(*args, **kwargs)
+        bound = inspect.signature(cls.__init__).bind(obj, *args, **kwargs)
+        bound.apply_defaults()
+        args_ = dict(bound.arguments)
+        for drop in ("self", "d_model", "n_heads"):
+            args_.pop(drop, None)
+        obj._init_args = args_
+        return obj
+
+
+class PositionalEncoding(nn.Module, metaclass=_RecordsInit):
+    """No positional encoding (NoPE): the base class every scheme derives from.
+
+    Without positional information a bidirectional encoder is permutation-equivariant;
+    a causal decoder still recovers some order from the mask (Kazemnejad et al., 2023,
+    "The Impact of Positional Encoding on Length Generalization in Transformers").
+
+    Args:
+        d_model: model width D.
+        n_heads: number of attention heads H; ``d_model`` must be divisible by it.
+    """
+
+    meta: ClassVar[SchemeMeta] = SchemeMeta()
+    #: Largest position + 1 the scheme defines, or ``None`` if unbounded.
+    max_len: int | None = None
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        if d_model <= 0 or n_heads <= 0:
+            raise PosencError(f"d_model and n_heads must be positive, got {d_model} and {n_heads}")
+        if d_model % n_heads:
+            raise PosencError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+
+    # ----------------------------------------------------------------------- hooks
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """Add (or otherwise combine) position information into embeddings ``x`` (B, T, D)."""
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Transform queries and keys (B, H, T, Dh) according to their positions."""
+        return q, k
+
+    def bias(
+        self, q: Tensor, q_pos: Tensor, k_pos: Tensor, k: Tensor | None = None
+    ) -> Tensor | None:
+        """Additive attention-logit bias broadcastable to (B, H, Tq, Tk), or ``None``."""
+        return None
+
+    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Extra output term from attention ``weights`` (B, H, Tq, Tk): (B, H, Tq, Dh) or ``None``.
+
+        Only called when ``meta.value_term`` is true (the attention then computes its weights
+        explicitly); Shaw et al. (2018) add Σ_j w_ij·a^V_ij here.
+        """
+        return None
+
+    # ----------------------------------------------------------------------- helpers
+    def check_positions(self, pos: Tensor) -> None:
+        """Raise :class:`PositionOutOfRange` if ``pos`` exceeds what the scheme defines."""
+        if self.max_len is None or pos.numel() == 0:
+            return
+        hi, lo = pos.max().item(), pos.min().item()
+        if hi >= self.max_len or lo < 0:
+            raise PositionOutOfRange(
+                f"{type(self).__name__} defines positions 0..{self.max_len - 1}, "
+                f"got positions up to {hi:g}"
+            )
+
+    def spec(self) -> dict[str, Any]:
+        """The scheme as a primitive ``{class_path, init_args}`` dict (what a YAML config says)."""
+        return {"class_path": public_class_path(type(self)), "init_args": dict(self._init_args)}
+
+    def extra_repr(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in getattr(self, "_init_args", {}).items())
+        return f"d_model={self.d_model}, n_heads={self.n_heads}" + (f", {args}" if args else "")
+
+
+def public_class_path(cls: type) -> str:
+    """``posenc.Name`` when the class is re-exported from ``posenc``, else its module path."""
+    import posenc
+
+    if getattr(posenc, cls.__name__, None) is cls:
+        return f"posenc.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def as_batched(pos: Tensor) -> Tensor:
+    """Positions (T,) or (B, T) as (B', T) with B' ∈ {1, B}."""
+    if pos.dim() == 1:
+        return pos.unsqueeze(0)  # (1, T)
+    if pos.dim() != 2:
+        raise PosencError(f"positions must have shape (T,) or (B, T), got {tuple(pos.shape)}")
+    return pos
+
+
+def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """Signed distances ``k_pos - q_pos`` as float32 of shape (B', 1, Tq, Tk)."""
+    q, k = as_batched(q_pos), as_batched(k_pos)
+    # Subtract before casting so large integer positions stay exact.
+    return (k[:, None, None, :] - q[:, None, :, None]).to(torch.float32)  # (B', 1, Tq, Tk)

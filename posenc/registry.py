@@ -1,0 +1,74 @@
+"""Building schemes from specs and listing them: no hand-kept name→class table to drift."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from posenc.base import PosencError, PositionalEncoding
+
+EncodingFactory = Callable[[int, int], PositionalEncoding]
+
+
+def _import_class(class_path: str) -> type:
+    module_name, _, name = class_path.rpartition(".")
+    if not module_name:
+        raise PosencError(f"positional encoding class_path {class_path!r} is not a dotted path")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError):
+        raise PosencError(f"unknown positional encoding class {class_path!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
+        raise PosencError(f"{class_path!r} is not a posenc.PositionalEncoding subclass")
+    return cls
+
+
+def build_encoding(
+    spec: PositionalEncoding | EncodingFactory | dict[str, Any] | None, d_model: int, n_heads: int
+) -> PositionalEncoding:
+    """Build a scheme for a model of width ``d_model`` with ``n_heads`` heads.
+
+    Args:
+        spec: a ``{class_path, init_args}`` dict (from YAML or a checkpoint), a factory called as
+            ``factory(d_model, n_heads)`` (what LightningCLI passes), a built scheme (returned
+            as is after a size check), or ``None`` for no positional encoding.
+    """
+    if spec is None:
+        return PositionalEncoding(d_model, n_heads)
+    if isinstance(spec, PositionalEncoding):
+        pe = spec
+    elif isinstance(spec, dict):
+        if "class_path" not in spec:
+            raise PosencError(f"positional encoding spec needs a 'class_path' key, got keys {sorted(spec)}")
+        cls = _import_class(spec["class_path"])
+        try:
+            pe = cls(d_model, n_heads, **dict(spec.get("init_args") or {}))
+        except TypeError as exc:
+            raise PosencError(f"bad init_args for {spec['class_path']}: {exc}") from None
+    elif callable(spec):
+        pe = spec(d_model, n_heads)
+    else:
+        raise PosencError(f"cannot build a positional encoding from {type(spec).__name__}")
+    if (pe.d_model, pe.n_heads) != (d_model, n_heads):
+        raise PosencError(
+            f"{type(pe).__name__} was built for d_model={pe.d_model}, n_heads={pe.n_heads}; "
+            f"the model has d_model={d_model}, n_heads={n_heads}"
+        )
+    return pe
+
+
+def all_schemes() -> list[type[PositionalEncoding]]:
+    """Every concrete scheme re-exported from ``posenc`` (NoPE included), sorted by name."""
+    import posenc
+
+    out = {PositionalEncoding}
+    for name in posenc.__all__:
+        obj = getattr(posenc, name)
+        if isinstance(obj, type) and issubclass(obj, PositionalEncoding) and not _is_abstract(obj):
+            out.add(obj)
+    return sorted(out, key=lambda c: c.__name__)
+
+
+def _is_abstract(cls: type) -> bool:
+    """Family bases (AbsoluteEncoding, BiasEncoding, …) say ``abstract = True`` in their own body."""
+    return bool(cls.__dict__.get("abstract", False))
