@@ -4,6 +4,7 @@ Every scheme is a :class:`PositionalEncoding` with three hooks (``embed``, ``rot
 the class paths re-exported here are public API, since saved configs name them.
 """
 
+# ruff: noqa: F401  (re-exports: __all__ is computed below, which ruff cannot read)
 from types import ModuleType as _ModuleType
 
 from posenc.absolute import AbsoluteEncoding, Learned, Sinusoidal, sinusoidal_table

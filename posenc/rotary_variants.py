@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from posenc._numerics import TWO_PI, work_dtype
+from posenc._numerics import TWO_PI, log_offset, offset_frequencies, work_dtype
 from posenc.base import PosencError, SchemeMeta, as_batched
 from posenc.rotary import Layout, RoPE, Scaling, pair_to_features, position_bounds, rope_inv_freq
 
@@ -74,7 +74,7 @@ class PeriodicRoPE(RoPE):
 
     Args:
         periods: periods in positions, each ≥ 2 (see :func:`posenc.periods_from_data`).
-        learnable: make every pair's log-frequency a parameter, initialised as above (the
+        learnable: learn every pair's frequency, as ω·e^δ with δ a parameter starting at 0 (the
             periods are then only the initial values).
         base, layout, scaling, scale_factor, train_len, beta_fast, beta_slow: as :class:`RoPE`.
     """
@@ -103,14 +103,13 @@ class PeriodicRoPE(RoPE):
         self.periods = check_periods(periods, self.head_dim // 2)
         freqs, self.pinned_index = periodic_frequencies(self.head_dim, base, self.periods)
         self.learned_frequencies = bool(learnable)
+        self._fixed_freqs = freqs  # (Dh/2,) float64, CPU: the pinned periods exactly
         if self.learned_frequencies:
-            self.log_freq = nn.Parameter(freqs.log().float())  # (Dh/2,)
-        else:
-            self._fixed_freqs = freqs  # (Dh/2,) float64, CPU
+            self.log_freq_offset = log_offset(freqs, True)  # (Dh/2,) δ in ω₀·e^δ, zero at init
 
     def frequencies(self) -> Tensor:
         if self.learned_frequencies:
-            return self.log_freq.double().exp()  # (Dh/2,)
+            return offset_frequencies(self._fixed_freqs, self.log_freq_offset)  # (Dh/2,)
         return self._fixed_freqs
 
     def pinned(self) -> Tensor:

@@ -15,7 +15,15 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc._numerics import TWO_PI, out_dtype, pad_features, require_integers, work_dtype
+from posenc._numerics import (
+    TWO_PI,
+    log_offset,
+    offset_frequencies,
+    out_dtype,
+    pad_features,
+    require_integers,
+    work_dtype,
+)
 from posenc.absolute import AbsoluteEncoding, Integration, sinusoidal_table
 from posenc.base import PosencError, SchemeMeta
 
@@ -72,7 +80,7 @@ class TrainableSinusoidal(AbsoluteEncoding):
 
     P(p) = S(p) + S(p)·Wᵀ, with S(p) = [sin ω_0 p, cos ω_0 p, …] the Vaswani table and W a
     (Dp × Dp) matrix initialised to zero; with ``learn_frequencies`` the ω_j are parameters too
-    (log-parameterised, initialised at base^(−2j/Dp)). At initialisation P equals
+    (ω_j = ω⁰_j·e^{δ_j} with ω⁰_j = base^(−2j/Dp) and δ_j learned from 0). At initialisation P equals
     :class:`~posenc.Sinusoidal`. The learned part is a map of the features, not a per-position
     table, so the scheme is defined at every real position.
 
@@ -96,13 +104,17 @@ class TrainableSinusoidal(AbsoluteEncoding):
             raise PosencError(f"TrainableSinusoidal needs an even table width, got {self.table_dim}")
         if base <= 1:
             raise PosencError(f"TrainableSinusoidal base must be > 1, got {base}")
-        log_freq = geometric_frequencies(self.table_dim // 2, self.table_dim, base).log().float()
-        self.log_freq = nn.Parameter(log_freq, requires_grad=learn_frequencies)  # (Dp/2,)
+        self.freqs0 = geometric_frequencies(self.table_dim // 2, self.table_dim, base)  # (Dp/2,) float64
+        self.log_freq_offset = log_offset(self.freqs0, learn_frequencies)  # (Dp/2,)
         self.offset = nn.Linear(self.table_dim, self.table_dim, bias=False)
         nn.init.zeros_(self.offset.weight)
 
+    def frequencies(self) -> Tensor:
+        """The current angular frequencies ω_j (Dp/2,) in float64."""
+        return offset_frequencies(self.freqs0, self.log_freq_offset)
+
     def table(self, pos: Tensor) -> Tensor:
-        s = fourier_pairs(pos, self.log_freq.double().exp())  # (B', T, Dp)
+        s = fourier_pairs(pos, self.frequencies())  # (B', T, Dp)
         return s + self.offset(s.to(self.offset.weight.dtype)).to(s.dtype)
 
 
@@ -166,7 +178,7 @@ class ComplexExponential(AbsoluteEncoding):
         frequencies: angular frequencies ω_j in radians per position (at most Dp/2); default:
             the ladder base^(−2j/Dp), j < Dp/2.
         base: ladder base when ``frequencies`` is not given.
-        learnable: make the ω_j parameters (log-parameterised; the paper learns them).
+        learnable: learn the ω_j (as ω_j·e^{δ_j}, δ_j from 0; the paper learns them).
     """
 
     def __init__(
@@ -192,10 +204,15 @@ class ComplexExponential(AbsoluteEncoding):
                 raise PosencError(
                     f"ComplexExponential frequencies must be 1..{n} positive numbers, got {list(frequencies)}"
                 )
-        self.log_freq = nn.Parameter(freqs.log().float(), requires_grad=learnable)  # (m,)
+        self.freqs0 = freqs  # (m,) float64, CPU: exact as configured
+        self.log_freq_offset = log_offset(freqs, learnable)  # (m,)
+
+    def frequencies(self) -> Tensor:
+        """The current angular frequencies ω_j (m,) in float64."""
+        return offset_frequencies(self.freqs0, self.log_freq_offset)
 
     def table(self, pos: Tensor) -> Tensor:
-        pairs = fourier_pairs(pos, self.log_freq.double().exp(), cos_first=True)  # (B', T, 2m)
+        pairs = fourier_pairs(pos, self.frequencies(), cos_first=True)  # (B', T, 2m)
         return pad_features(pairs, self.table_dim)  # (B', T, Dp)
 
 

@@ -64,7 +64,7 @@ def test_positions_t_and_bt_agree(cls):
     pe = build(cls).eval()
     flat = run_hooks(pe, torch.arange(T) + 3)
     batched = run_hooks(pe, (torch.arange(T) + 3).expand(B, T))
-    for a, b in zip(flat, batched):
+    for a, b in zip(flat, batched, strict=True):
         if a is None:
             assert b is None
         else:
@@ -94,7 +94,7 @@ def test_state_dict_round_trip(cls):
     torch.manual_seed(123)
     other = build_encoding(pe.spec(), D, H).eval()
     other.load_state_dict(pe.state_dict())
-    for a, b in zip(run_hooks(pe, torch.arange(T)), run_hooks(other, torch.arange(T))):
+    for a, b in zip(run_hooks(pe, torch.arange(T)), run_hooks(other, torch.arange(T)), strict=True):
         if a is not None:
             torch.testing.assert_close(a, b)
 
