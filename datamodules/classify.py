@@ -91,29 +91,39 @@ class ClassificationDataModule(L.LightningDataModule):
         self.rc_prob, self.num_workers, self.seed = rc_prob, num_workers, seed
         self.cache_dir, self.iupac = cache_dir, iupac
         if class_fastas:
-            genomes = {c: load_genome(resolve_path(p), cache_dir, iupac) for c, p in class_fastas.items()}
+            genomes = {c: self._load(resolve_path(p)) for c, p in class_fastas.items()}
             samples, self.class_names = samples_from_genomes(genomes)
             self.sets = split_samples(samples, split, seed)
         elif labels:
-            genome = load_genome(resolve_path(fasta), cache_dir, iupac)
+            genome = self._load(resolve_path(fasta))
             samples, self.class_names = samples_from_labels(genome, read_labels(resolve_path(labels)),
                                                             resolve_path(labels))
             self.sets = split_samples(samples, split, seed)
         else:
-            self.sets, self.class_names = self._demo(fasta, split, demo_min_distance), ["background", "gene_start"]
+            self.sets = self._demo(fasta, split, demo_min_distance)
+            self.class_names = ["background", "gene_start"]
         for name in SPLITS:
             counts = np.bincount(self.sets[name].labels, minlength=len(self.class_names)).tolist()
             log.info("%s: %d sequences, per class %s", name, len(self.sets[name]),
                      dict(zip(self.class_names, counts, strict=True)))
 
-    def _demo(self, fasta: str | None, split: tuple[float, float, float], min_distance: int) -> dict[str, SampleSet]:
-        path = resolve_path(fasta) if fasta else default_genome()
+    def _load(self, path: Path):
+        """The (cached) encoded genome of ``path``, with one line on what encoding changed."""
         genome = load_genome(path, self.cache_dir, self.iupac)
+        report_genome(genome)
+        return genome
+
+    def _demo(
+        self, fasta: str | None, split: tuple[float, float, float], min_distance: int
+    ) -> dict[str, SampleSet]:
+        path = resolve_path(fasta) if fasta else default_genome()
+        genome = self._load(path)
         import pyrodigal
 
         key = genome.cache_path.stem if genome.cache_path is not None else None
         cache = self.cache_dir if key is not None else None
-        genes = cached_json(cache, f"{key}.genes-pyrodigal{pyrodigal.__version__}.json", lambda: call_genes(genome))
+        name = f"{key}.genes-pyrodigal{pyrodigal.__version__}.json"  # shared with the segmentation task
+        genes = cached_json(cache, name, lambda: call_genes(genome))
         window = self.tokenizer.n_bases(max(self.eval_lengths))
         return demo_gene_starts(genome, genes, split_regions(genome, split), window, min_distance, self.seed)
 

@@ -83,6 +83,8 @@ def samples_from_labels(
         raise PosencError(f"{labels_path}: {len(missing)} id(s) not among the records of {genome.source}, "
                           f"e.g. {missing[:3]} (records: {genome.ids[:3]})")
     classes = sorted(set(labels.values()))
+    if len(classes) < 2:
+        raise PosencError(f"{labels_path}: needs at least two classes, found only {classes}")
     idx = [genome.ids.index(rid) for rid in labels]
     y = np.array([classes.index(labels[genome.ids[i]]) for i in idx], dtype=np.int64)
     names = [genome.ids[i] for i in idx]

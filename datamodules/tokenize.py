@@ -68,6 +68,8 @@ class KmerTokenizer:
         if self.k == 1:
             return codes.astype(np.int64)  # ids equal codes (UNK = N = 4, PAD = 5)
         n = self.n_tokens(len(codes))
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
         win = sliding_window_view(codes, self.k)[:: self.stride][:n].astype(np.int64)  # (n, k)
         ids = np.minimum(win, 3) @ self._weights  # (n,)
         ids[(win == N_CODE).any(axis=1)] = self.unk_id

@@ -49,7 +49,8 @@ class SequenceClassifier(PerLengthTest):
     def forward(self, tokens: Tensor) -> Tensor:
         """Class logits (B, C) for tokens (B, T): mean of the encoder outputs over non-PAD tokens."""
         pad = tokens == self.pad_id
-        h = self.backbone(self.embedding(tokens), token_positions(tokens), pad if pad.any() else None)  # (B, T, D)
+        mask = pad if pad.any() else None
+        h = self.backbone(self.embedding(tokens), token_positions(tokens), mask)  # (B, T, D)
         keep = (~pad).float().unsqueeze(-1)  # (B, T, 1)
         pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)  # (B, D)
         return self.head(pooled)

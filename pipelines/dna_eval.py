@@ -81,7 +81,8 @@ class PerLengthTest(TaskModule):
         self.update_metrics(self._by_length[length], *args)
 
     def on_test_epoch_end(self) -> None:
-        self._results = {n: flatten(m.compute(), self.class_names) for n, m in sorted(self._by_length.items())}
+        by_length = sorted(self._by_length.items())
+        self._results = {n: flatten(m.compute(), self.class_names) for n, m in by_length}
         if not self._results or self.logger is None:
             return
         self.logger.log_metrics({f"test/{k}": v for k, v in self._results[min(self._results)].items()})

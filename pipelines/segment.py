@@ -35,7 +35,9 @@ class FrameSegmenter(PerLengthTest):
     task_name = "dna_segment"
     class_names = LABEL_NAMES
 
-    def __init__(self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = N_LABELS, **kwargs: Any) -> None:
+    def __init__(
+        self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = N_LABELS, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         d_model = self.backbone.ln_f.normalized_shape[0]
         self.embedding = nn.Embedding(vocab_size, d_model)
