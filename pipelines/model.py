@@ -1,67 +1,52 @@
 """One pre-LN Transformer encoder whose attention takes any ``posenc`` scheme.
 
 The attention calls the scheme's three hooks the same way for every scheme and picks its kernel
-from the scheme's metadata only: with no bias, SDPA's fused path; with a bias, SDPA with an additive
-mask; with a value-side term, explicit weights.
+from the scheme's metadata and the input length only (:func:`pipelines.attention.choose_path`):
+SDPA's fused path with no bias, SDPA with an additive mask for a short biased input, query blocks
+for a long one (memory linear in length), explicit weights for a value-side term, FlexAttention for
+position-only biases on CUDA. A position-only bias is computed once per forward and shared by every
+layer (the scheme instance is shared, so the bias is the same).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc import PosencError, PositionalEncoding
+from pipelines.attention import AttentionSettings, blocked, build_mask, choose_path, dense, explicit, flex
+from posenc import PosencError, PositionalEncoding, as_batched
+
+log = logging.getLogger(__name__)
+_NO_FLEX: set[int] = set()  # ids of scheme instances whose bias FlexAttention could not trace
+
+__all__ = ["Attention", "AttentionSettings", "Block", "ForwardShare", "Transformer", "build_mask",
+           "length_bucket"]
 
 
-def build_mask(
-    bias: Tensor | None,
-    key_padding_mask: Tensor | None,
-    causal: bool,
-    tq: int,
-    tk: int,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> Tensor | None:
-    """Combine a logit bias, a key-padding mask and causality into one additive float mask.
+class ForwardShare:
+    """What the layers of one forward share: the position-only mask, built by the first layer."""
 
-    Masked logits get the dtype's most negative finite value (not −inf), so a row whose keys are
-    all masked gives uniform weights instead of NaN.
-
-    Args:
-        bias: (B', H', Tq, Tk) additive bias or ``None``.
-        key_padding_mask: (B, Tk) bool, True where the key is padding, or ``None``.
-        causal: forbid keys after the query.
-
-    Returns:
-        ``None`` when nothing is masked or biased (so SDPA keeps its fused path), else a float mask
-        broadcastable to (B, H, Tq, Tk).
-    """
-    if bias is None and key_padding_mask is None and not causal:
-        return None
-    keep = None
-    if key_padding_mask is not None:
-        keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
-    if causal:
-        tri = torch.ones(tq, tk, dtype=torch.bool, device=device).tril(tk - tq)  # (Tq, Tk)
-        keep = tri if keep is None else keep & tri
-    base = bias.to(dtype) if bias is not None else torch.zeros((), dtype=dtype, device=device)
-    if keep is None:
-        return base
-    return torch.where(keep, base, torch.finfo(dtype).min)  # (B, H', Tq, Tk)
+    def __init__(self) -> None:
+        self.mask: Tensor | None = None
+        self.ready = False
 
 
 class Attention(nn.Module):
     """Multi-head self-attention calling ``pe.rotate``, ``pe.bias`` and ``pe.value_term``."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
+                 settings: AttentionSettings | None = None) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.dropout = dropout
+        self.settings = settings or AttentionSettings()
 
     def forward(
         self,
@@ -70,56 +55,81 @@ class Attention(nn.Module):
         pe: PositionalEncoding,
         key_padding_mask: Tensor | None = None,
         causal: bool = False,
+        share: ForwardShare | None = None,
     ) -> Tensor:
         B, T, C = x.shape
         H = self.n_heads
         q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
         q, k = pe.rotate(q, k, pos, pos)
-        bias = pe.bias(q, pos, pos, k=k)
         drop = self.dropout if self.training else 0.0
-        if pe.meta.value_term:
-            y = self._explicit(q, k, v, pos, pe, bias, key_padding_mask, causal, drop)
+        path = choose_path(pe.meta, T, x.device, self.settings, dropout=drop)
+        if path == "flex" and id(pe) in _NO_FLEX:
+            path = choose_path(pe.meta, T, x.device, replace(self.settings, flex=False))
+        if path.endswith("blocked"):
+            y = blocked(q, k, v, pos, pe, key_padding_mask, causal, drop, self.settings,
+                        value_side=path == "explicit-blocked")
+        elif path == "flex":
+            y = self._flex_or_fallback(q, k, v, pos, pe, key_padding_mask, causal, share)
+        elif path == "sdpa-fused" and key_padding_mask is None:
+            y = dense(q, k, v, None, causal, drop)
         else:
-            fused_causal = causal and bias is None and key_padding_mask is None
-            mask = None if fused_causal else build_mask(
-                bias, key_padding_mask, causal, T, T, q.dtype, q.device
-            )
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=drop, is_causal=fused_causal
-            )  # (B, H, T, Dh)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+            mask = self._mask(q, k, pos, pe, key_padding_mask, causal, share)
+            y = explicit(q, k, v, pos, pos, pe, mask, drop) if path == "explicit" else dense(
+                q, k, v, mask, False, drop)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, Dh) → (B, T, C)
         return self.out(y)
 
-    @staticmethod
-    def _explicit(q, k, v, pos, pe, bias, key_padding_mask, causal, drop) -> Tensor:
-        """Softmax attention with explicit weights, for schemes with a value-side term."""
+    def _flex_or_fallback(self, q, k, v, pos, pe, key_padding_mask, causal, share) -> Tensor:
+        """FlexAttention; a scheme whose bias does not trace (e.g. ``torch.unique``) falls back to
+        the SDPA paths once and for all, with a warning."""
+        try:
+            return flex(q, k, v, pos, pe, key_padding_mask, causal)
+        except Exception as exc:  # noqa: BLE001 - any tracing failure means "not expressible"
+            _NO_FLEX.add(id(pe))
+            log.warning("FlexAttention unavailable for %s (%s); using SDPA", type(pe).__name__, exc)
         T = q.shape[-2]
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, T, T)
-        mask = build_mask(bias, key_padding_mask, causal, T, T, scores.dtype, scores.device)
-        if mask is not None:
-            scores = scores + mask
-        w = F.dropout(scores.softmax(dim=-1), p=drop)  # (B, H, T, T)
-        y = w @ v  # (B, H, T, Dh)
-        extra = pe.value_term(w, pos, pos)
-        return y if extra is None else y + extra
+        if T > self.settings.long_threshold:
+            return blocked(q, k, v, pos, pe, key_padding_mask, causal, 0.0, self.settings, False)
+        return dense(q, k, v, self._mask(q, k, pos, pe, key_padding_mask, causal, share), False, 0.0)
+
+    @staticmethod
+    def _mask(q, k, pos, pe, key_padding_mask, causal, share) -> Tensor | None:
+        """The dense (B', H, T, T) additive mask; a position-only one is built once per forward."""
+        reuse = share is not None and not pe.meta.content_bias
+        if reuse and share.ready:
+            return share.mask
+        T = q.shape[-2]
+        mask = build_mask(pe.bias(q, pos, pos, k=k), key_padding_mask, causal, T, T, q.dtype, q.device)
+        if reuse:
+            share.mask, share.ready = mask, True
+        return mask
 
 
 class Block(nn.Module):
     """Pre-LN block: x + Attn(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
+                 settings: AttentionSettings | None = None) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = Attention(d_model, n_heads, dropout)
+        self.attn = Attention(d_model, n_heads, dropout, settings)
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
         )
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, pos, pe, key_padding_mask, causal) -> Tensor:
-        x = x + self.drop(self.attn(self.ln1(x), pos, pe, key_padding_mask, causal))
+    def forward(self, x, pos, pe, key_padding_mask, causal, share: ForwardShare | None = None) -> Tensor:
+        x = x + self.drop(self.attn(self.ln1(x), pos, pe, key_padding_mask, causal, share))
         return x + self.mlp(self.ln2(x))
+
+
+def length_bucket(length: int) -> int:
+    """Smallest multiple of 2^(⌊log2 T⌋ − 2) ≥ T: four buckets per octave, at most 25 % padding."""
+    if length <= 16:
+        return 16
+    step = 2 ** (int(math.log2(length)) - 2)
+    return -(-length // step) * step
 
 
 class Transformer(nn.Module):
@@ -134,6 +144,12 @@ class Transformer(nn.Module):
         dropout: dropout in attention, MLP and on the embedding sum.
         causal: forbid attention to later positions.
         scale_embedding: multiply token embeddings by √D before the encoding is added.
+        compile: run the encoder through ``torch.compile``; inputs are padded (masked keys) to
+            :func:`length_bucket` lengths so new lengths rarely recompile. Schemes with a ``conv``
+            hook see the padding, so for them lengths are not padded (``dynamic`` shapes instead).
+        long_threshold: lengths above this use the query-blocked attention for biased schemes.
+        block_elements: bias elements per query block on the blocked path (sets memory per block).
+        flex: use FlexAttention for position-only biases on CUDA.
     """
 
     def __init__(
@@ -146,25 +162,65 @@ class Transformer(nn.Module):
         dropout: float = 0.0,
         causal: bool = False,
         scale_embedding: bool = False,
+        *,
+        compile: bool = False,  # noqa: A002 - the config key users write
+        long_threshold: int = 2048,
+        block_elements: int = 1 << 24,
+        flex: bool = True,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise PosencError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if long_threshold < 1 or block_elements < 1:
+            raise PosencError(f"long_threshold and block_elements must be >= 1, got "
+                              f"{long_threshold} and {block_elements}")
         self.pe = pe
         self.causal = causal
         self.scale = math.sqrt(d_model) if scale_embedding else 1.0
+        self.use_compile = compile
+        settings = AttentionSettings(long_threshold, block_elements, flex)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, d_ff or 4 * d_model, dropout) for _ in range(n_layers)
+            Block(d_model, n_heads, d_ff or 4 * d_model, dropout, settings) for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Encode ``x`` (B, T, D); outputs at padded positions (mask True) are zero."""
+        if self.use_compile:
+            return self._compiled_forward(x, pos, key_padding_mask)
+        return self.encode(x, pos, key_padding_mask)
+
+    def encode(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The encoder itself (what ``compile`` compiles)."""
         x = self.drop(self.pe.embed(x * self.scale, pos))  # (B, T, D)
+        share = ForwardShare()
         for block in self.blocks:
-            x = block(x, pos, self.pe, key_padding_mask, self.causal)
+            x = block(x, pos, self.pe, key_padding_mask, self.causal, share)
         x = self.ln_f(x)
         if key_padding_mask is not None:
             x = x.masked_fill(key_padding_mask[..., None], 0.0)
         return x
+
+    def _compiled_forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """Pad to the length bucket (extra keys masked, positions repeat the last one), run, cut."""
+        fn = self.__dict__.get("_compiled")
+        if fn is None:  # kept out of the module tree: no state_dict entry, nothing to pickle
+            fn = torch.compile(self.encode, dynamic=True if "conv" in self.pe.meta.acts_on else None)
+            self.__dict__["_compiled"] = fn
+        B, T, _ = x.shape
+        extra = length_bucket(T) - T
+        if extra == 0 or "conv" in self.pe.meta.acts_on:
+            return fn(x, pos, key_padding_mask)
+        x = F.pad(x, (0, 0, 0, extra))  # (B, T', D)
+        p = as_batched(pos)  # (B', T)
+        p = torch.cat((p, p[:, -1:].expand(-1, extra)), dim=1)  # (B', T')
+        pos = p[0] if pos.dim() == 1 else p
+        kpm = key_padding_mask if key_padding_mask is not None else x.new_zeros(B, T, dtype=torch.bool)
+        kpm = F.pad(kpm, (0, extra), value=True)  # (B, T')
+        return fn(x, pos, kpm)[:, :T]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_compiled", None)  # a compiled function does not pickle; rebuilt on first use
+        return state

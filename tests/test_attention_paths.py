@@ -1,0 +1,225 @@
+"""Every attention path (dense SDPA, query blocks, explicit, FlexAttention) against one dense reference.
+
+The reference is written here from the hooks alone: softmax(q·kᵀ/√Dh + bias + mask)·v plus the
+value-side term, in float64. Blocked runs use a tiny threshold and one-row-per-16 blocks, so a
+T = 40 input is split into blocks of 16, 16 and 8 rows.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+import torch
+
+from pipelines.attention import AttentionSettings, choose_path
+from pipelines.model import Transformer, length_bucket
+from posenc import PositionalEncoding, SchemeMeta, all_schemes, build_encoding
+from posenc.base import public_class_path
+from tests.test_contract import CONFIGS, D, H
+
+T = 40
+BIASED = [c for c in all_schemes() if "bias" in c.meta.acts_on and c.__name__ != "Compose"]
+OTHERS = [c for c in all_schemes() if c.__name__ in ("PositionalEncoding", "RoPE", "Sinusoidal")]
+DENSE = {"long_threshold": 10**9}
+BLOCKED = {"long_threshold": 8, "block_elements": 1}  # 16 query rows per block
+
+
+def scheme(cls) -> PositionalEncoding:
+    torch.manual_seed(0)
+    pe = build_encoding(CONFIGS[public_class_path(cls)], D, H)
+    with torch.no_grad():  # off zero-initialised values, so every bias acts
+        for p in pe.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return pe
+
+
+def model(pe, causal=False, **kw) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(D, H, 2, pe, causal=causal, **kw).double().eval()
+
+
+def reference_attention(attn, x, pos, pe, kpm, causal):
+    """Plain softmax attention from the hooks, independent of pipelines.attention."""
+    B, L, C = x.shape
+    q, k, v = attn.qkv(x).view(B, L, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, L, Dh)
+    q, k = pe.rotate(q, k, pos, pos)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(C // H)  # (B, H, L, L)
+    bias = pe.bias(q, pos, pos, k=k)
+    if bias is not None:
+        scores = scores + bias
+    keep = torch.ones(B, 1, L, L, dtype=torch.bool)
+    if causal:
+        keep &= torch.ones(L, L, dtype=torch.bool).tril()
+    if kpm is not None:
+        keep &= ~kpm[:, None, None, :]
+    w = scores.masked_fill(~keep, torch.finfo(scores.dtype).min).softmax(-1)
+    y = w @ v
+    if pe.meta.value_term:
+        y = y + pe.value_term(w, pos, pos)
+    return attn.out(y.transpose(1, 2).reshape(B, L, C))
+
+
+def inputs(padded: bool):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, T, D, generator=g, dtype=torch.float64)
+    kpm = None
+    if padded:
+        kpm = torch.zeros(2, T, dtype=torch.bool)
+        kpm[0, 30:] = True  # one padded row, one full row
+    return x, torch.arange(T) + 5, kpm
+
+
+@pytest.mark.parametrize("cls", BIASED + OTHERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+def test_every_path_matches_dense_reference(cls, causal, padded):
+    pe = scheme(cls).double()
+    x, pos, kpm = inputs(padded)
+    for kw in (DENSE, BLOCKED):
+        m = model(pe, causal, **kw)
+        attn = m.blocks[0].attn
+        got = attn(x, pos, pe, kpm, causal)
+        ref = reference_attention(attn, x, pos, pe, kpm, causal)
+        keep = slice(None) if kpm is None else ~kpm  # padded queries: any finite value is fine
+        torch.testing.assert_close(got[keep], ref[keep], rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("cls", BIASED, ids=lambda c: c.__name__)
+def test_blocked_training_gradients_match_dense(cls):
+    """The checkpointed blocks give the dense path's gradients (inputs and scheme parameters)."""
+    pe = scheme(cls).double()
+    x, pos, kpm = inputs(padded=True)
+    grads = []
+    for kw in (DENSE, BLOCKED):
+        m = model(pe, causal=False, **kw).train()
+        pe.zero_grad()
+        xi = x.clone().requires_grad_()
+        (m(xi, pos, kpm) ** 2).sum().backward()
+        grads.append([xi.grad] + [p.grad.clone() for p in pe.parameters()])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("cls", BIASED, ids=lambda c: c.__name__)
+def test_blocked_path_never_builds_a_full_bias(cls):
+    """Memory linear in L: every bias the scheme is asked for covers at most one block of rows."""
+    pe = scheme(cls)
+    shapes = []
+    hook = pe.bias
+
+    def spy(q, q_pos, k_pos, k=None):
+        out = hook(q, q_pos, k_pos, k=k)
+        shapes.append(tuple(out.shape))
+        return out
+
+    pe.bias = spy
+    m = Transformer(D, H, 2, pe, long_threshold=8, block_elements=1).eval()
+    with torch.no_grad():
+        m(torch.randn(1, 100, D), torch.arange(100))
+    assert shapes and all(s[-2] <= 16 and s[-1] == 100 for s in shapes)
+
+
+def test_position_only_bias_is_built_once_per_forward():
+    calls = {"n": 0}
+    for cls, expected in ((c, 1) for c in BIASED if not c.meta.content_bias):
+        pe = scheme(cls)
+        hook = pe.bias
+
+        def spy(*a, _hook=hook, **kw):
+            calls["n"] += 1
+            return _hook(*a, **kw)
+
+        pe.bias = spy
+        calls["n"] = 0
+        Transformer(D, H, 3, pe)(torch.randn(1, 12, D), torch.arange(12))
+        assert calls["n"] == expected, cls.__name__
+    deberta = next(c for c in BIASED if c.meta.content_bias)
+    pe = scheme(deberta)
+    hook = pe.bias
+    pe.bias = lambda *a, **kw: (calls.__setitem__("n", calls["n"] + 1), hook(*a, **kw))[1]
+    calls["n"] = 0
+    Transformer(D, H, 3, pe)(torch.randn(1, 12, D), torch.arange(12))
+    assert calls["n"] == 3  # content biases depend on each layer's q and k
+
+
+def test_path_comes_from_metadata_only():
+    s = AttentionSettings(long_threshold=100)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    position = SchemeMeta(acts_on=("bias",))
+    content = SchemeMeta(acts_on=("bias",), content_bias=True)
+    shaw = SchemeMeta(acts_on=("bias",), content_bias=True, value_term=True)
+    assert choose_path(SchemeMeta(acts_on=("rotate",)), 10**6, cpu, s) == "sdpa-fused"
+    assert choose_path(position, 100, cpu, s) == "sdpa+bias"
+    assert choose_path(position, 101, cpu, s) == "sdpa-blocked"
+    assert choose_path(position, 101, cuda, s) == "flex"
+    assert choose_path(position, 101, cuda, s, dropout=0.1) == "sdpa-blocked"
+    assert choose_path(content, 101, cuda, s) == "sdpa-blocked"
+    assert choose_path(shaw, 100, cpu, s) == "explicit"
+    assert choose_path(shaw, 101, cpu, s) == "explicit-blocked"
+
+    class Mine(PositionalEncoding):  # a user's scheme: only its metadata matters
+        meta = position
+
+    assert choose_path(Mine.meta, 101, cuda, s) == choose_path(position, 101, cuda, s)
+
+
+def test_bf16_autocast_keeps_angles_float32_and_tracks_float32():
+    pe = build_encoding({"class_path": "posenc.RoPE"}, D, H)
+    pos = torch.arange(4096, 4096 + 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert pe.angles(pos).dtype == torch.float32
+    for cls in (BIASED[0], OTHERS[1]):
+        m = Transformer(D, H, 2, scheme(cls), long_threshold=16).eval()
+        x = torch.randn(2, 64, D)
+        ref = m(x, pos)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = m(x, pos)
+        assert torch.isfinite(low).all()
+        assert (low.float() - ref).abs().mean() < 0.05  # bf16 rounding, not a wrong rotation or bias
+
+
+def test_length_bucket():
+    assert [length_bucket(n) for n in (1, 16, 17, 100, 512, 513, 4096, 5000)] == [
+        16, 16, 20, 112, 512, 640, 4096, 5120]
+    for n in range(1, 3000):
+        assert n <= length_bucket(n) <= max(16, 1.25 * n)
+
+
+def test_compile_switch_leaves_state_dict_and_pickle_alone():
+    pe = scheme(BIASED[0])
+    a = Transformer(D, H, 2, pe)
+    b = Transformer(D, H, 2, pe, compile=True)
+    assert a.state_dict().keys() == b.state_dict().keys()
+    pickle.loads(pickle.dumps(b))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["posenc.RoPE", "posenc.ALiBi", "posenc.ConvPE"])
+def test_compiled_model_matches_eager(name):
+    pe = build_encoding(CONFIGS[name], D, H)
+    torch.manual_seed(0)
+    m = Transformer(D, H, 2, pe, causal=True).eval()
+    c = Transformer(D, H, 2, pe, causal=True, compile=True).eval()
+    c.load_state_dict(m.state_dict())
+    for length in (37, 40):  # same bucket: one compilation
+        x = torch.randn(2, length, D)
+        torch.testing.assert_close(c(x, torch.arange(length)), m(x, torch.arange(length)),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cls", [c for c in BIASED if not c.meta.content_bias], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("causal", [False, True])
+def test_flex_attention_matches_dense_on_cuda(cls, causal):
+    pe = scheme(cls).cuda()
+    x, pos, kpm = inputs(padded=True)
+    x, pos, kpm = x.float().cuda(), pos.cuda(), kpm.cuda()
+    m = Transformer(D, H, 2, pe, causal=causal).cuda().eval()
+    attn = m.blocks[0].attn
+    with torch.no_grad():
+        got = attn(x, pos, pe, kpm, causal)
+        ref = reference_attention(attn, x, pos, pe, kpm, causal)
+    torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-4, atol=1e-4)
