@@ -119,7 +119,7 @@ class GenomeDataModule(L.LightningDataModule):
         longest = max(self.eval_lengths)
         self.eval_span = self.tokenizer.n_bases(-(-eval_tokens // longest) * longest + extra)  # in bases
         for name in ("train", "val", "test"):
-            tokens = seq_len if name == "train" else min(seq_len, longest)
+            tokens = longest if name == "test" else seq_len  # the test split serves every length
             self._check_region(name, self.tokenizer.n_bases(tokens + extra))
 
     def _check_records(self, skip_short: bool) -> None:
@@ -143,7 +143,7 @@ class GenomeDataModule(L.LightningDataModule):
         if longest < need:
             raise PosencError(
                 f"{self.fasta}: the {name} split ({longest} bases) is shorter than one window "
-                f"of {need} bases; use a longer sequence or a smaller data.seq_len"
+                f"of {need} bases; use a longer sequence or a smaller data.seq_len / data.eval_lengths"
             )
 
     @property
