@@ -165,7 +165,9 @@ def _open_text(path: Path, on_read: Callable[[int], object] | None = None) -> io
         raw = io.BufferedReader(_CountingRaw(raw, on_read), buffer_size=1 << 20)
     if magic == b"\x1f\x8b":
         raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
-    return io.TextIOWrapper(raw, encoding="ascii")
+    # latin-1 decodes any byte: a non-ASCII header (say 'µ') is fine, a non-ASCII base is reported
+    # by encode_bases as "not a nucleotide code" with its record and position
+    return io.TextIOWrapper(raw, encoding="latin-1")
 
 
 def sniff_format(path: Path) -> str:
@@ -228,7 +230,7 @@ def iter_records(
                     report.empty.append(rid)
                     continue
                 before = report.lowercase + report.to_n + report.u_to_t
-                codes = encode_bases(seq.encode("ascii"), report, iupac, f"{path}: record {rid!r}")
+                codes = encode_bases(seq.encode("latin-1"), report, iupac, f"{path}: record {rid!r}")
                 report.per_record[rid] = report.lowercase + report.to_n + report.u_to_t - before
                 yield rid, codes
     except (UnicodeDecodeError, EOFError, OSError, gzip.BadGzipFile, ValueError) as exc:

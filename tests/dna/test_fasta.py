@@ -33,6 +33,9 @@ def test_bgzip_really_is_block_gzip(tmp_path):
 def test_genbank_matches_fasta(tmp_path):
     recs = {"recA": random_bases(250, 4), "recB": random_bases(90, 5)}
     gb = read_fasta(write_genbank(tmp_path / "g.gb", recs))
+    gz = tmp_path / "g.gb.gz"
+    gz.write_bytes(gzip.compress((tmp_path / "g.gb").read_bytes()))
+    np.testing.assert_array_equal(read_fasta(gz).codes, gb.codes)
     fa = read_fasta(write_fasta(tmp_path / "g.fa", recs))
     assert gb.ids == fa.ids
     np.testing.assert_array_equal(gb.codes, fa.codes)
@@ -55,6 +58,15 @@ def test_iupac_error_mode_names_file_record_and_position(tmp_path):
     path.write_text(">a\nACGT\n>b\nACGTW\n")
     with pytest.raises(PosencError, match=r"g\.fa: record 'b': character 'W' at position 5 is an IUPAC"):
         read_fasta(path, iupac="error")
+
+
+def test_non_ascii_header_is_fine_but_a_non_ascii_base_is_an_error(tmp_path):
+    path = tmp_path / "g.fa"
+    path.write_bytes(">a 5 µm sample\nACGT\n".encode())
+    assert read_fasta(path).ids == ["a"]
+    path.write_bytes(">a\nACGTé\n".encode())
+    with pytest.raises(PosencError, match=r"record 'a': character '.' at position 5 is not a nucleotide"):
+        read_fasta(path)
 
 
 def test_empty_records_are_skipped_and_listed(tmp_path):
