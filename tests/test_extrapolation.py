@@ -1,0 +1,288 @@
+"""Length-extrapolation sweep: arithmetic, the after-fit callback, RoPE variants, the entry point."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pipelines.extrapolation import (
+    TRAINED,
+    Extrapolation,
+    LengthResult,
+    check_lengths,
+    evaluate,
+    extrapolation_ratio,
+)
+from posenc import PosencError
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "--model.init_args.d_model=16",
+    "--model.init_args.n_heads=2",
+    "--model.init_args.n_layers=2",
+    "--data.init_args.seq_len=32",
+    "--data.init_args.batch_size=4",
+    "--data.init_args.samples_per_epoch=16",
+    "--data.init_args.eval_tokens=512",
+    "--trainer.max_epochs=1",
+    "--trainer.limit_val_batches=2",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.callbacks+=pipelines.evaluate.ExtrapolationEval",
+    "--test_after_fit=false",
+]
+LENGTHS = [32, 64, 128, 256, 512]  # 1×…16× of seq_len 32
+
+
+# ----------------------------------------------------------------------------- arithmetic
+@pytest.mark.parametrize(
+    ("metrics", "higher", "expected"),
+    [
+        ({100: 2.00, 200: 2.05, 400: 2.10, 800: 2.11}, False, (400, 4.0)),  # 2.10 = +5.0%: still within
+        ({100: 2.00, 200: 2.11, 400: 2.00}, False, (100, 1.0)),  # a recovery after a break does not count
+        ({100: 2.00, 200: 1.50, 400: 1.00}, False, (400, 4.0)),  # improving is within
+        ({100: 0.80, 200: 0.77, 400: 0.75}, True, (200, 2.0)),  # higher is better: 0.75 < 0.76
+        ({100: 0.80, 200: 0.90}, True, (200, 2.0)),
+        ({100: 2.00, 200: 2.01, 400: None, 800: 2.0}, False, (200, 2.0)),  # undefined ends the run
+        ({100: 2.00, 200: float("nan")}, False, (100, 1.0)),
+        ({200: 2.00}, False, (None, None)),  # training length not scored
+    ],
+)
+def test_extrapolation_ratio_on_hand_made_numbers(metrics, higher, expected):
+    assert extrapolation_ratio(metrics, 100, higher, 0.05) == expected
+
+
+def test_summary_reports_ratio_and_metric_at_longest():
+    cells = [LengthResult(TRAINED, n, m) for n, m in ((10, 1.0), (20, 1.04), (40, 1.2))]
+    cells.append(LengthResult(TRAINED, 80, None, status="undefined"))
+    res = Extrapolation("t", "loss", False, 10, "tokens", "position", "X", cells)
+    s = res.summary()
+    assert (s["ratio"], s["max_length"], s["loss_at_train"]) == (2.0, 20.0, 1.0)
+    assert "loss_at_longest" not in s  # the longest length (80) is undefined
+    assert res.undefined() == [80]
+
+
+@pytest.mark.parametrize("bad", [[], [64, 32], [32, 32], [0, 32]])
+def test_lengths_must_increase(bad):
+    with pytest.raises(PosencError, match="strictly increasing"):
+        check_lengths(bad)
+
+
+def test_callback_rejects_decreasing_factors():
+    from pipelines.evaluate import ExtrapolationEval
+
+    with pytest.raises(PosencError, match="factors"):
+        ExtrapolationEval(factors=[1, 4, 2])
+    with pytest.raises(PosencError, match="unknown RoPE variant"):
+        ExtrapolationEval(rope_variants=["pi", "rope3"])
+
+
+# ----------------------------------------------------------------------------- tiny runs
+def write_fasta(path: Path, n: int = 8000, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    seq = "".join(rng.choice(list("ACGT"), size=n))
+    path.write_text(">chr1 synthetic\n" + "\n".join(seq[i : i + 70] for i in range(0, n, 70)) + "\n")
+    return path
+
+
+class InDir:
+    """cwd = ``tmp`` and a sqlite MLflow store there, restored afterwards."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+
+    def __enter__(self):
+        self.cwd, self.uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
+        os.chdir(self.tmp)
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{self.tmp / 'mlflow.db'}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.chdir(self.cwd)
+        if self.uri is None:
+            os.environ.pop("MLFLOW_TRACKING_URI")
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = self.uri
+
+
+def fit(tmp: Path, scheme: str, *extra: str):
+    from pipelines.cli import main
+
+    with InDir(tmp):
+        fasta = write_fasta(tmp / "g.fa")
+        return main(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs/dna_lm.yaml"),
+                "--config",
+                str(ROOT / f"configs/posenc/{scheme}.yaml"),
+                f"--data.init_args.fasta={fasta}",
+                *TINY,
+                *extra,
+            ]
+        )
+
+
+def client(tmp: Path):
+    import mlflow
+
+    return mlflow.MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+
+
+def sweep(cli):
+    return next(c for c in cli.trainer.callbacks if type(c).__name__ == "ExtrapolationEval").result
+
+
+@pytest.fixture(scope="module")
+def rope_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rope")
+    return tmp, fit(tmp, "rope")
+
+
+def test_callback_logs_one_metric_per_length_with_steps(rope_run):
+    tmp, cli = rope_run
+    c, run_id = client(tmp), cli.trainer.logger.run_id
+    for key in ("extrapolation/bits_per_base_by_length", "extrapolation/yarn/bits_per_base_by_length"):
+        history = c.get_metric_history(run_id, key)
+        assert [m.step for m in history] == LENGTHS, key
+        assert all(math.isfinite(m.value) for m in history)
+    metrics = c.get_run(run_id).data.metrics
+    assert metrics["extrapolation/ratio"] in (1, 2, 4, 8, 16)
+    assert metrics["extrapolation/max_length"] == 32 * metrics["extrapolation/ratio"]
+    arts = {a.path for a in c.list_artifacts(run_id, "extrapolation")}
+    assert {
+        "extrapolation/extrapolation.png",
+        "extrapolation/results.csv",
+        "extrapolation/per_position.csv",
+    } <= arts
+
+
+def test_rope_family_gets_every_variant_and_per_position_curves(rope_run):
+    _, cli = rope_run
+    res = sweep(cli)
+    assert res.variants == [TRAINED, "pi", "ntk", "dynamic_ntk", "yarn"]
+    for cell in res.cells:
+        assert cell.curve is not None and cell.curve.shape == (cell.length,)  # one value per position
+        assert np.isfinite(cell.curve).all()
+        # the metric is the count-weighted mean of the curve (every position scores the same windows)
+        assert cell.metric == pytest.approx(float(np.mean(cell.curve)), rel=1e-5)
+    at_train = {c.variant: c.metric for c in res.cells if c.length == 32}
+    assert max(at_train.values()) == pytest.approx(min(at_train.values()), rel=1e-5)  # s = 1: all equal RoPE
+
+
+def test_sweep_matches_the_models_own_test_pass(rope_run):
+    """bits/base of the sweep at each length = the LM's own per-length test (same windows)."""
+    import lightning as L
+
+    _, cli = rope_run
+    model, dm = cli.model, cli.datamodule
+    L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False).test(
+        model, datamodule=dm, verbose=False
+    )
+    own = model.length_results()
+    res = evaluate(model, dm, lengths=sorted(own), variants=[])
+    assert res.by_length() == pytest.approx(own, rel=1e-5)
+
+
+def test_learned_pe_past_max_len_is_undefined_not_a_crash(tmp_path):
+    cli = fit(
+        tmp_path,
+        "learned",
+        "--model.init_args.pe.init_args.max_len=64",
+        "--trainer.callbacks.init_args.factors=[1,2,4]",
+    )
+    res = sweep(cli)
+    assert res.undefined() == [128]
+    assert [c.status for c in res.cells] == ["ok", "ok", "undefined"]
+    assert res.variants == [TRAINED]  # not a RoPE-family scheme: no inference-time variants
+    run = client(tmp_path).get_run(cli.trainer.logger.run_id)
+    assert run.data.tags["extrapolation/undefined_lengths"] == "128"
+    assert run.data.metrics["extrapolation/max_length"] <= 64
+    assert "extrapolation/bits_per_base_at_longest" not in run.data.metrics
+
+
+def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
+    from pipelines.evaluate import main
+
+    tmp, cli = rope_run
+    ckpt = cli.trainer.checkpoint_callback.best_model_path
+    with InDir(tmp):
+        main([ckpt, "--lengths", "32", "64", "--variants", "pi", "--no-mlflow", "--out", "ev"])
+        table = pd.read_csv(tmp / "ev" / "results.csv")
+        assert list(zip(table.variant, table.length, strict=True)) == [
+            ("trained", 32),
+            ("pi", 32),
+            ("trained", 64),
+            ("pi", 64),
+        ]
+        main([cli.trainer.logger.run_id, "--factors", "1", "2", "--variants"])  # resolves the logged ckpt
+        history = client(tmp).get_metric_history(
+            cli.trainer.logger.run_id, "extrapolation/bits_per_base_by_length"
+        )
+        assert [m.step for m in history][-2:] == [32, 64]
+        for bad, msg in (
+            (["nope"], "neither a checkpoint"),
+            ([ckpt, "--factors", "2", "1"], "strictly increasing"),
+        ):
+            with pytest.raises(SystemExit) as exc:
+                main(bad)
+            assert exc.value.code == 2
+            assert msg in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- forecaster
+def test_forecaster_sweep_over_lookbacks(tmp_path):
+    import lightning as L
+
+    from datamodules.ts import TimeSeriesDataModule
+    from pipelines.forecast import Forecaster
+
+    t = pd.date_range("2024-01-01", periods=1500, freq="h")
+    y = np.sin(np.arange(1500) * 2 * np.pi / 24) + 0.1 * np.random.default_rng(0).normal(size=1500)
+    pd.DataFrame({"Time": t, "y": y}).to_csv(tmp_path / "s.csv", index=False)
+    dm = TimeSeriesDataModule(
+        str(tmp_path / "s.csv"),
+        target_cols=["y"],
+        lookback=16,
+        horizon=4,
+        patch_len=4,
+        eval_stride=7,
+        batch_size=16,
+    )
+    torch.manual_seed(0)
+    model = Forecaster(
+        n_targets=1,
+        horizon=4,
+        patch_len=4,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        pe={"class_path": "posenc.RoPE"},
+        plot_examples=0,
+    )
+    res = evaluate(model, dm, factors=[1, 2, 4])
+    assert res.metric == "mse" and res.lengths == [16, 32, 64]
+    assert set(res.variants) == {TRAINED, "pi", "ntk", "dynamic_ntk", "yarn"}
+    assert all(c.curve.shape == (4,) for c in res.cells)  # per forecast step
+    L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False).test(
+        model,
+        datamodule=TimeSeriesDataModule(
+            str(tmp_path / "s.csv"),
+            target_cols=["y"],
+            lookback=16,
+            horizon=4,
+            patch_len=4,
+            eval_stride=7,
+            batch_size=16,
+            eval_lookbacks=[16, 32, 64],
+        ),
+        verbose=False,
+    )
+    own = {n: r["mse"] for n, r in model.lookback_results().items()}
+    assert res.by_length() == pytest.approx(own, rel=1e-5)
