@@ -15,7 +15,7 @@ UI_PORT ?= 5000
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui clean
+.PHONY: help install train test test-all lint ui clean evaluate compare
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,6 +31,14 @@ install: $(STAMP) ## Create .venv and install torch, then the project (skipped w
 
 train: $(STAMP) ## Train CONFIG (default: DNA LM on E. coli), test at 1-8x length, log to MLflow
 	$(PY) -m pipelines.train fit --config $(CONFIG) $(ARGS)
+
+evaluate: $(STAMP) ## Score CKPT (checkpoint or MLflow run id) at 1-16x its training length [CONFIG=...]
+	@test -n "$(CKPT)" || { echo "error: set CKPT=<checkpoint path or MLflow run id>" >&2; exit 2; }
+	$(PY) -m pipelines.evaluate $(CKPT) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(ARGS)
+
+compare: $(STAMP) ## Train CONFIG once per scheme in SCHEMES="..." [SEEDS="0 1"], compare at every length
+	@test -n "$(SCHEMES)" || { echo "error: set SCHEMES=\"none rope alibi ...\" (names in configs/posenc/)" >&2; exit 2; }
+	$(PY) -m pipelines.compare --config $(CONFIG) --schemes $(SCHEMES) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
 
 test: $(STAMP) ## Run the fast test suite (what CI runs)
 	$(PY) -m pytest -q $(ARGS)
