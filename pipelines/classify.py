@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning as L
+import numpy as np
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
+from datamodules.samples import SampleWindows
+from datamodules.tokenize import KmerTokenizer
 from pipelines.dna_eval import PerLengthTest, token_positions
 
 
@@ -75,3 +79,53 @@ class SequenceClassifier(PerLengthTest):
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self.update_length(batch["tokens"].shape[1], lambda: self._step(batch)[1:])
+
+
+class KmerBaseline(L.Callback):
+    """After testing, log a position-free reference: a logistic regression on the k-mer counts of
+    each sequence (cropped to the training length, like the model's input), fitted on train and
+    scored on test: ``baseline/kmer<k>_acc`` and ``baseline/kmer<k>_auroc`` (macro one-vs-rest).
+    What the Transformer gains over it is what order and position add beyond composition.
+
+    Args:
+        k: k-mer length of the counts (4^k features).
+    """
+
+    def __init__(self, k: int = 4) -> None:
+        self.k = k
+        self.results: dict[str, float] = {}
+
+    def features(self, samples, dm) -> tuple[np.ndarray, np.ndarray]:
+        """k-mer frequencies (N, 4^k) of the centre crops, and the labels (N,)."""
+        bases = dm.tokenizer.n_bases(dm.seq_len)
+        crops = SampleWindows(samples, bases, KmerTokenizer(1))  # base codes, PAD past the end
+        counter = KmerTokenizer(self.k, 1)
+        rows = []
+        for i in range(len(crops)):
+            ids = counter.encode(crops[i]["tokens"].numpy())
+            rows.append(np.bincount(ids[ids < counter.n_kmers], minlength=counter.n_kmers))
+        x = np.asarray(rows, dtype=np.float64)  # (N, 4^k)
+        return x / np.maximum(x.sum(1, keepdims=True), 1.0), np.asarray(samples.labels)
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if dm is None or not hasattr(dm, "sets"):
+            return
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.metrics import roc_auc_score
+
+        x_train, y_train = self.features(dm.sets["train"], dm)
+        x_test, y_test = self.features(dm.sets["test"], dm)
+        clf = LogisticRegression(max_iter=2000).fit(x_train, y_train)
+        probs = clf.predict_proba(x_test)  # (N, C)
+        acc = float((clf.classes_[probs.argmax(1)] == y_test).mean())
+        if len(np.unique(y_test)) < 2:
+            auroc = float("nan")
+        elif probs.shape[1] == 2:
+            auroc = float(roc_auc_score(y_test, probs[:, 1]))
+        else:
+            auroc = float(roc_auc_score(y_test, probs, multi_class="ovr", average="macro",
+                                        labels=clf.classes_))
+        self.results = {f"baseline/kmer{self.k}_acc": acc, f"baseline/kmer{self.k}_auroc": auroc}
+        for logger in trainer.loggers:
+            logger.log_metrics(self.results)

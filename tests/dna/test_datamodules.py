@@ -202,3 +202,22 @@ def test_demo_windows_are_centred_on_planted_starts_and_read_on_the_gene_strand(
         assert pos and all(r[32:35].tolist() == [0, 3, 2] for r in pos)  # ATG at the centre
         assert (s.labels == 0).sum() == len(pos)  # as many background windows
     assert [int((s.labels == 1).sum()) for s in sets.values()] == [7, 1, 1]  # starts 300, 900, …, 5100
+
+
+def test_kmer_baseline_separates_classes_that_differ_in_composition(tmp_path):
+    from pipelines.classify import KmerBaseline
+
+    rng = np.random.default_rng(0)
+    recs = {f"s{i}": "".join(rng.choice(list("ACGT" if i % 2 else "AAAT"), size=100)) for i in range(60)}
+    fasta = write_fasta(tmp_path / "seqs.fa", recs)
+    (tmp_path / "labels.csv").write_text("id,label\n" + "".join(f"s{i},{'ab'[i % 2]}\n" for i in range(60)))
+    dm = classify(tmp_path, fasta=str(fasta), labels=str(tmp_path / "labels.csv"), split=(0.5, 0.25, 0.25))
+
+    class Trainer:
+        datamodule, loggers = dm, []
+
+    base = KmerBaseline(k=2)
+    base.on_test_end(Trainer(), None)
+    assert base.results["baseline/kmer2_auroc"] == 1.0 and base.results["baseline/kmer2_acc"] == 1.0
+    x, y = base.features(dm.sets["test"], dm)
+    assert x.shape == (len(y), 16) and np.allclose(x.sum(1), 1.0)

@@ -94,6 +94,7 @@ def test_classification_fit_from_a_labels_file_with_learned_pe_undefined_past_ma
     assert cli.model.undefined_lengths == [128]
     assert history["test/auroc_by_length"] == [32, 64]
     assert 0.0 <= metrics["test/auroc"] <= 1.0 and 0.0 <= metrics["test/acc"] <= 1.0
+    assert 0.0 <= metrics["baseline/kmer4_auroc"] <= 1.0 and 0.0 <= metrics["baseline/kmer4_acc"] <= 1.0
 
 
 def test_vocab_size_follows_the_kmer_setting(tmp_path):
