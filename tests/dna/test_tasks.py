@@ -168,3 +168,29 @@ def test_cli_bad_inputs_exit_2_with_one_line_naming_file_and_record(tmp_path, ca
                     f"--data.init_args.labels={labels}")
     assert "labels.csv: 1 id(s) not among the records of" in msg and "['chr9']" in msg
     assert not (tmp_path / "mlflow.db").exists() or not list((tmp_path / "outputs").glob("**/*.ckpt"))
+
+
+@pytest.mark.parametrize("scheme", schemes())
+def test_every_scheme_builds_in_every_dna_task_model(scheme):
+    """Forward at the training length and at 2× (with padding for the classifier), or a recorded
+    PositionOutOfRange where the scheme does not define the longer positions."""
+    import torch
+    import yaml
+
+    from pipelines import FrameSegmenter, MaskedDNAModel, SequenceClassifier
+    from posenc import PositionOutOfRange
+
+    spec = yaml.safe_load((ROOT / "configs" / "posenc" / scheme).read_text())["model"]["init_args"]["pe"]
+    tiny = {"d_model": 16, "n_heads": 2, "n_layers": 1, "pe": spec}
+    torch.manual_seed(0)
+    models = ((MaskedDNAModel(**tiny), 7), (FrameSegmenter(**tiny), 7), (SequenceClassifier(**tiny), 2))
+    for model, out in models:
+        for length in (32, 64):
+            tokens = torch.randint(0, 4, (2, length))
+            tokens[1, length - 5 :] = 5  # PAD
+            try:
+                y = model(tokens)
+            except PositionOutOfRange:
+                assert length > 32, f"{scheme}: training length undefined"
+                continue
+            assert y.shape[-1] == out and torch.isfinite(y).all(), scheme
