@@ -510,10 +510,11 @@ def check_length(n: int, lookback: int, horizon: int, source: str) -> None:
                           f"lookback + horizon = {lookback} + {horizon} = {need} rows")
 
 
-def estimate_period(values: np.ndarray, max_period: int, min_period: int = 2) -> int:
-    """The dominant period (in whole steps) of a 1-D series within ``[min_period, max_period]``.
+def estimate_periods(values: np.ndarray, max_period: int, min_period: int = 2, top_k: int = 1) -> list[int]:
+    """The ``top_k`` dominant periods (whole steps, strongest first) of a 1-D series within
+    ``[min_period, max_period]``.
 
-    NaNs are replaced by the mean and the linear trend removed; the peak itself comes from
+    NaNs are replaced by the mean and the linear trend removed; the peaks themselves come from
     :func:`posenc.periods_from_data` (windowed, zero-padded periodogram with peak refinement).
     """
     x = np.asarray(values, dtype=np.float64).ravel()
@@ -522,7 +523,18 @@ def estimate_period(values: np.ndarray, max_period: int, min_period: int = 2) ->
     if n < max(8, 2 * min_period):
         raise PosencError(f"cannot estimate a period from {n} values")
     x = x - np.polyval(np.polyfit(np.arange(n), x, 1), np.arange(n))  # remove the linear trend
-    top = periods_from_data(x, max_period=min(float(max_period), n / 2), min_period=float(min_period), top_k=1)
+    top = periods_from_data(x, max_period=min(float(max_period), n / 2), min_period=float(min_period),
+                            top_k=top_k)
     if not top:
         raise PosencError(f"no period in [{min_period}, {max_period}] is resolvable from {n} values")
-    return max(min_period, int(math.floor(top[0] + 0.5)))
+    out: list[int] = []
+    for p in top:  # whole steps; two peaks rounding to the same step count once
+        whole = max(min_period, int(math.floor(p + 0.5)))
+        if whole not in out:
+            out.append(whole)
+    return out
+
+
+def estimate_period(values: np.ndarray, max_period: int, min_period: int = 2) -> int:
+    """The dominant period (whole steps) of a 1-D series, see :func:`estimate_periods`."""
+    return estimate_periods(values, max_period, min_period, top_k=1)[0]

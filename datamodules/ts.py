@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import numpy as np
@@ -20,6 +21,7 @@ from datamodules.timeseries import (
     apply_scaler,
     calendar_features,
     check_length,
+    estimate_periods,
     fit_scaler,
     gather_windows,
     parse_series,
@@ -74,6 +76,12 @@ class TimeSeriesDataModule(L.LightningDataModule):
         samples_per_epoch: random training windows per epoch (default: every window once).
         num_workers: DataLoader workers.
         seed: seed of the training sampler.
+        periods: seasonal periods *in steps* handed to an encoding that takes ``periods``
+            (``posenc.PeriodicRoPE``) as :attr:`pe_periods`, converted to token positions
+            (÷ ``patch_len``): a list (e.g. ``[48, 336]``), ``estimate`` (the ``n_periods``
+            strongest periodogram peaks of the training split's first target, at most one
+            lookback long), or ``None`` (the encoding keeps its own config).
+        n_periods: how many periods ``estimate`` keeps.
     """
 
     def __init__(
@@ -101,6 +109,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         samples_per_epoch: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
+        periods: list[float] | Literal["estimate"] | None = None,
+        n_periods: int = 2,
     ) -> None:
         super().__init__()
         for name, value in (("lookback", lookback), ("horizon", horizon), ("stride", stride),
@@ -154,16 +164,18 @@ class TimeSeriesDataModule(L.LightningDataModule):
         self.covariates = np.concatenate(
             [apply_scaler(cov_scaler, s.covariates), cal.astype(np.float32)], axis=1
         )  # (N, K) float32
-        self.covariate_names = s.covariate_cols + [f"{f}_{fn}" for f in (calendar or []) for fn in ("sin", "cos")]
+        cal_names = [f"{f}_{fn}" for f in (calendar or []) for fn in ("sin", "cos")]
+        self.covariate_names = s.covariate_cols + cal_names
 
         n, ctx = len(s), 0
-        bounds = {"train": (0, self.n_train), "val": (self.n_train, self.n_trainval), "test": (self.n_trainval, n)}
+        bounds = {"train": (0, self.n_train), "val": (self.n_train, self.n_trainval),
+                  "test": (self.n_trainval, n)}
         self.starts: dict[str, np.ndarray] = {}
         for name, (lo, hi) in bounds.items():
             ctx = 0 if context_from_previous else lo
             need = lookback if name != "test" else max(self.eval_lookbacks)
-            self.starts[name] = window_starts((lo, hi), need, horizon, stride if name == "train" else eval_stride,
-                                              context_from=ctx)
+            step = stride if name == "train" else eval_stride
+            self.starts[name] = window_starts((lo, hi), need, horizon, step, context_from=ctx)
             if len(self.starts[name]) == 0 and (name != "val" or hi > lo):
                 raise PosencError(
                     f"{file.name}: the {name} split (rows {lo}..{hi - 1}) holds no window of lookback {need} "
@@ -171,6 +183,36 @@ class TimeSeriesDataModule(L.LightningDataModule):
                     f"lookbacks (data.lookback / data.eval_lookbacks)"
                 )
         self.bounds = bounds
+        self.periods = self._resolve_periods(periods, n_periods, file.name)
+
+    def _resolve_periods(self, periods, n_periods: int, source: str) -> list[float] | None:
+        """``data.periods`` as a list of steps (estimated from the training split if asked)."""
+        if periods is None:
+            return None
+        if periods == "estimate":
+            if n_periods < 1:
+                raise PosencError(f"data.n_periods must be ≥ 1, got {n_periods}")
+            train = self.series.targets[: self.n_train, 0]  # training rows only: no test leakage
+            found = estimate_periods(train, max_period=self.lookback, min_period=2 * self.patch_len,
+                                     top_k=n_periods)
+            log.info("%s: periods estimated from the training split: %s steps", source, found)
+            return [float(p) for p in found]
+        if isinstance(periods, str) or not periods:
+            raise PosencError(f"data.periods must be a list of steps, 'estimate' or null, got {periods!r}")
+        for p in periods:
+            if not p >= 2 * self.patch_len:
+                raise PosencError(f"data.periods: period {p} steps is shorter than 2 tokens of "
+                                  f"data.patch_len={self.patch_len} steps (a rotation needs ≥ 2 positions "
+                                  f"per cycle)")
+        return [float(p) for p in periods]
+
+    @property
+    def pe_periods(self) -> list[float] | None:
+        """``data.periods`` in token positions (steps ÷ ``patch_len``), linked to the model's
+        ``pe_periods``; ``None`` when ``data.periods`` is unset."""
+        if self.periods is None:
+            return None
+        return [p / self.patch_len for p in self.periods]
 
     # ------------------------------------------------------------------ linked to the model
     @property
@@ -195,11 +237,13 @@ class TimeSeriesDataModule(L.LightningDataModule):
     def target_scale(self) -> np.ndarray:
         return self.target_scaler.scale_.astype(np.float64)
 
-    def windows(self, split: str, lookback: int | None = None) -> dict[str, np.ndarray]:
+    def windows(self, split: str, lookback: int | None = None,
+                starts: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The windows of ``split`` as numpy arrays (scaled): ``x`` (n, L, C), ``y`` (n, H, C),
-        ``y_mask`` (n, H, C) and ``start`` (n,); the test windows are the ones the model is scored on."""
+        ``y_mask`` (n, H, C) and ``start`` (n,); ``starts`` picks a subset (e.g. the windows a
+        model was actually scored on), default every window of the split."""
         lookback = lookback or self.lookback
-        starts = self.starts[split]
+        starts = self.starts[split] if starts is None else np.asarray(starts, dtype=np.int64)
         return {
             "x": gather_windows(self.targets, starts, lookback, 0),
             "y": gather_windows(self.targets, starts, 0, self.horizon),
@@ -223,18 +267,20 @@ class TimeSeriesDataModule(L.LightningDataModule):
             sampler = RandomSampler(ds, replacement=True, num_samples=self.samples_per_epoch, generator=gen)
         else:
             sampler = RandomSampler(ds, generator=gen)
-        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, drop_last=len(ds) > self.batch_size,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler,
+                          drop_last=len(ds) > self.batch_size, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
 
-    def _eval_loader(self, split: str, lookback: int) -> DataLoader:
+    def eval_dataloader(self, split: str, lookback: int) -> DataLoader:
+        """The windows of ``split`` (``val`` / ``test``) in order, with ``lookback`` input steps."""
         batch = max(1, self.batch_size * self.lookback // lookback)  # ~constant tokens per batch
         return DataLoader(self.dataset(split, lookback), batch_size=batch, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader | list:
         if len(self.starts["val"]) == 0:
             return []
-        return self._eval_loader("val", self.lookback)
+        return self.eval_dataloader("val", self.lookback)
 
     def test_dataloader(self) -> list[DataLoader]:
         """One loader per lookback in ``eval_lookbacks``, all over the same target windows."""
-        return [self._eval_loader("test", n) for n in self.eval_lookbacks]
+        return [self.eval_dataloader("test", n) for n in self.eval_lookbacks]

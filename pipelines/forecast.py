@@ -9,6 +9,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from pipelines.forecast_eval import (
+    ForecastErrors,
+    forecast_figure,
+    horizon_table,
+    log_lookback_metrics,
+    lookback_table,
+    to_original,
+)
 from pipelines.task import TaskModule
 from posenc import PosencError, PositionOutOfRange
 
@@ -29,6 +37,26 @@ def patch_positions(pos: Tensor, patch_len: int) -> Tensor:
     the patch's start time / P for float (time) positions, so both count in patches."""
     first = pos[:, ::patch_len]
     return first // patch_len if not first.is_floating_point() else first / patch_len
+
+
+def with_periods(pe: Any, periods: list[float]) -> Any:
+    """The encoding ``pe`` (YAML factory or ``{class_path, init_args}`` spec) with its ``periods``
+    argument set, e.g. ``posenc.PeriodicRoPE`` pinned to periods estimated from the data."""
+    periods = [float(p) for p in periods]
+    if isinstance(pe, dict):
+        return {**pe, "init_args": {**(pe.get("init_args") or {}), "periods": periods}}
+    if pe is None or not callable(pe):
+        raise PosencError("data.periods is set, but model.pe is not an encoding that takes periods "
+                          "(use posenc.PeriodicRoPE or unset data.periods)")
+
+    def factory(d_model: int, n_heads: int):
+        try:
+            return pe(d_model, n_heads, periods=periods)
+        except TypeError:
+            raise PosencError("data.periods is set, but the model's encoding takes no 'periods' argument "
+                              "(use posenc.PeriodicRoPE or unset data.periods)") from None
+
+    return factory
 
 
 class RevIN(nn.Module):
@@ -89,6 +117,9 @@ class Forecaster(TaskModule):
         head: ``query``, ``last`` or ``mean`` (see above).
         loss: training loss on the scaled targets, ``mse`` or ``mae``.
         plot_examples: test windows drawn in ``forecast.png`` (0: no figure).
+        pe_periods: periods in token positions given to the encoding's ``periods`` argument
+            (linked from ``data.pe_periods``, i.e. ``data.periods`` in steps ÷ ``patch_len``;
+            ``None`` keeps the encoding's own config).
         **kwargs: backbone and optimiser arguments of :class:`~pipelines.task.TaskModule`.
     """
 
@@ -107,8 +138,11 @@ class Forecaster(TaskModule):
         head: Head = "query",
         loss: Loss = "mse",
         plot_examples: int = 4,
+        pe_periods: list[float] | None = None,
         **kwargs: Any,
     ) -> None:
+        if pe_periods is not None:
+            kwargs["pe"] = with_periods(kwargs.get("pe"), pe_periods)
         super().__init__(**kwargs)
         if head not in ("query", "last", "mean"):
             raise PosencError(f"model.head must be 'query', 'last' or 'mean', got {head!r}")
@@ -130,7 +164,7 @@ class Forecaster(TaskModule):
         self._save_hparams(
             n_targets=n_targets, n_covariates=n_covariates, horizon=horizon, patch_len=patch_len,
             channel_independent=channel_independent, revin=revin, revin_affine=revin_affine,
-            head=head, loss=loss, plot_examples=plot_examples,
+            head=head, loss=loss, plot_examples=plot_examples, pe_periods=pe_periods,
         )
         self._reset_test_state()
 
@@ -143,7 +177,8 @@ class Forecaster(TaskModule):
             raise PosencError(f"the model was built for {self.n_targets} target channel(s), got {c}")
         cov = x.new_zeros(b, n, 0) if cov is None else cov
         if cov.shape[-1] != self.n_covariates:
-            raise PosencError(f"the model was built for {self.n_covariates} covariate(s), got {cov.shape[-1]}")
+            raise PosencError(f"the model was built for {self.n_covariates} covariate(s), "
+                              f"got {cov.shape[-1]}")
         pos = torch.arange(n, device=x.device) if pos is None else pos
         pos = pos.expand(b, n) if pos.dim() == 1 else pos
         if self.revin is not None:
@@ -177,15 +212,15 @@ class Forecaster(TaskModule):
     def predict_batch(self, batch: dict[str, Tensor]) -> Tensor:
         return self(batch["x"], batch["cov"], batch["pos"])
 
+    @staticmethod
+    def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """Scaled (B, T, C) → the data's original units (see :func:`pipelines.forecast_eval.to_original`)."""
+        return to_original(values, batch)
+
     def _loss(self, pred: Tensor, y: Tensor, mask: Tensor) -> Tensor:
         err = (pred - y).abs() if self.loss_kind == "mae" else (pred - y) ** 2
         m = mask.to(err.dtype)
         return (err * m).sum() / m.sum().clamp(min=1.0)
-
-    @staticmethod
-    def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        """Scaled (B, T, C) → the data's original units."""
-        return values * batch["scale"][:, None, :] + batch["loc"][:, None, :]
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = self._loss(self.predict_batch(batch), batch["y"], batch["loss_mask"])
@@ -197,139 +232,96 @@ class Forecaster(TaskModule):
         mask = batch["y_mask"]
         n = int(mask.sum().clamp(min=1))
         self.log("val/loss", self._loss(pred, batch["y"], mask), prog_bar=True, batch_size=n)
-        err = self.to_original(pred, batch) - self.to_original(batch["y"], batch)
+        err = to_original(pred, batch) - to_original(batch["y"], batch)
         m = mask.to(err.dtype)
         self.log("val/mse", ((err**2) * m).sum() / n, batch_size=n)
         self.log("val/mae", (err.abs() * m).sum() / n, batch_size=n)
 
     # ------------------------------------------------------------------ test at every lookback
     def _reset_test_state(self) -> None:
-        self._sums: dict[int, dict[str, np.ndarray]] = {}
-        self._undefined: set[int] = set()
-        self._examples: list[dict[str, np.ndarray]] = []
+        self.test_errors: dict[int, ForecastErrors | None] = {}
+        self.scored_starts: list[int] = []  # first target rows scored at the training lookback
+        self._examples: list[dict] = []
         self._wanted: set[int] | None = None
 
     def on_test_epoch_start(self) -> None:
         self._reset_test_state()
 
+    def _datamodule(self):
+        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+
     def _train_lookback(self) -> int | None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        return getattr(dm, "lookback", None)
+        return getattr(self._datamodule(), "lookback", None)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         lookback = batch["x"].shape[1]
-        if lookback in self._undefined:
-            return
+        if lookback in self.test_errors and self.test_errors[lookback] is None:
+            return  # undefined at this length
         try:
             pred = self.predict_batch(batch)
         except PositionOutOfRange:
-            self._undefined.add(lookback)
+            self.test_errors[lookback] = None
             return
-        pred_o, y_o = self.to_original(pred, batch), self.to_original(batch["y"], batch)
-        m = batch["y_mask"].to(pred_o.dtype)
-        err = pred_o - y_o
-        acc = self._sums.setdefault(lookback, {k: np.zeros(self.horizon) for k in ("se", "ae", "n")})
-        acc["se"] += ((err**2) * m).sum(dim=(0, 2)).double().cpu().numpy()
-        acc["ae"] += (err.abs() * m).sum(dim=(0, 2)).double().cpu().numpy()
-        acc["n"] += m.sum(dim=(0, 2)).double().cpu().numpy()
-        if lookback == (self._train_lookback() or lookback) and self.plot_examples > 0:
-            self._keep_examples(batch, pred_o, y_o, dataloader_idx)
+        pred_o, y_o = to_original(pred, batch), to_original(batch["y"], batch)
+        self.test_errors.setdefault(lookback, ForecastErrors(self.horizon)).add(pred_o, y_o, batch["y_mask"])
+        if lookback == (self._train_lookback() or lookback):
+            self.scored_starts.extend(batch["start"].tolist())
+            if self.plot_examples > 0:
+                self._keep_examples(batch, pred_o, y_o, dataloader_idx)
 
     def _keep_examples(self, batch, pred_o: Tensor, y_o: Tensor, dataloader_idx: int) -> None:
-        if self._wanted is None:
+        if self._wanted is None:  # evenly spread over the test windows the loader will serve
             loaders = self.trainer.test_dataloaders
             loader = loaders[dataloader_idx] if isinstance(loaders, (list, tuple)) else loaders
-            starts = np.asarray(loader.dataset.starts)
+            limit = self.trainer.num_test_batches[dataloader_idx]
+            starts = np.asarray(loader.dataset.starts)[: int(min(limit, 1e12)) * loader.batch_size]
             pick = np.linspace(0, len(starts) - 1, min(self.plot_examples, len(starts))).round().astype(int)
             self._wanted = {int(starts[i]) for i in pick}
-        x_o = self.to_original(batch["x"], batch)
+        x_o = to_original(batch["x"], batch)
+        stamps = getattr(getattr(self._datamodule(), "series", None), "timestamps", None)
         for i, tau in enumerate(batch["start"].tolist()):
             if tau in self._wanted:
+                when = f" ({stamps[tau]})" if stamps is not None else ""
                 self._examples.append({
-                    "start": tau, "x": x_o[i].detach().cpu().numpy(), "y": y_o[i].detach().cpu().numpy(),
-                    "pred": pred_o[i].detach().cpu().numpy(),
-                    "mask": batch["y_mask"][i].cpu().numpy(),
+                    "start": tau, "title": f"test window: forecast from row {tau}{when}",
+                    "x": x_o[i].detach().cpu().numpy(), "y": y_o[i].detach().cpu().numpy(),
+                    "pred": pred_o[i].detach().cpu().numpy(), "mask": batch["y_mask"][i].cpu().numpy(),
                 })
 
     def lookback_results(self) -> dict[int, dict[str, float]]:
         """``{lookback: {"mse": …, "mae": …}}`` from the last test epoch (undefined lookbacks omitted)."""
-        out = {}
-        for n, acc in self._sums.items():
-            total = acc["n"].sum()
-            if total > 0:
-                out[n] = {"mse": float(acc["se"].sum() / total), "mae": float(acc["ae"].sum() / total)}
-        return out
-
-    def horizon_results(self, lookback: int) -> dict[str, np.ndarray]:
-        """Per-horizon-step MSE and MAE (H,) at ``lookback`` (NaN where nothing was observed)."""
-        acc = self._sums[lookback]
-        n = np.where(acc["n"] > 0, acc["n"], np.nan)
-        return {"mse": acc["se"] / n, "mae": acc["ae"] / n}
+        return {n: {"mse": e.mse, "mae": e.mae} for n, e in self.test_errors.items() if e is not None}
 
     @property
     def undefined_lookbacks(self) -> list[int]:
-        return sorted(self._undefined)
+        return sorted(n for n, e in self.test_errors.items() if e is None)
 
     def on_test_epoch_end(self) -> None:
-        results = self.lookback_results()
-        if not results:
+        defined = {n: e for n, e in self.test_errors.items() if e is not None}
+        if not defined:
             return
         main = self._train_lookback()
-        main = main if main in results else min(results)
-        self.log("test/mse", results[main]["mse"])
-        self.log("test/mae", results[main]["mae"])
+        main = main if main in defined else min(defined)
+        self.log("test/mse", defined[main].mse)
+        self.log("test/mae", defined[main].mae)
         if self.logger is None:
             return
-        per_step = self.horizon_results(main)
+        per_step = defined[main].by_horizon()
         for h in range(self.horizon):
             if not math.isnan(per_step["mse"][h]):
                 self.logger.log_metrics({"test/mse_by_horizon": float(per_step["mse"][h]),
                                          "test/mae_by_horizon": float(per_step["mae"][h])}, step=h + 1)
-        for n, r in sorted(results.items()):
-            self.logger.log_metrics({"test/mse_by_lookback": r["mse"], "test/mae_by_lookback": r["mae"]}, step=n)
-            self.logger.log_metrics({f"test/mse_L{n}": r["mse"], f"test/mae_L{n}": r["mae"]})
-        if self._undefined:
-            undefined = ",".join(str(n) for n in sorted(self._undefined))
-            self.logger.log_hyperparams({"extrapolation/undefined_lookbacks": undefined})
-        self._log_artifacts(main, results, per_step)
+        log_lookback_metrics(self.logger, self.test_errors)
+        self._log_artifacts(main)
 
-    def _log_artifacts(self, main: int, results: dict, per_step: dict[str, np.ndarray]) -> None:
+    def _log_artifacts(self, main: int) -> None:
         from lightning.pytorch.loggers import MLFlowLogger
 
         if not isinstance(self.logger, MLFlowLogger):
             return
         client, run_id = self.logger.experiment, self.logger.run_id
-        lines = ["horizon_step,mse,mae"] + [
-            f"{h + 1},{per_step['mse'][h]:.6g},{per_step['mae'][h]:.6g}" for h in range(self.horizon)
-        ]
-        client.log_text(run_id, "\n".join(lines) + "\n", "horizon_metrics.csv")
-        rows = ["lookback,mse,mae,defined"] + [
-            f"{n},{results[n]['mse']:.6g},{results[n]['mae']:.6g},true" if n in results else f"{n},,,false"
-            for n in sorted(set(results) | self._undefined)
-        ]
-        client.log_text(run_id, "\n".join(rows) + "\n", "lookback_metrics.csv")
+        client.log_text(run_id, horizon_table(self.test_errors[main]), "horizon_metrics.csv")
+        client.log_text(run_id, lookback_table(self.test_errors), "lookback_metrics.csv")
         if self._examples:
             fig = forecast_figure(sorted(self._examples, key=lambda e: e["start"]), self.horizon, main)
             client.log_figure(run_id, fig, "forecast.png")
-
-
-def forecast_figure(examples: list[dict[str, np.ndarray]], horizon: int, lookback: int, channel: int = 0):
-    """A figure with one panel per example: the end of the lookback, the truth and the forecast
-    of target ``channel`` against steps relative to the forecast start (matplotlib, no pyplot)."""
-    from matplotlib.figure import Figure
-
-    n = len(examples)
-    fig = Figure(figsize=(10, 2.4 * n), layout="constrained")
-    axes = fig.subplots(n, 1, squeeze=False)[:, 0]
-    context = min(lookback, 4 * horizon)
-    for ax, ex in zip(axes, examples):
-        past = ex["x"][-context:, channel]
-        ax.plot(np.arange(-context, 0), past, color="0.4", lw=1, label="lookback")
-        truth = np.where(ex["mask"][:, channel], ex["y"][:, channel], np.nan)
-        ax.plot(np.arange(horizon), truth, color="k", lw=1.5, label="truth")
-        ax.plot(np.arange(horizon), ex["pred"][:, channel], color="C3", lw=1.5, label="forecast")
-        ax.axvline(0, color="0.7", ls="--", lw=0.8)
-        ax.set_title(f"test window starting at row {ex['start']}", fontsize=9)
-    axes[0].legend(loc="upper left", fontsize=8, ncol=3)
-    axes[-1].set_xlabel(f"steps from forecast start (lookback {lookback}, last {context} shown)")
-    return fig

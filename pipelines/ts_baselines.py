@@ -52,9 +52,10 @@ def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict
 
 
 class ForecastBaselines(L.Callback):
-    """After testing, score the seasonal-naive and linear baselines on the test windows the model
-    was scored on at its training lookback (original scale, observed targets only) and log
-    ``baseline/seasonal_naive_{mse,mae}``, ``baseline/linear_{mse,mae}`` and the period used.
+    """After testing, score the seasonal-naive and linear baselines on exactly the test windows
+    the model was scored on at its training lookback (``Forecaster.scored_starts``; original
+    scale, observed targets only) and log ``baseline/seasonal_naive_{mse,mae}``,
+    ``baseline/linear_{mse,mae}``, the period used and ``baseline/n_windows``.
 
     Args:
         season_period: seasonal-naive period in steps; ``None`` → the dominant period of the
@@ -81,15 +82,17 @@ class ForecastBaselines(L.Callback):
         train = dm.targets[: dm.n_train, 0]
         return estimate_period(train, min(self.max_period or dm.lookback, len(train) // 2))
 
-    def compute(self, dm) -> dict[str, float]:
-        """Baseline errors on ``dm``'s test windows (also usable without a trainer)."""
-        test = dm.windows("test")
+    def compute(self, dm, starts: np.ndarray | None = None) -> dict[str, float]:
+        """Baseline errors on ``dm``'s test windows starting at ``starts`` (default: all of them);
+        usable without a trainer."""
+        test = dm.windows("test", starts=starts)
         loc, scale = dm.target_loc, dm.target_scale
-        orig = lambda a: a * scale + loc  # scaled → original units
+        orig = lambda a: a * scale + loc  # noqa: E731 - scaled → original units
         truth = orig(test["y"])
         period = self.period(dm)
         naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
-        results = {f"seasonal_naive_{k}": v for k, v in masked_errors(orig(naive), truth, test["y_mask"]).items()}
+        naive_err = masked_errors(orig(naive), truth, test["y_mask"])
+        results = {f"seasonal_naive_{k}": v for k, v in naive_err.items()}
         train_starts = dm.starts["train"]
         if len(train_starts) > self.max_train_windows:
             pick = np.linspace(0, len(train_starts) - 1, self.max_train_windows).round().astype(int)
@@ -102,12 +105,15 @@ class ForecastBaselines(L.Callback):
         linear = masked_errors(orig(lin.predict(test["x"])), truth, test["y_mask"])
         results.update({f"linear_{k}": v for k, v in linear.items()})
         results["season_period"] = float(period)
+        results["n_windows"] = float(len(test["start"]))
         return results
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = trainer.datamodule
         if dm is None or not hasattr(dm, "windows"):
             return
-        self.results = self.compute(dm)
+        scored = getattr(pl_module, "scored_starts", None)  # the windows the model was scored on
+        starts = np.unique(np.asarray(scored, dtype=np.int64)) if scored else None
+        self.results = self.compute(dm, starts)
         for logger in trainer.loggers:
             logger.log_metrics({f"baseline/{k}": v for k, v in self.results.items()})
