@@ -56,3 +56,9 @@ ui: $(STAMP) ## Serve the MLflow UI on $(UI_HOST):$(UI_PORT) (loopback unless UI
 
 clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 	rm -rf outputs mlruns mlartifacts $(MLFLOW_DB) .pytest_cache .ruff_cache
+
+.PHONY: predict
+predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INPUT, write OUTPUT
+	@test -n "$(CKPT)" -a -n "$(INPUT)" -a -n "$(OUTPUT)" || \
+	  { echo "usage: make predict CKPT=<ckpt|run id|models:/name/version> INPUT=<file> OUTPUT=<file> [ARGS=...]" >&2; exit 2; }
+	$(PY) -m pipelines.predict --ckpt "$(CKPT)" --input "$(INPUT)" --output "$(OUTPUT)" $(ARGS)

@@ -13,3 +13,6 @@ from pipelines.ts_baselines import ForecastBaselines
 __all__ = ["Attention", "DNALanguageModel", "ForecastBaselines", "Forecaster", "MarkovBaselines", "TaskModule",
            "Transformer", "build_mask"]
 __all__ += ["FrameSegmenter", "MaskedDNAModel", "SequenceClassifier"]  # DNA tasks
+from pipelines.inference import load_model  # noqa: E402 - inference: checkpoints, MLflow runs and models
+
+__all__ += ["load_model"]

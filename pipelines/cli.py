@@ -14,6 +14,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from pipelines.registry_mlflow import RegisterModel
 from pipelines.tracking import LogConfigToMLflow, mlflow_logger_defaults, mlflow_loggers
 from posenc import PosencError
 
@@ -30,6 +31,8 @@ class PosencCLI(LightningCLI):
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="Evaluate the best checkpoint on the test split after fit.")
+        # Inference: the data description in every checkpoint, the model registered in MLflow after fit.
+        parser.add_lightning_class_args(RegisterModel, "register")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config.get(self.subcommand, self.config)

@@ -73,6 +73,12 @@ class TaskModule(L.LightningModule):
     def pe(self) -> PositionalEncoding:
         return self.backbone.pe
 
+    def predict(self, data: Any, **kwargs: Any) -> Any:
+        """The task's predictions on new data as a DataFrame (see :mod:`pipelines.predictors`)."""
+        from pipelines.inference import predict
+
+        return predict(self, data, **kwargs)
+
     def configure_optimizers(self):
         decay = [p for n, p in self.named_parameters() if p.dim() >= 2 and "pe." not in n]
         rest = [p for n, p in self.named_parameters() if not (p.dim() >= 2 and "pe." not in n)]
