@@ -323,5 +323,7 @@ class Forecaster(TaskModule):
         client.log_text(run_id, horizon_table(self.test_errors[main]), "horizon_metrics.csv")
         client.log_text(run_id, lookback_table(self.test_errors), "lookback_metrics.csv")
         if self._examples:
-            fig = forecast_figure(sorted(self._examples, key=lambda e: e["start"]), self.horizon, main)
+            names = getattr(getattr(self._datamodule(), "series", None), "target_cols", None) or [""]
+            fig = forecast_figure(sorted(self._examples, key=lambda e: e["start"]), self.horizon, main,
+                                  ylabel=str(names[0]))
             client.log_figure(run_id, fig, "forecast.png")

@@ -138,7 +138,7 @@ def horizon_table(errors: ForecastErrors) -> str:
     return "\n".join(lines) + "\n"
 
 
-def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: int = 0):
+def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: int = 0, ylabel: str = ""):
     """One panel per example: the end of the lookback, the truth and the forecast of target
     ``channel`` against steps from the forecast start (matplotlib ``Figure``, no pyplot state).
 
@@ -158,6 +158,7 @@ def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: 
         ax.plot(np.arange(horizon), ex["pred"][:, channel], color="C3", lw=1.5, label="forecast")
         ax.axvline(0, color="0.7", ls="--", lw=0.8)
         ax.set_title(ex["title"], fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
     axes[0].legend(loc="upper left", fontsize=8, ncol=3)
     axes[-1].set_xlabel(f"steps from forecast start (lookback {lookback}, last {context} shown)")
     return fig

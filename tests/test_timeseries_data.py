@@ -72,7 +72,8 @@ def test_unsorted_rows_are_sorted_and_reported():
 def test_duplicate_timestamp_names_it_and_the_rows():
     df = frame(6)
     df.loc[4, "time"] = df.loc[1, "time"]
-    with pytest.raises(PosencError, match=r"duplicate timestamp 2024-01-01 00:30:00 .*row 4 \(line 6\).*row 1"):
+    pattern = r"duplicate timestamp 2024-01-01 00:30:00 .*row 4 \(line 6\).*row 1"
+    with pytest.raises(PosencError, match=pattern):
         parse(df)
 
 
@@ -94,7 +95,8 @@ def test_fill_gaps_inserts_unobserved_rows():
 
 @pytest.mark.parametrize(
     ("policy", "expected"),
-    [("interpolate", [0, 1, 2, 3, 4, 5]), ("ffill", [0, 1, 1, 1, 4, 5]), ("mask", [0, 1, np.nan, np.nan, 4, 5])],
+    [("interpolate", [0, 1, 2, 3, 4, 5]), ("ffill", [0, 1, 1, 1, 4, 5]),
+     ("mask", [0, 1, np.nan, np.nan, 4, 5])],
 )
 def test_nan_policies_fill_and_keep_the_observed_mask(policy, expected):
     y = np.array([0, 1, np.nan, np.nan, 4, 5], dtype=float)
@@ -123,10 +125,12 @@ def test_numeric_time_column_is_accepted():
         (lambda d: d, {"time_col": "when"}, r"timestamp column 'when' not found"),
         (lambda d: d, {"targets": ["load"]}, r"target column 'load' not found"),
         (lambda d: d, {"covs": ["temp"]}, r"covariate column 'temp' not found"),
-        (lambda d: d.assign(y=["1", "2", "x", "4", "5", "6"]), {}, r"column 'y' has a non-numeric value 'x' at row 2"),
+        (lambda d: d.assign(y=["1", "2", "x", "4", "5", "6"]), {},
+         r"column 'y' has a non-numeric value 'x' at row 2"),
         (lambda d: d.assign(time=[*d.time[:3], "not a date", *d.time[4:]]), {},
          r"unparseable timestamp 'not a date' in column 'time' at row 3 \(line 5\)"),
-        (lambda d: d.assign(time=[*d.time[:1], None, *d.time[2:]]), {}, r"timestamp column 'time' is empty at row 1"),
+        (lambda d: d.assign(time=[*d.time[:1], None, *d.time[2:]]), {},
+         r"timestamp column 'time' is empty at row 1"),
         (lambda d: d.assign(y=np.nan), {}, r"column 'y' has no values \(all 6 are missing\)"),
         (lambda d: d, {"targets": []}, r"target_cols is empty"),
     ],
@@ -140,7 +144,7 @@ def test_bad_input_is_one_clear_line(mutate, kwargs, pattern):
 
 
 def test_series_shorter_than_one_window():
-    with pytest.raises(PosencError, match=r"s.csv: the series has 10 rows, shorter than one window .* = 12 rows"):
+    with pytest.raises(PosencError, match=r"s.csv: the series has 10 rows, shorter than one window .* = 12"):
         check_length(10, 8, 4, "s.csv")
 
 
@@ -240,7 +244,8 @@ def test_time_positions_on_an_irregular_series():
     ds = ForecastWindows(s.targets, s.observed, s.covariates, s.time, np.array([20, 30]), 10, 5, "time")
     pos = ds[0]["pos"]
     assert pos.dtype.is_floating_point and pos[0] == 0
-    expected = (np.cumsum(np.concatenate([[0], steps]))[10:20] - np.cumsum(np.concatenate([[0], steps]))[10]) / 60
+    elapsed = np.cumsum(np.concatenate([[0], steps]))  # seconds since the first row
+    expected = (elapsed[10:20] - elapsed[10]) / 60
     np.testing.assert_allclose(pos.numpy(), expected)
     assert (np.diff(pos.numpy()) >= 1).all()
 

@@ -53,6 +53,14 @@ def test_forward_shapes_and_token_positions(channel_independent, patch_len, head
     assert model.embed.in_features == patch_len * ((1 if channel_independent else 3) + 2)
 
 
+@pytest.mark.parametrize("pe", ["posenc.RoPE", "posenc.ALiBi", "posenc.Sinusoidal"])
+def test_time_positions_match_step_indices_on_a_regular_series(pe):
+    model = tiny(n_targets=1, horizon=3, patch_len=4, pe={"class_path": pe}).eval()
+    x = torch.randn(2, 16, 1)
+    torch.testing.assert_close(model(x, pos=torch.arange(16.0)), model(x, pos=torch.arange(16)),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_channel_independent_forecasts_each_channel_alone():
     model = tiny(n_targets=2, horizon=4, patch_len=2).eval()
     x = torch.randn(1, 8, 2)
