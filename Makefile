@@ -15,7 +15,7 @@ UI_PORT ?= 5000
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui clean evaluate compare
+.PHONY: help install train test test-all lint ui clean bench evaluate compare
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -62,3 +62,7 @@ predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INP
 	@test -n "$(CKPT)" -a -n "$(INPUT)" -a -n "$(OUTPUT)" || \
 	  { echo "usage: make predict CKPT=<ckpt|run id|models:/name/version> INPUT=<file> OUTPUT=<file> [ARGS=...]" >&2; exit 2; }
 	$(PY) -m pipelines.predict --ckpt "$(CKPT)" --input "$(INPUT)" --output "$(OUTPUT)" $(ARGS)
+
+bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_results.md (ARGS=--quick)
+	@$(PY) -c "import x_transformers" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[bench]"
+	$(PY) -m pipelines.bench $(ARGS)

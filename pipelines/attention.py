@@ -42,8 +42,8 @@ class AttentionSettings:
         flex: use FlexAttention for position-only biases on CUDA.
     """
 
-    long_threshold: int = 2048
-    block_elements: int = 1 << 24
+    long_threshold: int = 4096
+    block_elements: int = 1 << 25
     flex: bool = True
 
 

@@ -29,11 +29,34 @@ __all__ = ["Attention", "AttentionSettings", "Block", "ForwardShare", "Transform
 
 
 class ForwardShare:
-    """What the layers of one forward share: the position-only mask, built by the first layer."""
+    """What the layers of one forward share: the position-only mask, built by the first layer.
 
-    def __init__(self) -> None:
+    Without autograd (evaluation) the mask is also kept between forwards: ``key`` identifies the
+    positions, the scheme's parameter/buffer versions (bumped by every in-place update, optimizer
+    steps and ``load_state_dict`` included), the dtype and the device; a later forward with the same
+    key reuses the mask. Only masks without key padding are kept, and only under ``no_grad``.
+    """
+
+    def __init__(self, reuse: ForwardShare | None = None, key: tuple | None = None,
+                 pos: Tensor | None = None) -> None:
         self.mask: Tensor | None = None
         self.ready = False
+        self.key, self.pos = key, pos
+        if reuse is not None and key is not None and reuse.key == key and torch.equal(reuse.pos, pos):
+            self.mask, self.ready = reuse.mask, reuse.ready
+
+
+def share_key(
+    pe: PositionalEncoding, pos: Tensor, key_padding_mask: Tensor | None, x: Tensor
+) -> tuple | None:
+    """Cache key of a position-only mask across forwards, or ``None`` when it must not be kept."""
+    if torch.is_grad_enabled() or key_padding_mask is not None or pe.meta.content_bias:
+        return None
+    if "bias" not in pe.meta.acts_on:
+        return None
+    versions = tuple(t._version for t in (*pe.parameters(), *pe.buffers()))
+    autocast = torch.is_autocast_enabled(x.device.type)
+    return (tuple(pos.shape), pos.dtype, str(x.device), x.dtype, autocast, versions)
 
 
 class Attention(nn.Module):
@@ -164,8 +187,8 @@ class Transformer(nn.Module):
         scale_embedding: bool = False,
         *,
         compile: bool = False,  # noqa: A002 - the config key users write
-        long_threshold: int = 2048,
-        block_elements: int = 1 << 24,
+        long_threshold: int = 4096,
+        block_elements: int = 1 << 25,
         flex: bool = True,
     ) -> None:
         super().__init__()
@@ -193,10 +216,12 @@ class Transformer(nn.Module):
 
     def encode(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """The encoder itself (what ``compile`` compiles)."""
+        key = share_key(self.pe, pos, key_padding_mask, x)
+        share = ForwardShare(self.__dict__.get("_mask_cache"), key, pos)
         x = self.drop(self.pe.embed(x * self.scale, pos))  # (B, T, D)
-        share = ForwardShare()
         for block in self.blocks:
             x = block(x, pos, self.pe, key_padding_mask, self.causal, share)
+        self.__dict__["_mask_cache"] = share if key is not None and share.ready else None
         x = self.ln_f(x)
         if key_padding_mask is not None:
             x = x.masked_fill(key_padding_mask[..., None], 0.0)
@@ -223,4 +248,5 @@ class Transformer(nn.Module):
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_compiled", None)  # a compiled function does not pickle; rebuilt on first use
+        state.pop("_mask_cache", None)
         return state

@@ -223,3 +223,29 @@ def test_flex_attention_matches_dense_on_cuda(cls, causal):
         got = attn(x, pos, pe, kpm, causal)
         ref = reference_attention(attn, x, pos, pe, kpm, causal)
     torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-4, atol=1e-4)
+
+
+def test_mask_kept_between_evaluation_forwards_only_while_valid():
+    """The cached position-only mask is reused for equal positions and parameters, rebuilt otherwise."""
+    pe = scheme(next(c for c in BIASED if c.__name__ == "T5Bias"))
+    calls = {"n": 0}
+    hook = pe.bias
+
+    def spy(*a, **kw):
+        calls["n"] += 1
+        return hook(*a, **kw)
+
+    pe.bias = spy
+    m = Transformer(D, H, 2, pe).eval()
+    x, pos = torch.randn(1, 12, D), torch.arange(12)
+    with torch.no_grad():
+        a = m(x, pos)
+        m(x, pos)
+        assert calls["n"] == 1  # second forward reused the mask
+        m(x, pos + 1)
+        assert calls["n"] == 2  # other positions
+        pe.table.add_(torch.randn_like(pe.table))  # a parameter update (as an optimizer step) invalidates it
+        b = m(x, pos)
+        assert calls["n"] == 3 and not torch.allclose(a, b)
+    m(x, pos).sum().backward()  # with autograd: never cached, gradients reach the table
+    assert calls["n"] == 4 and pe.table.grad is not None and pe.table.grad.abs().sum() > 0
