@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -270,6 +271,10 @@ def check_window(model: torch.nn.Module, window: int, n: int) -> None:
         what = "--window 0 (whole records)" if window == 0 else f"window {window}"
         raise PosencError(f"{type(pe).__name__} defines positions 0..{pe.max_len - 1} only: {what} needs "
                           f"{need} positions; use --window ≤ {pe.max_len}")
+    trained = inference_meta(model).get("data", {}).get("seq_len")
+    if not pe.meta.extrapolates and trained and need > trained:
+        warnings.warn(f"{type(pe).__name__} does not extrapolate: positions past the training length "
+                      f"{trained} (window of {need}) were never trained", UserWarning, stacklevel=3)
 
 
 def predict(model: torch.nn.Module, data: Any, **kwargs: Any) -> Any:

@@ -24,6 +24,7 @@ import gzip
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; a user mistake is one ``error: …`` line on stderr and exit status 2."""
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # our own bar only
+    before, warnings.formatwarning = warnings.formatwarning, lambda message, *a, **k: f"warning: {message}\n"
     try:
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
@@ -188,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     except PosencError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = before
     return 0
-
 
 if __name__ == "__main__":
     np.seterr(invalid="ignore")

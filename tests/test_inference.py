@@ -90,9 +90,23 @@ def test_stitching_differs_from_a_direct_pass_when_attention_sees_the_whole_wind
 
 def test_a_window_past_a_learned_table_is_a_clear_error():
     lm = tiny(DNALanguageModel, pe={"class_path": "posenc.Learned", "init_args": {"max_len": 64}})
-    assert len(lm.predict(random_bases(200), window=64)) == 200  # windows inside the table are fine
+    assert len(lm.predict(random_bases(200), window=32)) == 200  # windows inside the table are fine
     with pytest.raises(PosencError, match=r"defines positions 0..63.*--window ≤ 64"):
         lm.predict(random_bases(200), window=0)
+    with pytest.warns(UserWarning, match="does not extrapolate: positions past the training length 32"):
+        lm.predict(random_bases(200), window=64)  # defined by the table, but never trained
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_predictions_on_gpu_match_cpu():
+    seq = random_bases(500, seed=8)
+    for cls in (DNALanguageModel, FrameSegmenter):
+        model = tiny(cls, pe={"class_path": "posenc.RoPE"})
+        cpu = model.predict(seq, window=64)
+        gpu = model.to("cuda").predict(seq, window=64)
+        col = "bits" if cls is DNALanguageModel else "prob"
+        np.testing.assert_allclose(gpu[col], cpu[col], rtol=1e-4, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------- round trips
