@@ -200,14 +200,15 @@ def test_predicted_intervals_parse_back_with_the_annotation_reader(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- forecasting
-def test_forecasts_match_the_datamodule_windows(tmp_path):
+@pytest.mark.parametrize("positions", ["index", "time"])
+def test_forecasts_match_the_datamodule_windows(tmp_path, positions):
     from datamodules import TimeSeriesDataModule
 
     from .ts.conftest import dm_kwargs, seasonal_frame, write_csv
 
     df = seasonal_frame()
     path = write_csv(tmp_path / "load.csv", df)
-    dm = TimeSeriesDataModule(**dm_kwargs(path, calendar=["hour", "dayofweek"]))
+    dm = TimeSeriesDataModule(**dm_kwargs(path, calendar=["hour", "dayofweek"], positions=positions))
     torch.manual_seed(0)
     model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=6, patch_len=4, **TINY).eval()
     model.posenc_inference = describe_data(dm)
