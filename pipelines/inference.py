@@ -15,6 +15,7 @@ of left context). For a model whose receptive field fits in the margin this is e
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 import warnings
 import zipfile
@@ -30,7 +31,9 @@ from posenc import PosencError
 
 META_KEY = "posenc_inference"  # checkpoint entry written by pipelines.registry_mlflow.InferenceMetadata
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+RUN_MODEL = re.compile(r"^runs:/([0-9a-f]{32})/([^/]+)/?$")
 URI_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
+DOWNLOAD_PREFIX = "posenc-model-"
 
 
 def task_classes() -> dict[str, type]:
@@ -104,7 +107,12 @@ def load_model(
             task, encoding class that cannot be imported (named in the message).
     """
     path = resolve_checkpoint(str(source), tracking_uri)
-    ckpt = read_checkpoint(path)
+    try:
+        ckpt = read_checkpoint(path)
+    finally:
+        downloaded = [p for p in path.parents if p.name.startswith(DOWNLOAD_PREFIX)]
+        if downloaded:  # a copy of MLflow artifacts made for this call
+            shutil.rmtree(downloaded[-1], ignore_errors=True)
     if task is not None:
         from pipelines.task import check_task
 
@@ -125,6 +133,11 @@ def resolve_checkpoint(source: str, tracking_uri: str | None = None) -> Path:
         return local
     if local.is_dir():
         return find_checkpoint(local, source)
+    named = RUN_MODEL.match(source)
+    if named:  # runs:/<run id>/<model name>: MLflow 3 keeps logged models outside the run's artifacts
+        model_id = logged_model_id(named.group(1), tracking_uri, name=named.group(2))
+        if model_id:
+            return find_checkpoint(download(f"models:/{model_id}", tracking_uri), source)
     if source.startswith(URI_SCHEMES):
         return find_checkpoint(download(source, tracking_uri), source)
     if RUN_ID.match(source):
@@ -143,8 +156,8 @@ def _store(tracking_uri: str | None) -> str:
     return tracking_uri or default_uri()
 
 
-def logged_model_id(run_id: str, tracking_uri: str | None) -> str | None:
-    """The last MLflow model logged by run ``run_id`` (``None`` if it logged none)."""
+def logged_model_id(run_id: str, tracking_uri: str | None, name: str | None = None) -> str | None:
+    """The last MLflow model (named ``name``, if given) logged by run ``run_id``, else ``None``."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -154,8 +167,11 @@ def logged_model_id(run_id: str, tracking_uri: str | None) -> str | None:
         reason = str(exc).strip().splitlines()[0][:200]
         store = _store(tracking_uri)
         raise PosencError(f"{run_id}: not found in the MLflow store {store} ({reason})") from None
-    outputs = run.outputs.model_outputs if run.outputs is not None else []
-    return outputs[-1].model_id if outputs else None
+    client = mlflow.MlflowClient(_store(tracking_uri))
+    ids = [o.model_id for o in (run.outputs.model_outputs if run.outputs is not None else [])]
+    if name is not None:
+        ids = [i for i in ids if client.get_logged_model(i).name == name]
+    return ids[-1] if ids else None
 
 
 def download(uri: str, tracking_uri: str | None) -> Path:
@@ -164,7 +180,7 @@ def download(uri: str, tracking_uri: str | None) -> Path:
     from mlflow.exceptions import MlflowException
 
     store = _store(tracking_uri)
-    dst = Path(tempfile.mkdtemp(prefix="posenc-model-"))
+    dst = Path(tempfile.mkdtemp(prefix=DOWNLOAD_PREFIX))
     try:
         got = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst), tracking_uri=store,
                                                   registry_uri=store)

@@ -5,6 +5,7 @@ model; ``python -m pipelines.predict`` writes tables / GFF / BED atomically."""
 from __future__ import annotations
 
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def predict_cli(tmp: Path, *args: str) -> int:
 
 def sources(tmp: Path, cli) -> list[str]:
     run_id = cli.trainer.logger.run_id
-    return [cli.trainer.checkpoint_callback.best_model_path, run_id, registered(cli).model_uri]
+    return [cli.trainer.checkpoint_callback.best_model_path, run_id, f"runs:/{run_id}/posenc_model",
+            registered(cli).model_uri]
 
 
 def assert_reloads_identical(tmp: Path, cli, data, **kwargs) -> pd.DataFrame:
@@ -108,6 +110,7 @@ def test_registered_model_is_a_pyfunc_with_signature_example_and_pinned_requirem
     assert [c.name for c in info.signature.inputs.inputs] == ["id", "sequence"]
     assert (folder / "input_example.json").is_file()
     reqs = (folder / "requirements.txt").read_text().split()
+    shutil.rmtree(folder.parent)  # the download made for this test
     assert any(r.startswith("torch==") for r in reqs) and any(r.startswith("lightning==") for r in reqs)
     module = pyfunc.unwrap_python_model().model
     assert type(module) is type(cli.model)
