@@ -17,7 +17,7 @@ from posenc.base import (
     relative_distance,
 )
 from posenc.bias import ALiBi, BiasEncoding, alibi_slopes
-from posenc.registry import all_schemes, build_encoding
+from posenc.registry import all_schemes, build_encoding, scheme_table
 from posenc.rotary import RoPE, apply_rotation, rope_angles, rope_inv_freq
 
 # [catalogue: absolute and rotary schemes]

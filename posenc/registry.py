@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from posenc.base import PosencError, PositionalEncoding
+from posenc.base import PosencError, PositionalEncoding, SchemeMeta
 
 EncodingFactory = Callable[[int, int], PositionalEncoding]
 
@@ -73,3 +73,42 @@ def all_schemes() -> list[type[PositionalEncoding]]:
 def _is_abstract(cls: type) -> bool:
     """Family bases (AbsoluteEncoding, BiasEncoding, …) say ``abstract = True`` in their own body."""
     return bool(cls.__dict__.get("abstract", False))
+
+
+def _source(cls: type) -> str:
+    """The first quoted title in the opening paragraph of a docstring (the paper), else that paragraph."""
+    import re
+
+    first = (cls.__doc__ or "").strip().split("\n\n")[0]  # the opening paragraph only
+    doc = " ".join(first.split())
+    m = re.search(r'"([^"]+)"', doc)
+    return m.group(1) if m else doc.rstrip(".")
+
+
+def scheme_table() -> str:
+    """Markdown table of every scheme's metadata (:class:`~posenc.base.SchemeMeta`), for the docs.
+
+    Built from the classes themselves, so the README table can be regenerated with
+    ``python -c "import posenc; print(posenc.scheme_table())"``. ``Compose`` shows its class-level
+    metadata (what a composition *may* do); an instance reports its children's combination.
+    """
+    from posenc.base import public_class_path
+
+    yes = lambda flag: "yes" if flag else "no"  # noqa: E731
+    lines = [
+        "| scheme | acts on | defined past training length | O(L²) bias memory | attention path | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cls in all_schemes():
+        m = cls.meta
+        if not isinstance(cls.__dict__.get("meta", m), SchemeMeta):  # per-instance meta (Compose)
+            lines.append(f"| `{public_class_path(cls)}` | its children's | if all children are | "
+                         f"if any child is | the most general child's | {_source(cls)} |")
+            continue
+        acts = ", ".join(m.acts_on) or "nothing (NoPE)"
+        past = yes(m.extrapolates) + ("" if cls.max_len is None else f" (max_len {cls.max_len})")
+        lines.append(
+            f"| `{public_class_path(cls)}` | {acts} | {past} | {yes(m.quadratic_memory)} | "
+            f"{m.attention_path} | {_source(cls)} |"
+        )
+    return "\n".join(lines)
