@@ -199,6 +199,25 @@ class LMAdapter(TaskAdapter):
         return {f"markov{k}": MarkovModel(k).fit(train).bits_per_base(test) for k in (0, 5)}
 
 
+class MLMAdapter(LMAdapter):
+    """Masked DNA LM: bits per base on the masked tokens; the curve is bits at each window position."""
+
+    position_label = "position in window (bits/base at masked positions)"
+    default_datamodule = "datamodules.MaskedDNADataModule"
+
+    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+        from datamodules.tokenize import IGNORE_INDEX
+
+        logits = module(batch["input"])  # (B, T, V)
+        target = batch["target"]  # (B, T), IGNORE_INDEX where not masked
+        nll = F.cross_entropy(
+            logits.transpose(1, 2).float(), target, ignore_index=IGNORE_INDEX, reduction="none"
+        )  # (B, T), 0 where ignored
+        keep = (target != IGNORE_INDEX).to(nll.dtype)  # (B, T)
+        per_pos = (nll * keep).sum(0) / LN2 / module.bases_per_token  # (T,) bits per base
+        return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
+
+
 class ForecastAdapter(TaskAdapter):
     """Forecaster: MSE in the data's units over every lookback; the curve is MSE per forecast step."""
 
@@ -233,13 +252,16 @@ def adapter_for(module: Any) -> TaskAdapter:
     """The adapter for ``module``'s task (by class), or :class:`PosencError` for unsupported tasks."""
     from pipelines.forecast import Forecaster
     from pipelines.lm import DNALanguageModel
+    from pipelines.mlm import MaskedDNAModel
 
     if isinstance(module, DNALanguageModel):
         return LMAdapter()
+    if isinstance(module, MaskedDNAModel):
+        return MLMAdapter()
     if isinstance(module, Forecaster):
         return ForecastAdapter()
     raise PosencError(
-        f"length extrapolation supports the DNA LM and the forecaster, not {type(module).__name__}"
+        f"length extrapolation supports the DNA LM, masked LM and forecaster, not {type(module).__name__}"
     )
 
 

@@ -286,3 +286,36 @@ def test_forecaster_sweep_over_lookbacks(tmp_path):
     )
     own = {n: r["mse"] for n, r in model.lookback_results().items()}
     assert res.by_length() == pytest.approx(own, rel=1e-5)
+
+
+def test_masked_lm_sweep_matches_its_own_test_pass(tmp_path):
+    import lightning as L
+
+    from datamodules.dna import MaskedDNADataModule
+    from pipelines.mlm import MaskedDNAModel
+
+    dm = MaskedDNADataModule(
+        fasta=str(write_fasta(tmp_path / "g.fa")),
+        seq_len=32,
+        batch_size=4,
+        eval_lengths=[32, 64, 128],
+        eval_tokens=256,
+        cache_dir=None,
+    )
+    torch.manual_seed(0)
+    model = MaskedDNAModel(
+        vocab_size=dm.vocab_size,
+        pad_id=dm.pad_id,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        pe={"class_path": "posenc.Learned", "init_args": {"max_len": 64}},
+    )
+    res = evaluate(model, dm, factors=[1, 2, 4])
+    assert res.metric == "bits_per_base" and res.undefined() == [128] and res.variants == [TRAINED]
+    assert all(c.curve.shape == (c.length,) for c in res.cells if c.status == "ok")
+    L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False).test(
+        model, datamodule=dm, verbose=False
+    )
+    own = {n: r["bits_per_base"] for n, r in model.length_results().items()}
+    assert {n: v for n, v in res.by_length().items() if v is not None} == pytest.approx(own, rel=1e-5)
