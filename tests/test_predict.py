@@ -110,7 +110,7 @@ def test_registered_model_is_a_pyfunc_with_signature_example_and_pinned_requirem
     assert [c.name for c in info.signature.inputs.inputs] == ["id", "sequence"]
     assert (folder / "input_example.json").is_file()
     reqs = (folder / "requirements.txt").read_text().split()
-    for parent in folder.parents:  # the download made for this test
+    for parent in (folder, *folder.parents):  # the download made for this test
         if parent.name.startswith("posenc-model-"):
             shutil.rmtree(parent)
     assert any(r.startswith("torch==") for r in reqs) and any(r.startswith("lightning==") for r in reqs)
