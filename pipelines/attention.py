@@ -14,6 +14,8 @@ Paths (see :func:`choose_path`; the scheme's class is never looked at):
   (whole, or per query block) and handed to ``pe.value_term``.
 * ``flex`` — CUDA only, position-only bias (``not content_bias``): FlexAttention with the bias as a
   ``score_mod`` that calls the scheme's bias hook at one (query, key) pair; nothing L×L is stored.
+  Used for inference and for schemes without learned parameters; a bias that does not trace
+  (``torch.unique`` in DynamicBias) falls back to the SDPA paths.
 """
 
 from __future__ import annotations

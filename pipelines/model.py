@@ -59,6 +59,12 @@ def share_key(
     return (tuple(pos.shape), pos.dtype, str(x.device), x.dtype, autocast, versions)
 
 
+def _learns_bias(pe: PositionalEncoding) -> bool:
+    """Whether gradients must reach the scheme's parameters (FlexAttention is then not used: its
+    score_mod would capture them, and the SDPA paths' gradients are the tested ones)."""
+    return torch.is_grad_enabled() and any(p.requires_grad for p in pe.parameters())
+
+
 class Attention(nn.Module):
     """Multi-head self-attention calling ``pe.rotate``, ``pe.bias`` and ``pe.value_term``."""
 
@@ -86,7 +92,7 @@ class Attention(nn.Module):
         q, k = pe.rotate(q, k, pos, pos)
         drop = self.dropout if self.training else 0.0
         path = choose_path(pe.meta, T, x.device, self.settings, dropout=drop)
-        if path == "flex" and id(pe) in _NO_FLEX:
+        if path == "flex" and (id(pe) in _NO_FLEX or _learns_bias(pe)):
             path = choose_path(pe.meta, T, x.device, replace(self.settings, flex=False))
         if path.endswith("blocked"):
             y = blocked(q, k, v, pos, pe, key_padding_mask, causal, drop, self.settings,

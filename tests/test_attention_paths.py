@@ -249,3 +249,28 @@ def test_mask_kept_between_evaluation_forwards_only_while_valid():
         assert calls["n"] == 3 and not torch.allclose(a, b)
     m(x, pos).sum().backward()  # with autograd: never cached, gradients reach the table
     assert calls["n"] == 4 and pe.table.grad is not None and pe.table.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("cls", [c for c in BIASED if not c.meta.content_bias], ids=lambda c: c.__name__)
+def test_flex_score_mod_matches_dense_reference_eager_cpu(cls, monkeypatch):
+    """The FlexAttention score_mod/mask_mod, run by eager flex_attention on CPU (inference only)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    import pipelines.attention as attention
+
+    monkeypatch.setitem(attention._FLEX, "fn", flex_attention)  # eager: no compiler needed
+    pe = scheme(cls)
+    x, pos, kpm = inputs(padded=True)
+    x = x.float()
+    attn = Transformer(D, H, 1, pe).blocks[0].attn
+    for causal in (False, True):
+        with torch.no_grad():
+            q, k, v = attn.qkv(x).view(2, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
+            if cls.__name__ == "DynamicBias":  # torch.unique does not trace: the model falls back
+                with pytest.raises(RuntimeError):
+                    attention.flex(q, k, v, pos, pe, kpm, causal)
+                continue
+            y = attention.flex(q, k, v, pos, pe, kpm, causal)  # (B, H, T, Dh)
+            got = attn.out(y.transpose(1, 2).reshape(2, T, D))
+            ref = reference_attention(attn, x, pos, pe, kpm, causal)
+        torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-5, atol=1e-5)
