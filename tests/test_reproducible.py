@@ -1,0 +1,29 @@
+"""Same config + seed → identical metrics on CPU; another seed → different ones (so the check can fail)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.test_faults import final_metrics, in_dir, lightning_logs_to_current_stderr, runs, tiny_setup
+
+__all__ = ["lightning_logs_to_current_stderr"]  # autouse fixture, imported to apply here
+
+ARGS = ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1"]
+
+
+def metrics_of(tmp: Path, *extra: str) -> dict[str, float]:
+    tmp.mkdir()
+    tiny_setup(tmp)
+    code, _ = in_dir(tmp, [*ARGS, *extra])
+    assert code == 0
+    _, (run,) = runs(tmp)
+    assert run.info.status == "FINISHED"
+    return final_metrics(run)
+
+
+def test_same_config_and_seed_give_identical_metrics(tmp_path):
+    first, second = metrics_of(tmp_path / "a"), metrics_of(tmp_path / "b")
+    other = metrics_of(tmp_path / "c", "--seed_everything=1", "--data.init_args.seed=1")
+    assert {"train/loss", "val/bits_per_base", "test/bits_per_base"} <= set(first)
+    assert first == second  # exact: bit-identical on CPU
+    assert other["train/loss"] != first["train/loss"]
