@@ -56,8 +56,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         timezone: zone the calendar features are read in (tz-aware timestamps are converted).
         calendar: calendar covariates appended as inputs: ``hour`` and/or ``dayofweek`` (sin/cos).
         nan_policy: missing values: ``interpolate`` (linear in time), ``ffill`` or ``mask`` (the
-            training mean after scaling). Filled targets are never scored and are trained on only
-            with ``train_on_filled``.
+            training mean after scaling; no missingness flag is added to the inputs). Filled
+            targets are never scored and are trained on only with ``train_on_filled``.
         train_on_filled: also train on filled (interpolated / forward-filled) targets.
         fill_gaps: insert the rows a regular series skips (then treated as missing).
         split: (train, val, test) fractions of the rows, in time order.
@@ -69,7 +69,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         eval_lookbacks: test lookbacks (default L, 2L, 4L, 8L); each a multiple of ``patch_len``.
         context_from_previous: let val/test lookbacks reach into earlier splits.
         positions: ``index`` (integer step within the window) or ``time`` (float time since the
-            window start, in units of the median step: irregular series keep their real spacing).
+            window start, in units of the median step: irregular series keep their real spacing;
+            schemes built on integer tables, e.g. ``posenc.Learned``, refuse float positions).
         patch_len: steps per token P (1: one token per step); the model sees L/P tokens whose
             positions are the patch index (time mode: the patch's start time / P).
         batch_size: windows per batch (at longer test lookbacks, scaled down to keep tokens/batch).
