@@ -319,7 +319,7 @@ def run(plan: Plan, argv: list[str], out_path: str | None, log=print) -> str:
 def _data_line(rate: float, err: str, results: dict, plan: Plan) -> str:
     if err:
         return f"DNA datamodule: {err}"
-    w = plan.workloads[0]
+    w = next((w for w in plan.workloads if w.mode == "train"), plan.workloads[0])  # what data must feed
     nope = results.get(("posenc", "NoPE", w))
     need = (f"; posenc NoPE {w.name} consumes {nope.tokens_s / w.length:.1f} windows/s"
             if nope and nope.tokens_s else "")
