@@ -23,7 +23,8 @@ from posenc.rotary import rope_inv_freq  # noqa: E402
 DPI = 110
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path | str) -> Path:
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -145,6 +146,17 @@ def plot_attention_distances(hists: Mapping[str, np.ndarray], title: str, path: 
     ax.set(xlabel="distance |i − j| (positions)", ylabel="share of attention mass", title=title)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def attention_distance_figure(model: torch.nn.Module, inputs: Mapping[str, tuple], title: str,
+                              path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """Run ``model(*args)`` for each labelled input (e.g. a batch at the training length and one at
+    8×), histogram its attention distances and plot them together; returns the path and histograms."""
+    hists = {}
+    for label, args in inputs.items():
+        weights = dg.attention_weights(model, lambda a=args: model(*a))
+        hists[label] = dg.attention_distance_histogram(weights)
+    return plot_attention_distances(hists, title, path), hists
 
 
 def write_all(pe: PositionalEncoding, out: Path, length: int = 512, train_len: int = 128,

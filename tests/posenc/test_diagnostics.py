@@ -147,9 +147,14 @@ def test_cli_writes_readable_figures(tmp_path, capsys, name, expected):
         readable_png(p)
 
 
-def test_attention_distance_figure(tmp_path):
-    h = {"train 32": np.array([0.5, 0.3, 0.2]), "test 64": np.array([0.4, 0.2, 0.2, 0.2])}
-    readable_png(plots.plot_attention_distances(h, "ALiBi", tmp_path / "attn.png"))
+def test_attention_distance_figure_of_a_model(tmp_path):
+    torch.manual_seed(0)
+    m = Transformer(D, H, 2, ALiBi(D, H), causal=True).eval()
+    inputs = {f"T = {t}": (torch.randn(2, t, D), torch.arange(t)) for t in (16, 64)}
+    path, hists = plots.attention_distance_figure(m, inputs, "ALiBi", tmp_path / "attn.png")
+    readable_png(path)
+    assert [len(h) for h in hists.values()] == [16, 64]
+    assert all(np.isclose(h.sum(), 1.0) for h in hists.values())
 
 
 def test_cli_bad_config_is_one_line_error(tmp_path, capsys):
