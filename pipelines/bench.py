@@ -334,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--schemes", nargs="*", help=f"schemes to run, from {', '.join(SCHEMES)}")
     ap.add_argument("--impls", nargs="*", choices=IMPLS, help="subset of implementations")
     ap.add_argument("--mem-cap-gb", type=float, help="skip configurations needing more L×L memory")
+    ap.add_argument("--max-length", type=int, help="only workloads up to this length")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else Plan()
     if args.schemes:
@@ -343,6 +344,9 @@ def main(argv: list[str] | None = None) -> None:
         plan = Plan(**{**plan.__dict__, "schemes": tuple(args.schemes)})
     if args.impls:
         plan = Plan(**{**plan.__dict__, "impls": tuple(args.impls)})
+    if args.max_length is not None:
+        kept = tuple(w for w in plan.workloads if w.length <= args.max_length)
+        plan = Plan(**{**plan.__dict__, "workloads": kept})
     if args.mem_cap_gb is not None:
         plan = Plan(**{**plan.__dict__, "mem_cap_gb": args.mem_cap_gb})
     print(run(plan, argv, args.out or None))
