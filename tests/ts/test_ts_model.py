@@ -8,7 +8,7 @@ import torch
 
 from datamodules.ts import TimeSeriesDataModule
 from pipelines.forecast import Forecaster, RevIN, patch_positions, patchify, with_periods
-from pipelines.forecast_eval import ForecastErrors, evaluate_lookbacks
+from pipelines.forecast_eval import ForecastErrors, evaluate_lookbacks, log_lookback_metrics, lookback_table
 from pipelines.ts_baselines import ForecastBaselines, LinearBaseline, masked_errors, seasonal_naive
 from posenc import PeriodicRoPE, PosencError
 from tests.ts.conftest import dm_kwargs
@@ -179,3 +179,25 @@ def test_evaluate_lookbacks_scores_the_same_windows_and_marks_undefined(series_c
     assert out[48] is not None and out[96] is None  # 12 + 1 tokens fit in 16 positions, 24 + 1 do not
     with pytest.raises(PosencError, match="reach before the start of the series"):
         evaluate_lookbacks(rope, dm, [10_000])
+
+
+def test_lookback_metrics_are_logged_with_step_equal_to_lookback():
+    class Recorder:
+        def __init__(self):
+            self.metrics, self.params = [], {}
+
+        def log_metrics(self, metrics, step=None):
+            self.metrics.append((step, dict(metrics)))
+
+        def log_hyperparams(self, params):
+            self.params.update(params)
+
+    acc = ForecastErrors(1)
+    acc.add(torch.zeros(1, 1, 1), torch.full((1, 1, 1), 2.0), torch.ones(1, 1, 1, dtype=torch.bool))
+    rec = Recorder()
+    log_lookback_metrics(rec, {96: acc, 48: acc, 192: None})
+    curve = [(step, m["test/mse_by_lookback"]) for step, m in rec.metrics if "test/mse_by_lookback" in m]
+    assert curve == [(48, 4.0), (96, 4.0)]
+    assert {"test/mse_L48", "test/mae_L96"} <= {k for _, m in rec.metrics for k in m}
+    assert rec.params == {"extrapolation/undefined_lookbacks": "192"}
+    assert lookback_table({48: acc, 192: None}) == "lookback,mse,mae,defined\n48,4,2,true\n192,,,false\n"
