@@ -19,7 +19,7 @@ from datamodules.genome_cache import (
     resolve_path,
 )
 from datamodules.tokenize import KmerTokenizer
-from datamodules.windows import RandomWindows, TiledWindows, WindowItem
+from datamodules.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -160,15 +160,15 @@ class GenomeDataModule(L.LightningDataModule):
         return self.genome.cache_path.stem if self.genome.cache_path is not None else None
 
     def region_codes(self, name: str, max_tokens: int | None = None) -> list:
-        """The encoded bases of region ``name`` as views per segment, the first ``max_tokens`` bases
-        only if given (``max_tokens=self.eval_span`` is exactly the span the test loaders cover)."""
-        out, budget = [], max_tokens if max_tokens is not None else len(self.genome.codes)
-        for a, b in self.regions[name]:
-            if budget <= 0:
-                break
-            out.append(self.genome.codes[a : min(b, a + budget)])
-            budget -= len(out[-1])
-        return out
+        """The encoded bases of region ``name`` as views per segment; with ``max_tokens`` (bases), the
+        spans the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the
+        bases every test length covers)."""
+        spans = self.regions[name]
+        if max_tokens is not None:
+            longest = max(self.eval_lengths)
+            tail = self.tokenizer.n_bases(longest + int(self.next_token)) - longest * self.tokenizer.stride
+            spans = aligned_spans(spans, max_tokens, longest * self.tokenizer.stride, tail)
+        return [self.genome.codes[a:b] for a, b in spans]
 
     def make_item(self, tokens: int, train: bool) -> WindowItem:
         """What a window start becomes (subclasses add labels or masking)."""
@@ -187,11 +187,11 @@ class GenomeDataModule(L.LightningDataModule):
         return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                           **self._loader_kwargs())
 
-    def _tiled(self, name: str, length: int) -> DataLoader:
+    def _tiled(self, name: str, length: int, align: int | None = None) -> DataLoader:
         tokens = length + int(self.next_token)
         ds = TiledWindows(self.genome.codes, self.regions[name], self.tokenizer.n_bases(tokens),
                           length * self.tokenizer.stride, self.eval_span, self.max_n_fraction,
-                          self.make_item(tokens, train=False))
+                          self.make_item(tokens, train=False), align=align)
         batch = max(1, self.batch_size * self.seq_len // length)  # ~constant tokens per batch
         return DataLoader(ds, batch_size=batch, **self._loader_kwargs())
 
@@ -200,7 +200,8 @@ class GenomeDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         """One loader per evaluation length, all over the same span of the test split."""
-        return [self._tiled("test", n) for n in self.eval_lengths]
+        align = max(self.eval_lengths) * self.tokenizer.stride  # every length tiles the same bases
+        return [self._tiled("test", n, align) for n in self.eval_lengths]
 
 
 class DNADataModule(GenomeDataModule):

@@ -282,7 +282,7 @@ def split_regions(
             lo = start + cuts[i] + (gap // 2 if i > 0 else 0)
             hi = start + cuts[i + 1] - (gap - gap // 2 if i < 2 else 0)
             if hi > lo:
-                out[name].append((lo, hi))
+                out[name].append((int(lo), int(hi)))
     return out
 
 

@@ -155,9 +155,32 @@ class RandomWindows(_MemmapPickling, Dataset):
         return _window(self.codes, a, self.length, self.item)
 
 
+def aligned_spans(
+    regions: list[tuple[int, int]], budget: int | None, align: int = 1, tail: int = 0
+) -> list[tuple[int, int]]:
+    """Spans holding ``budget − tail`` bases of the regions in multiples of ``align``, each span
+    followed by ``tail`` more bases (a region too short for one ``align`` + ``tail`` is left out).
+
+    With ``align`` = the stride of the longest evaluation window and ``tail`` = window length minus
+    stride (the same for every length of a family), windows of every length that divides the
+    longest tile exactly the same bases, even where a region is shorter than the budget.
+    """
+    out, left = [], (budget if budget is not None else sum(b - a for a, b in regions)) - tail
+    for a, b in regions:
+        n = min(b - a - tail, left) // align * align
+        if n <= 0:
+            continue
+        out.append((a, a + n + tail))
+        left -= n
+        if left < align:
+            break
+    return out
+
+
 class TiledWindows(_MemmapPickling, Dataset):
-    """Windows of ``length`` bases at stride ``stride`` covering the first ``max_tokens`` of the
-    regions (the same span for every length, so per-length metrics are comparable). Windows with
+    """Windows of ``length`` bases at stride ``stride`` tiling the first ``max_tokens`` bases of the
+    regions, cut by :func:`aligned_spans` (``align``: the longest window's stride) so that every
+    evaluation length covers the same bases and per-length metrics are comparable. Windows with
     more than ``max_n_fraction`` N are left out."""
 
     def __init__(
@@ -169,15 +192,13 @@ class TiledWindows(_MemmapPickling, Dataset):
         max_tokens: int | None = None,
         max_n_fraction: float = 1.0,
         item: Callable[[int], Any] | None = None,
+        align: int | None = None,
     ) -> None:
         self.codes, self.length, self.item = codes, length, item
-        budget = max_tokens if max_tokens is not None else sum(b - a for a, b in regions)
+        self.spans = aligned_spans(regions, max_tokens, align or stride, max(0, length - stride))
         starts: list[int] = []
-        for a, b in regions:
-            usable = min(b, a + budget) if budget > 0 else a
-            s = np.arange(a, usable - length + 1, stride, dtype=np.int64)
-            starts.extend(s.tolist())
-            budget -= usable - a
+        for a, b in self.spans:
+            starts.extend(range(a, b - length + 1, stride))
         if max_n_fraction < 1.0:
             starts = [s for s in starts if n_fraction(codes[s : s + length]) <= max_n_fraction]
         if not starts:

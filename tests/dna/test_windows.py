@@ -104,10 +104,16 @@ def test_mostly_n_windows_are_skipped():
         TiledWindows(np.full(100, N_CODE, np.uint8), [(0, 100)], 50, 50, max_n_fraction=0.5)
 
 
-def test_tiled_windows_cover_the_same_span_at_every_length():
-    regions = [(0, 300), (400, 1000)]
+@pytest.mark.parametrize("extra", [0, 1])  # 1: LM windows carry one extra target base
+def test_tiled_windows_cover_the_same_bases_at_every_length(extra):
+    regions = [(0, 300), (400, 1000), (1100, 1200)]  # the first is not a multiple of the longest
+    seen = []
     for length in (32, 64, 128, 256):
-        ds = TiledWindows(np.zeros(1000, np.uint8), regions, length, length, max_tokens=512)
-        spans = [(int(s), int(s) + length) for s in ds.starts]
-        assert all(any(a <= s and e <= b for a, b in regions) for s, e in spans)  # inside a region
-        assert all(e <= 300 or (s >= 400 and e <= 400 + 212) for s, e in spans)  # inside the budget
+        ds = TiledWindows(np.zeros(1200, np.uint8), regions, length + extra, length, max_tokens=512 + extra,
+                          align=256)
+        bases = [set(range(int(s), int(s) + length)) for s in ds.starts]  # scored positions
+        assert all(any(a <= s and s + length + extra <= b for a, b in regions) for s in ds.starts)
+        assert sum(len(b) for b in bases) == 512  # no overlap, the whole budget
+        seen.append(set().union(*bases))
+    assert all(s == seen[0] for s in seen)
+    assert min(seen[0]) == 0 and max(seen[0]) == 400 + 255
