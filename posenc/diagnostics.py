@@ -260,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PosencError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not written:
+        print(f"{type(pe).__name__}: no position features or bias to plot (no positional encoding)",
+              file=sys.stderr)
     for path in written:
         print(path)
     return 0
