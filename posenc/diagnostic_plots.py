@@ -163,6 +163,8 @@ def write_all(pe: PositionalEncoding, out: Path, length: int = 512, train_len: i
               periods: Sequence[float] | None = None) -> list[Path]:
     """Every figure that applies to ``pe``, into ``out``; returns the paths written."""
     name, out, written = type(pe).__name__, Path(out), []
+    if getattr(pe, "scaling", "none") != "none":  # e.g. "RoPE (yarn ×8)"
+        name += f" ({pe.scaling} ×{pe.scale_factor:g})"
     if pe.max_len is not None:
         length = min(length, pe.max_len)
     pos = torch.arange(length)
