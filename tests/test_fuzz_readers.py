@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from posenc import PosencError
 
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Text near the formats, so the fuzzer reaches past the first line: FASTA/FASTQ/GenBank markers,
 # bases, IUPAC codes, junk letters, digits, whitespace.
