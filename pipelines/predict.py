@@ -53,6 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--level", choices=("base", "record"), default="base", help="language models: per base or record")
     add("--mask_every", type=int, default=7, help="masked LM: mask every k-th token per pass")
     add("--every", type=int, default=None, help="forecasting: rolling origins every N rows")
+    add("--min_length", type=int, default=0, help="segmentation GFF/BED: drop intervals shorter than this")
     add("--tracking_uri", default=None, help="MLflow store for run ids / URIs (default: sqlite:///mlflow.db)")
     add("--no_progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -99,15 +100,16 @@ class TableWriter:
         self.header = False
 
 
-def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool) -> int:
-    """CDS intervals of one record's per-base labels as GFF3 or BED6 lines; returns their number."""
+def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool, min_length: int = 0) -> int:
+    """CDS intervals (of at least ``min_length`` bases) of one record's per-base labels as GFF3 or
+    BED6 lines; returns their number."""
     from pipelines.predictors import label_intervals
 
     rid = str(table["record"].iloc[0])
     labels, prob = table["label"].to_numpy(), table["prob"].to_numpy()
     if first and kind == "gff":
         fh.write("##gff-version 3\n")
-    found = label_intervals(labels)
+    found = [iv for iv in label_intervals(labels) if iv[1] - iv[0] >= min_length]
     for n, (lo, hi, strand, phase) in enumerate(found, start=1):
         score = float(prob[lo:hi].mean())
         sign = "+" if strand > 0 else "-"
@@ -154,7 +156,7 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
                 table.write(frame)
                 n_rows += len(frame)
             else:
-                n_rows += write_intervals(fh, kind, frame, first=n_records == 0)
+                n_rows += write_intervals(fh, kind, frame, first=n_records == 0, min_length=args.min_length)
             n_records += len(group)
     what = "intervals" if kind != "table" else "rows"
     return f"{n_records} record(s) → {n_rows} {what} in {out}"
