@@ -12,10 +12,13 @@ CONFIG ?= configs/dna_lm.yaml
 MLFLOW_DB ?= mlflow.db
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 5000
+# The machines here set PYTHONDONTWRITEBYTECODE=1 and pip runs with --no-compile: unset it for our
+# commands so .pyc files get written once, lazily, instead of every process recompiling torch/lightning.
+unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui clean bench evaluate compare
+.PHONY: help install train test test-all lint ui clean evaluate compare bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'

@@ -14,8 +14,18 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from pipelines.failure import FailedRunGuard, StopOnNonFiniteLoss, environment_error, note_store
 from pipelines.registry_mlflow import RegisterModel
-from pipelines.tracking import LogConfigToMLflow, mlflow_logger_defaults, mlflow_loggers
+from pipelines.resume import ResumeCheckpoint
+from pipelines.resume import prepare as prepare_resume
+from pipelines.system_metrics import GpuSystemMetrics
+from pipelines.tracking import (
+    LogConfigToMLflow,
+    mlflow_logger_defaults,
+    mlflow_loggers,
+    new_store_lock,
+    run_summary,
+)
 from posenc import PosencError
 
 
@@ -27,12 +37,18 @@ class PosencCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         for key in ("pad_id", "num_classes", "bases_per_token"):  # DNA tasks (ignored where absent)
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
-        for key in ("n_targets", "n_covariates", "horizon", "patch_len"):  # time-series forecasting
+        for key in ("n_targets", "n_covariates", "horizon", "patch_len",  # time-series forecasting
+                    "pe_periods"):
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="Evaluate the best checkpoint on the test split after fit.")
         # Inference: the data description in every checkpoint, the model registered in MLflow after fit.
         parser.add_lightning_class_args(RegisterModel, "register")
+        # Reliability (pipelines.resume): rerunning an interrupted fit continues it in the same MLflow run.
+        parser.add_argument("--resume", type=bool, default=True,
+                            help="fit: resume an unfinished run of the same config from its last.ckpt.")
+        parser.add_argument("--checkpoint_every_n_steps", type=int, default=50,
+                            help="fit: steps between resume checkpoints (outputs/runs/<key>/last.ckpt).")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config.get(self.subcommand, self.config)
@@ -40,6 +56,25 @@ class PosencCLI(LightningCLI):
         if hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path):
             if not logger.init_args.get("run_name"):
                 logger.init_args.run_name = run_name(cfg)
+        mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
+        note_store(logger.init_args.get("tracking_uri") if mlflow else None)
+        self.resume_dir = None
+        if self.subcommand == "fit" and cfg.get("resume", True):
+            self.resume_dir = prepare_resume(self._parser(self.subcommand), cfg)
+
+    def instantiate_classes(self) -> None:
+        """Build the classes; a new sqlite MLflow store is created by one process at a time."""
+        cfg = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+        logger = cfg.get("trainer", {}).get("logger")
+        mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
+        with new_store_lock(logger.init_args.get("tracking_uri") if mlflow else None):
+            super().instantiate_classes()
+
+    def before_fit(self) -> None:
+        if getattr(self, "resume_dir", None) is not None:
+            cfg = self.config.get(self.subcommand, self.config)
+            every = cfg.get("checkpoint_every_n_steps", 50)
+            self.trainer.callbacks.append(ResumeCheckpoint(self.resume_dir, every))
 
     def after_fit(self) -> None:
         trainer = self.trainer
@@ -50,7 +85,7 @@ class PosencCLI(LightningCLI):
             ckpt = "best" if getattr(trainer.checkpoint_callback, "best_model_path", "") else None
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
         for logger in mlflow_loggers(trainer):
-            print(f"MLflow run {logger.run_id} in {logger._tracking_uri}", file=sys.stderr)
+            print(run_summary(logger) + "\n  see it: make ui", file=sys.stderr)
 
 
 def run_name(cfg: Any) -> str:
@@ -64,24 +99,39 @@ def run_name(cfg: Any) -> str:
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
+def make_cli(args: list[str] | None = None, run: bool = True) -> PosencCLI:
+    """The CLI over ``args``; with ``run=False`` it only parses and instantiates (no subcommand)."""
+    parser_kwargs = {"parser_mode": "yaml", "exit_on_error": False}
+    if run:
+        parser_kwargs = {**parser_kwargs, **{cmd: parser_kwargs for cmd in SUBCOMMANDS}}
+    return PosencCLI(
+        L.LightningModule,
+        L.LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_callback=LogConfigToMLflow,
+        save_config_kwargs={"overwrite": True},
+        trainer_defaults={"logger": mlflow_logger_defaults(), "default_root_dir": "outputs",
+                          "callbacks": [FailedRunGuard(), StopOnNonFiniteLoss(), GpuSystemMetrics()]},
+        parser_kwargs=parser_kwargs,
+        args=args,
+        run=run,
+        auto_configure_optimizers=False,
+    )
+
+
 def main(args: list[str] | None = None) -> PosencCLI | None:
     """Run the CLI; a user mistake ends as one ``error: …`` line on stderr and exit status 2."""
-    parser_kwargs = {"parser_mode": "yaml", "exit_on_error": False}
     try:
-        return PosencCLI(
-            L.LightningModule,
-            L.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_callback=LogConfigToMLflow,
-            save_config_kwargs={"overwrite": True},
-            trainer_defaults={"logger": mlflow_logger_defaults(), "default_root_dir": "outputs"},
-            parser_kwargs={**parser_kwargs, **{cmd: parser_kwargs for cmd in SUBCOMMANDS}},
-            args=args,
-            auto_configure_optimizers=False,
-        )
+        return make_cli(args)
     except (PosencError, ArgumentError, TypeError, ValueError) as exc:
-        message = user_error(exc)
+        message = user_error(exc) or environment_error(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except Exception as exc:  # a broken environment (unwritable folder, corrupt/locked MLflow store)
+        message = environment_error(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)

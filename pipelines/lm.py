@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 

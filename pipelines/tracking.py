@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.cli import SaveConfigCallback
@@ -43,6 +49,57 @@ class LogConfigToMLflow(SaveConfigCallback):
         self.already_saved = True
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
-        text = self.parser.dump(self.config, skip_none=False)
+        text = scrub_config(self.parser.dump(self.config, skip_none=False))
         for logger in mlflow_loggers(trainer):
             logger.experiment.log_text(logger.run_id, text, "config.yaml")
+
+
+@contextmanager
+def new_store_lock(uri: str | None) -> Iterator[None]:
+    """Hold an exclusive lock while a *new* sqlite store may be created.
+
+    MLflow creates and migrates the tables of a new sqlite store without locking, so two runs started
+    together on a fresh store race on its schema (``duplicate column name``). The lock file lives in
+    the temp folder (nothing is written next to the store) and is only taken while the database file
+    does not exist yet; an existing store is opened without it.
+    """
+    path = Path(uri[len("sqlite:///"):]) if uri and uri.startswith("sqlite:///") else None
+    if path is None or str(path) == ":memory:" or (path.is_file() and path.stat().st_size > 0):
+        yield
+        return
+    import fcntl
+
+    key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"posenc-mlflow-{key}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
+
+
+def scrub_config(text: str) -> str:
+    """A config safe to log: the home directory as ``~``, credentials in URLs and the values of
+    secret-looking environment variables (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*KEY*``…)
+    replaced by ``***``."""
+    for name, value in os.environ.items():
+        if _SECRET_NAME.search(name) and len(value) >= 6:
+            text = text.replace(value, "***")
+    text = _URL_USERINFO.sub(lambda m: m.group("scheme") + "***@", text)
+    home = os.path.expanduser("~").rstrip("/")
+    if len(home) > 1:
+        text = re.sub(re.escape(home) + r"(?=/|$|[\s'\",\]])", "~", text)
+    return text
+
+
+def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test/", "baseline/")) -> str:
+    """The run's final metrics under ``prefixes``, read back from the store (what the UI shows)."""
+    run = logger.experiment.get_run(logger.run_id)
+    metrics = {k: v for k, v in run.data.metrics.items() if k.startswith(prefixes) and "_by_" not in k}
+    lines = [f"MLflow run {logger.run_id} ({run.info.run_name}) in {logger._tracking_uri}"]
+    lines += [f"  {key:<40} {value:.4f}" for key, value in sorted(metrics.items())]
+    return "\n".join(lines)

@@ -7,8 +7,8 @@ import torch
 
 from pipelines.model import Transformer, build_mask
 from posenc import ALiBi, PositionalEncoding, RoPE, alibi_slopes, all_schemes, build_encoding
-from tests.test_contract import CONFIGS, D, H
 from posenc.base import public_class_path
+from tests.test_contract import CONFIGS, D, H
 
 T = 32
 
