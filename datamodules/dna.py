@@ -6,6 +6,7 @@ import logging
 from typing import Any, ClassVar, Literal
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
@@ -112,6 +113,8 @@ class GenomeDataModule(L.LightningDataModule):
         self.num_workers, self.seed, self.cache_dir = num_workers, seed, cache_dir
         self.genome: Genome = load_genome(self.fasta, cache_dir, iupac)
         report_genome(self.genome)
+        if not (np.asarray(self.genome.codes) < 4).any():  # codes 0-3 are A, C, G, T
+            raise PosencError(f"{self.fasta}: no A, C, G or T in any record (only N): nothing to learn from")
         self._check_records(skip_short_records)
         self.regions = (split_regions(self.genome, split, gap) if split_by == "region"
                         else split_whole_records(self.genome, split, split_records))

@@ -52,6 +52,10 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise PosencError(f"{path}: checkpoint file not found")
     if not zipfile.is_zipfile(path):
         raise PosencError(f"{path}: not a complete PyTorch checkpoint (truncated, or not a .ckpt file)")
+    with zipfile.ZipFile(path) as archive:  # torch.load does not check the CRCs: damaged tensors would load
+        damaged = archive.testzip()
+    if damaged is not None:
+        raise PosencError(f"{path}: checkpoint is corrupted (CRC mismatch in {damaged!r})")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # damaged archive, or an object weights_only loading refuses

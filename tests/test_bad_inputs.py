@@ -205,13 +205,7 @@ CHECKPOINT: dict[str, tuple[Case, list[str]]] = {
     "ckpt_unknown_scheme": (_unknown_scheme, ["m.ckpt", "NoSuchScheme"]),
 }
 
-XFAIL: dict[str, str] = {
-    "fasta_only_n": "datamodules/dna.py (DNA owner): a genome of only N passes setup although no window "
-                    "can meet data.max_n_fraction; expected a PosencError naming the file",
-    "ckpt_corrupted": "pipelines/inference.py read_checkpoint (inference owner): torch.load does not verify "
-                      "the zip CRCs, so bytes flipped inside a tensor load silently as wrong weights; "
-                      "zipfile.ZipFile(path).testzip() would catch it",
-}
+XFAIL: dict[str, str] = {}  # every case is handled
 
 DIRECT = {**FASTA, **ANNOTATION, **CSV, **CHECKPOINT}
 
@@ -258,13 +252,7 @@ CLI: dict[str, tuple[list[str], list[str]]] = {
     "env_mlflow_store_corrupt": (["--trainer.logger.init_args.tracking_uri=sqlite:///corrupt.db"],
                                  ["corrupt.db"]),
 }
-CLI_XFAIL: dict[str, str] = {
-    "fasta_only_n": "datamodules/dna.py (DNA owner): a genome of only N passes setup although no window "
-                    "can meet data.max_n_fraction; expected a PosencError naming the file",
-    "ckpt_corrupted": "pipelines/inference.py read_checkpoint (inference owner): torch.load does not verify "
-                      "the zip CRCs, so bytes flipped inside a tensor load silently as wrong weights; "
-                      "zipfile.ZipFile(path).testzip() would catch it",
-}
+CLI_XFAIL: dict[str, str] = {}  # every case is handled
 
 
 @pytest.mark.parametrize("case", sorted(CLI))
