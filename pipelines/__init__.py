@@ -3,6 +3,7 @@
 from pipelines.callbacks import MarkovBaselines
 from pipelines.classify import SequenceClassifier
 from pipelines.forecast import Forecaster
+from pipelines.inference import load_model
 from pipelines.lm import DNALanguageModel
 from pipelines.mlm import MaskedDNAModel
 from pipelines.model import Attention, Transformer, build_mask
@@ -10,9 +11,9 @@ from pipelines.segment import FrameSegmenter
 from pipelines.task import TaskModule
 from pipelines.ts_baselines import ForecastBaselines
 
-__all__ = ["Attention", "DNALanguageModel", "ForecastBaselines", "Forecaster", "MarkovBaselines", "TaskModule",
-           "Transformer", "build_mask"]
-__all__ += ["FrameSegmenter", "MaskedDNAModel", "SequenceClassifier"]  # DNA tasks
-from pipelines.inference import load_model  # noqa: E402 - inference: checkpoints, MLflow runs and models
-
-__all__ += ["load_model"]
+__all__ = [
+    "Attention", "Transformer", "build_mask", "TaskModule",           # the model
+    "DNALanguageModel", "MaskedDNAModel", "FrameSegmenter", "SequenceClassifier", "Forecaster",  # tasks
+    "MarkovBaselines", "ForecastBaselines",                            # baselines beside every run
+    "load_model",                                                      # inference
+]
