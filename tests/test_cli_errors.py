@@ -4,30 +4,27 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import in_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 DNA = str(ROOT / "configs/dna_lm.yaml")
 
 
-def run_main(tmp: Path, args: list[str]) -> tuple[int, str]:
+def run_main(tmp: Path, args: list[str]) -> int:
+    """Exit status of the CLI run in ``tmp`` (0 when it returns)."""
     from pipelines.cli import main
 
-    cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-    os.chdir(tmp)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0), ""
-    finally:
-        os.chdir(cwd)
-        restore_env("MLFLOW_TRACKING_URI", uri)
-    return 0, ""
+    with in_dir(tmp):
+        try:
+            main(args)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+    return 0
 
 
 def write(path: Path, text: str) -> Path:
@@ -65,7 +62,7 @@ def test_user_mistake_is_one_line_and_writes_nothing(tmp_path, capsys, case):
         fh.write("")
     extra, must_name = CASES[case]
     before = set(tmp_path.rglob("*"))
-    code, _ = run_main(tmp_path, ["fit", "--config", DNA, *extra])
+    code = run_main(tmp_path, ["fit", "--config", DNA, *extra])
     err = capsys.readouterr().err
     lines = [ln for ln in err.strip().splitlines() if ln.startswith("error:")]
     assert code == 2, err
@@ -78,9 +75,3 @@ def test_user_mistake_is_one_line_and_writes_nothing(tmp_path, capsys, case):
     left -= {Path("outputs"), Path("outputs/cache")}
     assert all(p.parent == Path("outputs/cache") and p.suffix in {".u8", ".json"} for p in left), left
 
-
-def restore_env(name: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value

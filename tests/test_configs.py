@@ -6,13 +6,13 @@ tests/dna/ and tests/ts/; here they are only counted against the catalogue.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 import posenc
+from tests.helpers import in_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -33,13 +33,8 @@ BASE = {"dna": CONFIGS / "dna_lm.yaml", "ts": CONFIGS / "ts_forecast.yaml"}
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """One working directory for the module, so the genome cache under outputs/ is built once."""
-    tmp = tmp_path_factory.mktemp("configs")
-    cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-    os.chdir(tmp)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-    yield tmp
-    os.chdir(cwd)
-    restore_env("MLFLOW_TRACKING_URI", uri)
+    with in_dir(tmp_path_factory.mktemp("configs")) as tmp:
+        yield tmp
 
 
 def instantiate(*configs: Path):
@@ -68,9 +63,3 @@ def test_fragment_config_layers_on_its_base(workdir, fragment):
     if pe:
         assert type(cli.model.pe).__name__ == pe["class_path"].rsplit(".", 1)[-1]
 
-
-def restore_env(name: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 from pipelines.baselines import MarkovModel
+from tests.helpers import in_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -30,20 +30,10 @@ def write_fasta(path: Path, n: int = 6000, seed: int = 0) -> Path:
 def run_cli(tmp: Path, *extra: str):
     from pipelines.cli import main
 
-    cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-    os.chdir(tmp)
-    # absolute URI: MLflow caches stores by URI, so a relative one would reuse another test's db
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-    try:
+    with in_dir(tmp):
         fasta = write_fasta(tmp / "g.fa")
         return main(["fit", "--config", str(ROOT / "configs/dna_lm.yaml"),
                      f"--data.init_args.fasta={fasta}", *TINY, *extra])
-    finally:
-        os.chdir(cwd)
-        if uri is None:
-            os.environ.pop("MLFLOW_TRACKING_URI")
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = uri
 
 
 @pytest.fixture(scope="module")

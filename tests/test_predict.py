@@ -4,9 +4,7 @@ model; ``python -m pipelines.predict`` writes tables / GFF / BED atomically."""
 
 from __future__ import annotations
 
-import os
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ import pandas as pd
 import pytest
 
 from pipelines.inference import load_model, resolve_checkpoint
+from tests.helpers import in_dir
 
 from .dna.conftest import random_bases, write_fasta, write_gff
 
@@ -26,22 +25,6 @@ TINY = [
 ]
 DNA = ["--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
        "--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256"]
-
-
-@contextmanager
-def in_dir(tmp: Path):
-    """cwd = tmp and an absolute sqlite MLflow store inside it."""
-    cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-    os.chdir(tmp)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-    try:
-        yield
-    finally:
-        os.chdir(cwd)
-        if uri is None:
-            os.environ.pop("MLFLOW_TRACKING_URI")
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = uri
 
 
 def fit(tmp: Path, config: str, *extra: str):

@@ -3,12 +3,12 @@ every scheme config layered on every task, and bad input ending as ``error: …`
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.helpers import in_dir
 
 from .conftest import random_bases, write_fasta, write_gff
 
@@ -21,22 +21,6 @@ TINY = [
     "--trainer.enable_progress_bar=false", "--trainer.logger.init_args.log_model=false",
 ]
 WINDOWS = ["--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256"]
-
-
-@contextmanager
-def in_dir(tmp: Path):
-    """cwd = tmp and an absolute sqlite MLflow store inside it (MLflow caches stores by URI)."""
-    cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-    os.chdir(tmp)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-    try:
-        yield
-    finally:
-        os.chdir(cwd)
-        if uri is None:
-            os.environ.pop("MLFLOW_TRACKING_URI")
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = uri
 
 
 def fit(tmp: Path, config: str, *extra: str):
