@@ -14,7 +14,13 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from pipelines.failure import FailedRunGuard, StopOnNonFiniteLoss, environment_error, note_store
+from pipelines.failure import (
+    FailedRunGuard,
+    StopOnNonFiniteLoss,
+    environment_error,
+    exception_chain,
+    note_store,
+)
 from pipelines.registry_mlflow import RegisterModel
 from pipelines.resume import ResumeCheckpoint
 from pipelines.resume import prepare as prepare_resume
@@ -124,26 +130,12 @@ def main(args: list[str] | None = None) -> PosencCLI | None:
     """Run the CLI; a user mistake ends as one ``error: …`` line on stderr and exit status 2."""
     try:
         return make_cli(args)
-    except (PosencError, ArgumentError, TypeError, ValueError) as exc:
+    except Exception as exc:  # a user mistake, or a broken environment (unwritable folder, bad MLflow store)
         message = user_error(exc) or environment_error(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
-    except Exception as exc:  # a broken environment (unwritable folder, corrupt/locked MLflow store)
-        message = environment_error(exc)
-        if message is None:
-            raise
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _chain(exc: BaseException):
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -152,7 +144,7 @@ def user_error(exc: BaseException) -> str | None:
     jsonargparse nests the real reason several exceptions deep: report the project's own error
     if there is one, otherwise the dotted config key and the innermost reason.
     """
-    chain = list(_chain(exc))
+    chain = list(exception_chain(exc))
     for e in chain:
         if isinstance(e, PosencError):
             return str(e)

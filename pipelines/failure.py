@@ -76,7 +76,8 @@ class StopOnNonFiniteLoss(L.Callback):
 __all__ = ["FailedRunGuard", "NonFiniteLoss", "StopOnNonFiniteLoss", "mark_runs_failed"]
 
 
-def _chain(exc: BaseException):
+def exception_chain(exc: BaseException):
+    """``exc`` and its causes/contexts, innermost last (each once, cycles cut)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -97,14 +98,14 @@ def environment_error(exc: BaseException) -> str | None:
     store that is corrupt or locked — found anywhere in the exception chain, else ``None``."""
     from pipelines.tracking import tracking_uri
 
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         module = type(e).__module__
         if module.startswith(("sqlalchemy", "sqlite3", "mlflow")):
             reason = str(getattr(e, "orig", None) or e).strip().splitlines()
             reason = reason[0][:200] if reason else type(e).__name__
             hint = " (another process holds it: retry later)" if "locked" in reason else ""
             return f"MLflow store {_STORE['uri'] or tracking_uri()}: {reason}{hint}"
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if isinstance(e, OSError) and e.filename:
             return f"{e.filename}: {e.strerror or type(e).__name__} (cannot write there: check the path)"
     return None
