@@ -4,6 +4,9 @@ Paths (see :func:`choose_path`; the scheme's class is never looked at):
 
 * ``sdpa-fused`` — no bias hook: :func:`torch.nn.functional.scaled_dot_product_attention` with no
   mask (``is_causal`` for a causal model without padding), SDPA's fused kernels.
+* ``sdpa+toeplitz`` — a translation-invariant position-only bias on CPU, contiguous positions and no
+  key padding: the bias is a (1, H, T, T) strided view of one (H, 2T − 1) distance table, read by
+  SDPA's fused kernel at any length (:mod:`pipelines.toeplitz`); memory linear in T, no blocks.
 * ``sdpa+bias`` — a bias hook, short input: the dense (B', H, T, T) bias as SDPA's additive mask.
 * ``sdpa-blocked`` — a bias hook, long input: queries in blocks of R rows; each block asks the
   scheme for its (B', H, R, Tk) bias (positions are explicit, so ``bias(q_blk, q_pos_blk, k_pos, k)``
@@ -42,11 +45,13 @@ class AttentionSettings:
         long_threshold: lengths above this use the query-blocked paths for biased schemes.
         block_elements: bias elements (B'·H·R·Tk) per query block; sets the rows R per block.
         flex: use FlexAttention for position-only biases on CUDA.
+        toeplitz: read translation-invariant biases as a view of a distance table (CPU).
     """
 
     long_threshold: int = 4096
     block_elements: int = 1 << 25
     flex: bool = True
+    toeplitz: bool = True
 
 
 def choose_path(
@@ -54,14 +59,20 @@ def choose_path(
 ) -> str:
     """The attention path for a scheme's metadata at key length ``length`` on ``device``.
 
-    FlexAttention is skipped under attention dropout (its ``score_mod`` has no dropout).
+    FlexAttention is skipped under attention dropout (its ``score_mod`` has no dropout). The
+    Toeplitz path also needs contiguous positions and no key padding, which only the caller knows:
+    it asks again with ``toeplitz=False`` when they do not hold.
     """
-    path = meta.attention_path  # explicit | sdpa+bias | sdpa-fused
+    path = meta.attention_path  # explicit | sdpa+toeplitz | sdpa+bias | sdpa-fused
     if path == "sdpa-fused":
         return path
-    position_only = path == "sdpa+bias" and not meta.content_bias
+    position_only = path in ("sdpa+bias", "sdpa+toeplitz") and not meta.content_bias
     if position_only and device.type == "cuda" and settings.flex and not dropout:
         return "flex"
+    if path == "sdpa+toeplitz":
+        if device.type == "cpu" and settings.toeplitz:
+            return path
+        path = "sdpa+bias"
     if length > settings.long_threshold:
         return "explicit-blocked" if path == "explicit" else "sdpa-blocked"
     return path

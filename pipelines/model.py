@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pipelines.attention import AttentionSettings, blocked, build_mask, choose_path, dense, explicit, flex
+from pipelines.toeplitz import distance_table, grad_rows, toeplitz_attention, unit_steps
 from posenc import PosencError, PositionalEncoding, as_batched
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ __all__ = ["Attention", "AttentionSettings", "Block", "ForwardShare", "Transform
 
 
 class ForwardShare:
-    """What the layers of one forward share: the position-only mask, built by the first layer.
+    """What the layers of one forward share: the position-only mask (or distance table, ``kind``
+    says which) built by the first layer, and whether the positions advance in unit steps.
 
     Without autograd (evaluation) the mask is also kept between forwards: ``key`` identifies the
     positions, the scheme's parameter/buffer versions (bumped by every in-place update, optimizer
@@ -40,10 +42,12 @@ class ForwardShare:
     def __init__(self, reuse: ForwardShare | None = None, key: tuple | None = None,
                  pos: Tensor | None = None) -> None:
         self.mask: Tensor | None = None
+        self.kind = ""
         self.ready = False
+        self.unit: bool | None = None
         self.key, self.pos = key, pos
         if reuse is not None and key is not None and reuse.key == key and torch.equal(reuse.pos, pos):
-            self.mask, self.ready = reuse.mask, reuse.ready
+            self.mask, self.kind, self.ready, self.unit = reuse.mask, reuse.kind, reuse.ready, reuse.unit
 
 
 def share_key(
@@ -91,14 +95,15 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
         q, k = pe.rotate(q, k, pos, pos)
         drop = self.dropout if self.training else 0.0
-        path = choose_path(pe.meta, T, x.device, self.settings, dropout=drop)
-        if path == "flex" and (id(pe) in _NO_FLEX or _learns_bias(pe)):
-            path = choose_path(pe.meta, T, x.device, replace(self.settings, flex=False))
+        path = self._path(pe, T, x.device, drop, pos, key_padding_mask, share)
         if path.endswith("blocked"):
             y = blocked(q, k, v, pos, pe, key_padding_mask, causal, drop, self.settings,
                         value_side=path == "explicit-blocked")
         elif path == "flex":
             y = self._flex_or_fallback(q, k, v, pos, pe, key_padding_mask, causal, share)
+        elif path == "sdpa+toeplitz":
+            table = _shared(share, "table", lambda: distance_table(pe, q, T, causal))  # (H, 2T − 1)
+            y = toeplitz_attention(q, k, v, table, drop, grad_rows(B, H, T))
         elif path == "sdpa-fused" and key_padding_mask is None:
             y = dense(q, k, v, None, causal, drop)
         else:
@@ -107,6 +112,18 @@ class Attention(nn.Module):
                 q, k, v, mask, False, drop)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, Dh) → (B, T, C)
         return self.out(y)
+
+    def _path(self, pe, T, device, drop, pos, key_padding_mask, share) -> str:
+        """:func:`choose_path`, then the runtime conditions: FlexAttention traced and not learning
+        the bias; contiguous positions and no key padding for the Toeplitz view."""
+        settings = self.settings
+        path = choose_path(pe.meta, T, device, settings, dropout=drop)
+        if path == "flex" and (id(pe) in _NO_FLEX or _learns_bias(pe)):
+            settings = replace(settings, flex=False)
+            path = choose_path(pe.meta, T, device, settings, dropout=drop)
+        if path == "sdpa+toeplitz" and (key_padding_mask is not None or not _unit_steps(pos, share)):
+            path = choose_path(pe.meta, T, device, replace(settings, toeplitz=False), dropout=drop)
+        return path
 
     def _flex_or_fallback(self, q, k, v, pos, pe, key_padding_mask, causal, share) -> Tensor:
         """FlexAttention; a scheme whose bias does not trace (e.g. ``torch.unique``) falls back to
@@ -124,14 +141,31 @@ class Attention(nn.Module):
     @staticmethod
     def _mask(q, k, pos, pe, key_padding_mask, causal, share) -> Tensor | None:
         """The dense (B', H, T, T) additive mask; a position-only one is built once per forward."""
-        reuse = share is not None and not pe.meta.content_bias
-        if reuse and share.ready:
-            return share.mask
         T = q.shape[-2]
-        mask = build_mask(pe.bias(q, pos, pos, k=k), key_padding_mask, causal, T, T, q.dtype, q.device)
-        if reuse:
-            share.mask, share.ready = mask, True
-        return mask
+
+        def build() -> Tensor | None:
+            return build_mask(pe.bias(q, pos, pos, k=k), key_padding_mask, causal, T, T, q.dtype, q.device)
+
+        return build() if pe.meta.content_bias else _shared(share, "mask", build)
+
+
+def _shared(share: ForwardShare | None, kind: str, build):
+    """``build()``, or what an earlier layer of this forward (or a kept forward) built of this kind."""
+    if share is not None and share.ready and share.kind == kind:
+        return share.mask
+    value = build()
+    if share is not None:
+        share.mask, share.kind, share.ready = value, kind, True
+    return value
+
+
+def _unit_steps(pos: Tensor, share: ForwardShare | None) -> bool:
+    """:func:`pipelines.toeplitz.unit_steps`, checked once per forward."""
+    if share is None:
+        return unit_steps(pos)
+    if share.unit is None:
+        share.unit = unit_steps(pos)
+    return share.unit
 
 
 class Block(nn.Module):
@@ -179,6 +213,8 @@ class Transformer(nn.Module):
         long_threshold: lengths above this use the query-blocked attention for biased schemes.
         block_elements: bias elements per query block on the blocked path (sets memory per block).
         flex: use FlexAttention for position-only biases on CUDA.
+        toeplitz: on CPU, read translation-invariant biases as a strided view of one distance
+            table (:mod:`pipelines.toeplitz`) instead of a dense or blocked mask.
     """
 
     def __init__(
@@ -196,6 +232,7 @@ class Transformer(nn.Module):
         long_threshold: int = 4096,
         block_elements: int = 1 << 25,
         flex: bool = True,
+        toeplitz: bool = True,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -207,7 +244,7 @@ class Transformer(nn.Module):
         self.causal = causal
         self.scale = math.sqrt(d_model) if scale_embedding else 1.0
         self.use_compile = compile
-        settings = AttentionSettings(long_threshold, block_elements, flex)
+        settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             Block(d_model, n_heads, d_ff or 4 * d_model, dropout, settings) for _ in range(n_layers)

@@ -45,6 +45,9 @@ class SchemeMeta:
         content_bias: whether the bias depends on q/k content (not a pure function of positions).
         value_term: whether the scheme adds a position term to the attention output through
             :meth:`PositionalEncoding.value_term` (Shaw et al.), which needs explicit weights.
+        translation_invariant: whether the bias depends on positions only through the signed
+            distance ``k_pos - q_pos`` (and not on content): the attention may then ask the hook
+            for one row of distances and read the L×L bias as a view of it.
     """
 
     acts_on: tuple[Where, ...] = ()
@@ -52,13 +55,16 @@ class SchemeMeta:
     quadratic_memory: bool = False
     content_bias: bool = False
     value_term: bool = False
+    translation_invariant: bool = False
 
     @property
     def attention_path(self) -> str:
         """The attention path the scheme allows (chosen from metadata, never from the class)."""
         if self.value_term:
             return "explicit"  # weights are needed for the value-side term
-        return "sdpa+bias" if "bias" in self.acts_on else "sdpa-fused"
+        if "bias" not in self.acts_on:
+            return "sdpa-fused"
+        return "sdpa+toeplitz" if self.translation_invariant and not self.content_bias else "sdpa+bias"
 
 
 class _RecordsInit(type(nn.Module)):

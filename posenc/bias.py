@@ -34,7 +34,8 @@ class BiasEncoding(PositionalEncoding):
     """Base for biases that depend on positions only: subclasses implement
     :meth:`distance_bias` of the signed distance ``k_pos - q_pos``."""
 
-    meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("bias",), quadratic_memory=True)
+    meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("bias",), quadratic_memory=True,
+                                            translation_invariant=True)
     abstract: ClassVar[bool] = True  # a family base, not a scheme
 
     def distance_bias(self, dist: Tensor) -> Tensor:

@@ -19,7 +19,8 @@ COMPOSE_CLASS_META = SchemeMeta(
 
 
 def combine_meta(metas: list[SchemeMeta]) -> SchemeMeta:
-    """Union of hooks, ``extrapolates`` if all do, every other flag if any child has it."""
+    """Union of hooks, ``extrapolates`` if all do, ``translation_invariant`` if every biasing child is,
+    every other flag if any child has it."""
     acts = {where for m in metas for where in m.acts_on}
     return SchemeMeta(
         acts_on=tuple(w for w in _HOOK_ORDER if w in acts) + tuple(sorted(acts - set(_HOOK_ORDER))),
@@ -27,6 +28,8 @@ def combine_meta(metas: list[SchemeMeta]) -> SchemeMeta:
         quadratic_memory=any(m.quadratic_memory for m in metas),
         content_bias=any(m.content_bias for m in metas),
         value_term=any(m.value_term for m in metas),
+        translation_invariant=all(m.translation_invariant for m in metas if "bias" in m.acts_on)
+        and any("bias" in m.acts_on for m in metas),
     )
 
 

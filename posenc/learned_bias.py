@@ -8,6 +8,7 @@ L×L mask (``quadratic_memory``). Distances follow :func:`posenc.base.relative_d
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import ClassVar
 
 import torch
@@ -180,7 +181,7 @@ class FIRE(PositionalEncoding):
     """
 
     # Position-only like a BiasEncoding, but a function of (i, j), not of j − i alone.
-    meta: ClassVar[SchemeMeta] = BiasEncoding.meta
+    meta: ClassVar[SchemeMeta] = replace(BiasEncoding.meta, translation_invariant=False)
 
     def __init__(
         self,

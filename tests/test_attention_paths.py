@@ -22,8 +22,9 @@ from tests.test_contract import CONFIGS, D, H
 T = 40
 BIASED = [c for c in all_schemes() if "bias" in c.meta.acts_on and c.__name__ != "Compose"]
 OTHERS = [c for c in all_schemes() if c.__name__ in ("PositionalEncoding", "RoPE", "Sinusoidal")]
-DENSE = {"long_threshold": 10**9}
-BLOCKED = {"long_threshold": 8, "block_elements": 1}  # 16 query rows per block
+DENSE = {"long_threshold": 10**9, "toeplitz": False}
+BLOCKED = {"long_threshold": 8, "block_elements": 1, "toeplitz": False}  # 16 query rows per block
+TOEPLITZ = {}  # the default: translation-invariant biases as a view of a distance table (CPU)
 
 
 def scheme(cls) -> PositionalEncoding:
@@ -77,7 +78,7 @@ def inputs(padded: bool):
 def test_every_path_matches_dense_reference(cls, causal, padded):
     pe = scheme(cls).double()
     x, pos, kpm = inputs(padded)
-    for kw in (DENSE, BLOCKED):
+    for kw in (DENSE, BLOCKED, TOEPLITZ):
         m = model(pe, causal, **kw)
         attn = m.blocks[0].attn
         got = attn(x, pos, pe, kpm, causal)
@@ -87,19 +88,23 @@ def test_every_path_matches_dense_reference(cls, causal, padded):
 
 
 @pytest.mark.parametrize("cls", BIASED, ids=lambda c: c.__name__)
-def test_blocked_training_gradients_match_dense(cls):
-    """The checkpointed blocks give the dense path's gradients (inputs and scheme parameters)."""
+@pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
+def test_training_gradients_match_dense(cls, padded, causal):
+    """Checkpointed blocks and the Toeplitz view (its table gradient computed by blocks of query
+    rows) give the dense path's gradients, for the inputs and the scheme's parameters."""
     pe = scheme(cls).double()
-    x, pos, kpm = inputs(padded=True)
+    x, pos, kpm = inputs(padded=padded)
     grads = []
-    for kw in (DENSE, BLOCKED):
-        m = model(pe, causal=False, **kw).train()
+    for kw in (DENSE, BLOCKED, TOEPLITZ):
+        m = model(pe, causal=causal, **kw).train()
         pe.zero_grad()
         xi = x.clone().requires_grad_()
         (m(xi, pos, kpm) ** 2).sum().backward()
         grads.append([xi.grad] + [p.grad.clone() for p in pe.parameters()])
-    for a, b in zip(*grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    for other in grads[1:]:
+        for a, b in zip(grads[0], other, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.parametrize("cls", BIASED, ids=lambda c: c.__name__)
@@ -115,10 +120,15 @@ def test_blocked_path_never_builds_a_full_bias(cls):
         return out
 
     pe.bias = spy
-    m = Transformer(D, H, 2, pe, long_threshold=8, block_elements=1).eval()
+    m = Transformer(D, H, 2, pe, long_threshold=8, block_elements=1, toeplitz=False).eval()
     with torch.no_grad():
         m(torch.randn(1, 100, D), torch.arange(100))
     assert shapes and all(s[-2] <= 16 and s[-1] == 100 for s in shapes)
+    if pe.meta.translation_invariant:  # the default path: one row of 2T − 1 distances per forward
+        shapes.clear()
+        with torch.no_grad():
+            Transformer(D, H, 2, pe).eval()(torch.randn(1, 100, D), torch.arange(100))
+        assert shapes == [(1, H, 1, 199)]
 
 
 def test_position_only_bias_is_built_once_per_forward():
@@ -158,6 +168,11 @@ def test_path_comes_from_metadata_only():
     assert choose_path(content, 101, cuda, s) == "sdpa-blocked"
     assert choose_path(shaw, 100, cpu, s) == "explicit"
     assert choose_path(shaw, 101, cpu, s) == "explicit-blocked"
+    shift = SchemeMeta(acts_on=("bias",), translation_invariant=True)
+    assert choose_path(shift, 10**6, cpu, s) == "sdpa+toeplitz"
+    assert choose_path(shift, 10**6, cpu, AttentionSettings(100, toeplitz=False)) == "sdpa-blocked"
+    assert choose_path(shift, 100, cuda, s) == "flex"
+    assert choose_path(shift, 100, cuda, s, dropout=0.1) == "sdpa+bias"  # the view is CPU-only
 
     class Mine(PositionalEncoding):  # a user's scheme: only its metadata matters
         meta = position

@@ -69,8 +69,9 @@ def test_rope_gaussian_equals_both_applied_by_hand():
 
 def test_instance_meta_combines_children_and_class_meta_stays_valid():
     pe = Compose(D, H, schemes=[ROPE, GAUSS])
-    assert pe.meta == SchemeMeta(acts_on=("rotate", "bias"), extrapolates=True, quadratic_memory=True)
-    assert pe.meta.attention_path == "sdpa+bias"
+    assert pe.meta == SchemeMeta(acts_on=("rotate", "bias"), extrapolates=True, quadratic_memory=True,
+                                 translation_invariant=True)  # the Gaussian's bias is a function of j − i
+    assert pe.meta.attention_path == "sdpa+toeplitz"
     assert isinstance(type(pe).meta, SchemeMeta) and type(pe).meta == COMPOSE_CLASS_META
     assert Compose.meta.acts_on == ("input", "conv", "rotate", "bias") and not Compose.meta.extrapolates
     assert Compose(D, H, schemes=[ROPE]).meta == RoPE.meta
@@ -78,6 +79,11 @@ def test_instance_meta_combines_children_and_class_meta_stays_valid():
 
 
 def test_combine_meta_rules():
+    shift = SchemeMeta(acts_on=("bias",), translation_invariant=True)
+    rotate = SchemeMeta(acts_on=("rotate",))
+    assert combine_meta([shift, rotate]).translation_invariant  # only the biasing children count
+    assert not combine_meta([shift, SchemeMeta(acts_on=("bias",))]).translation_invariant
+    assert not combine_meta([rotate]).translation_invariant  # no bias at all
     a = SchemeMeta(acts_on=("bias",), quadratic_memory=True)
     b = SchemeMeta(acts_on=("input",), extrapolates=False, content_bias=True, value_term=True)
     assert combine_meta([a, b]) == SchemeMeta(
