@@ -109,16 +109,19 @@ def anti_diagonal_grad(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, out: Tenso
     """
     B, H, T, Dh = q.shape
     grad = q.new_zeros(mask.shape[1], 2 * T - 1)  # (H', 2T − 1)
+    qs = (q * Dh**-0.5).contiguous()  # (B, H, T, Dh), scaled once
     kt, vt = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, H, Dh, T)
+    shift = lse[..., None]  # (B, H, T, 1)
+    delta = (dout * out).sum(-1, keepdim=True)  # rowsum(dO ⊙ O) (B, H, T, 1)
     for s in range(0, T, rows):
         e = min(T, s + rows)
         R = e - s
-        p = torch.matmul(q[:, :, s:e] * Dh**-0.5, kt)  # (B, H, R, T)
+        p = torch.matmul(qs[:, :, s:e], kt)  # (B, H, R, T)
         p += mask[:, :, s:e]
-        p -= lse[:, :, s:e, None]
+        p -= shift[:, :, s:e]
         p.exp_()
         ds = torch.matmul(dout[:, :, s:e], vt)  # dP (B, H, R, T)
-        ds -= (dout[:, :, s:e] * out[:, :, s:e]).sum(-1, keepdim=True)
+        ds -= delta[:, :, s:e]
         ds *= p
         ds = ds.sum(0) if mask.shape[1] == H else ds.sum((0, 1))[None]  # (H', R, T)
         skew = ds.new_zeros(ds.shape[0], R, T + R)  # row r holds dS[:, r, :] from column r on

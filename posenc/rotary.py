@@ -62,15 +62,33 @@ def apply_rotation(x: Tensor, angles: Tensor, layout: Layout = "interleaved") ->
     ``interleaved`` pairs (x0, x1), (x2, x3), … as in the paper; ``half`` pairs (x_i, x_{i+Dh/2})
     as in GPT-NeoX / Llama. The product is computed in the angles' dtype and cast back.
     """
-    cos, sin = angles.cos(), angles.sin()
-    xf = x.to(angles.dtype)
+    return rotate_with_tables(x, *rotation_tables(angles, layout), layout)
+
+
+def rotation_tables(angles: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
+    """cos and signed sin of ``angles`` (…, Dh/2) spread over the Dh features of ``layout``.
+
+    With these, a pair (a, b) rotates as (a, b)·cos + (b, a)·(−sin, +sin): two multiplies and an
+    add per feature (:func:`rotate_with_tables`), and the tables can be reused by every layer.
+    """
+    cos, sin = angles.cos(), angles.sin()  # (…, Dh/2)
     if layout == "interleaved":
-        x1, x2 = xf[..., 0::2], xf[..., 1::2]  # (B, H, T, Dh/2) each
-        out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, Dh/2, 2)
-        return out.flatten(-2).to(x.dtype)  # (B, H, T, Dh)
+        return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)  # (…, Dh)
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)  # (…, Dh)
+
+
+def swap_pairs(x: Tensor, layout: Layout) -> Tensor:
+    """Exchange the two members of every rotation pair of ``x`` (…, Dh)."""
+    if layout == "interleaved":
+        return torch.stack((x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)  # (…, Dh/2, 2) → (…, Dh)
     half = x.shape[-1] // 2
-    x1, x2 = xf[..., :half], xf[..., half:]  # (B, H, T, Dh/2) each
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)  # (B, H, T, Dh)
+    return torch.cat((x[..., half:], x[..., :half]), dim=-1)  # (…, Dh)
+
+
+def rotate_with_tables(x: Tensor, cos: Tensor, sin: Tensor, layout: Layout) -> Tensor:
+    """``x``·cos + swap(``x``)·sin with :func:`rotation_tables`; computed in their dtype, cast back."""
+    xf = x.to(cos.dtype)
+    return torch.addcmul(xf * cos, swap_pairs(xf, layout), sin).to(x.dtype)  # (B, H, T, Dh)
 
 
 def pair_to_features(values: Tensor, layout: Layout) -> Tensor:
@@ -267,6 +285,21 @@ class RoPE(PositionalEncoding):
             freqs = self._apply_scaling(freqs, span)  # (B', Dh/2)
         return rope_angles(pos, freqs)
 
+    def _tables(self, pos: Tensor, span: Tensor | None) -> tuple[Tensor, Tensor]:
+        """:func:`rotation_tables` for ``pos``, kept for the next call with equal positions (every
+        layer of a forward, and queries and keys), unless they could be stale: dynamic NTK (its
+        scale depends on both position sets), or learnable frequencies with autograd on (the tables
+        would carry one forward's graph into the next). Parameter versions are part of the key."""
+        if span is not None or (self.learned_frequencies and torch.is_grad_enabled()):
+            return rotation_tables(self.angles(pos, span), self.layout)
+        versions = tuple(p._version for p in self.parameters())
+        key = (tuple(pos.shape), pos.dtype, str(pos.device), versions)
+        held = self.__dict__.get("_held_tables")
+        if held is None or held[0] != key or not torch.equal(held[1], pos):
+            held = (key, pos.clone(), rotation_tables(self.angles(pos), self.layout))
+            self.__dict__["_held_tables"] = held
+        return held[2]
+
     def attention_factor(self) -> float:
         """Factor applied to q and to k after rotation (YaRN temperature; 1 otherwise)."""
         return yarn_attention_factor(self.scale_factor) if self.scaling == "yarn" else 1.0
@@ -276,7 +309,7 @@ class RoPE(PositionalEncoding):
         if self.scaling == "dynamic_ntk":  # one scale for q and k, or q·k would not be relative
             lo, hi = position_bounds(q_pos, k_pos)
             span = hi - lo + 1.0  # (B',)
-        q = apply_rotation(q, self.angles(q_pos, span), self.layout)  # (B, H, T, Dh)
-        k = apply_rotation(k, self.angles(k_pos, span), self.layout)  # (B, H, T, Dh)
+        q = rotate_with_tables(q, *self._tables(q_pos, span), self.layout)  # (B, H, T, Dh)
+        k = rotate_with_tables(k, *self._tables(k_pos, span), self.layout)  # (B, H, T, Dh)
         m = self.attention_factor()
         return (q * m, k * m) if m != 1.0 else (q, k)

@@ -81,6 +81,27 @@ def test_rope_rotation_matches_reference(layout):
         torch.testing.assert_close(got[0, 1, m], torch.tensor(ref, dtype=torch.float64), rtol=0, atol=1e-10)
 
 
+def test_rope_tables_kept_between_calls_never_go_stale():
+    """Equal positions reuse the cos/sin tables; other positions, or changed learnable
+    frequencies, rebuild them (checked against a fresh scheme each time)."""
+    q, k = qk(len(POS))
+    pe = RoPE(D, H)
+    for pos in (torch.tensor(POS, dtype=torch.float64), torch.tensor(POS, dtype=torch.float64) + 3):
+        for _ in range(2):
+            torch.testing.assert_close(pe.rotate(q, k, pos, pos), RoPE(D, H).rotate(q, k, pos, pos))
+    learn = PeriodicRoPE(D, H, periods=[3.0, 10.5], learnable=True)
+    pos = torch.arange(6.0)
+    with torch.no_grad():
+        before = learn.rotate(q[:, :, :6], k[:, :, :6], pos, pos)[0]
+        for p in learn.parameters():
+            p.add_(0.5)  # an optimizer step: the kept tables must not be reused
+        after = learn.rotate(q[:, :, :6], k[:, :, :6], pos, pos)[0]
+    fresh = PeriodicRoPE(D, H, periods=[3.0, 10.5], learnable=True)
+    fresh.load_state_dict(learn.state_dict())
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, fresh.rotate(q[:, :, :6], k[:, :, :6], pos, pos)[0])
+
+
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @SETTINGS
 @given(st.integers(0, 10**5), st.integers(-100, 100), st.integers(0, 10**6))
