@@ -3,10 +3,11 @@ SDPA encoder, all in one run, as a markdown table (printed and written to ``benc
 
 For every scheme and workload (training tokens/s at 8×512 and 1×4096; inference tokens/s at 1×512,
 1×4096, 1×16384) each implementation is warmed up, then timed several times; the table shows the
-median, the spread ((max − min)/median), the peak memory (resident-set growth over the workload,
-sampled every millisecond), posenc's ratios to the others measured in the same run, and posenc's
-model FLOP utilisation against this machine's measured float32 matmul peak. Configurations whose
-dense L×L tensors would exceed ``--mem-cap-gb`` are not run and say how much they would need.
+median, the spread ((max − min)/median), the peak memory (resident-set growth over the first
+timed run: the kernel's high-water mark, reset before it, so no run carries instrumentation),
+posenc's ratios to the others measured in the same run, and posenc's model FLOP utilisation
+against this machine's measured float32 matmul peak. Configurations whose dense L×L tensors
+would exceed ``--mem-cap-gb`` are not run and say how much they would need.
 
 Usage: ``python -m pipelines.bench [--quick] [--out bench_results.md]``.
 """
@@ -14,6 +15,7 @@ Usage: ``python -m pipelines.bench [--quick] [--out bench_results.md]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import platform
@@ -49,12 +51,13 @@ class Plan:
     heads: int = 8
     layers: int = 4
     workloads: tuple[Workload, ...] = (  # longest first: an interrupted run keeps the memory figures
-        Workload("infer", 1, 16384, 2, warmup_length=2048), Workload("infer", 1, 4096, 2),
-        Workload("train", 1, 4096, 2), Workload("train", 8, 512, 2), Workload("infer", 1, 512, 3),
+        Workload("infer", 1, 16384, 2, warmup_length=2048), Workload("infer", 1, 4096, 3),
+        Workload("train", 1, 4096, 3), Workload("train", 8, 512, 5), Workload("infer", 1, 512, 7),
     )
-    schemes: tuple[str, ...] = ("NoPE", "RoPE", "ALiBi", "T5Bias", "GaussianPrior", "ShawRelative")
+    schemes: tuple[str, ...] = ("NoPE", "Sinusoidal", "RoPE", "ALiBi", "T5Bias", "DynamicBias",
+                                "GaussianPrior", "PeriodicRoPE", "ShawRelative")
     impls: tuple[str, ...] = IMPLS
-    repeats: int = 5
+    repeats: int = 7
     budget_s: float = 25.0  # per implementation: no further rounds once a group has used this
     mem_cap_gb: float = 6.0
     data_seconds: float = 3.0
@@ -81,14 +84,44 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-class PeakRSS:
-    """Peak resident-set growth while the block runs, sampled by a thread every millisecond."""
+def _hwm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
 
-    def __enter__(self) -> PeakRSS:
+
+def _reset_hwm() -> bool:
+    """Reset the kernel's resident-set high-water mark (Linux ``clear_refs`` 5); False if refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the OS (glibc), so the next run's growth is its own."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+class PeakGrowth:
+    """Peak resident-set growth (MB) over a ``with`` block: the kernel's high-water mark, reset on
+    entry (free: the run carries no instrumentation), or where that is refused a thread sampling
+    the resident set every millisecond. Freed heap memory is handed back first, so the growth
+    is the block's own."""
+
+    def __enter__(self) -> PeakGrowth:
+        _trim_heap()
         self.base = self.peak = _rss_bytes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
+        self._thread = None
+        if not _reset_hwm():
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
         return self
 
     def _sample(self) -> None:
@@ -96,23 +129,13 @@ class PeakRSS:
             self.peak = max(self.peak, _rss_bytes())
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss_bytes())
-
-    @property
-    def growth_mb(self) -> float:
-        return (self.peak - self.base) / 2**20
-
-
-def return_freed_memory() -> None:
-    """Make glibc hand large frees back to the OS at once, so RSS follows live tensors."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD: ≥ 1 MiB blocks are mmapped (and unmapped on free)
-        libc.mallopt(-1, 1 << 20)  # M_TRIM_THRESHOLD
-    except OSError:  # not glibc: RSS peaks stay upper bounds
-        pass
+        if self._thread is None:
+            self.peak = _hwm_bytes()
+        else:
+            self._stop.set()
+            self._thread.join()
+            self.peak = max(self.peak, _rss_bytes())
+        self.mb = max(0.0, (self.peak - self.base) / 2**20)
 
 
 def dense_estimate_gb(impl: str, scheme: str, w: Workload, heads: int, layers: int) -> float:
@@ -155,36 +178,28 @@ def measure_group(models: dict[str, torch.nn.Module], w: Workload, plan: Plan) -
     Each is warmed up once, then the rounds run every implementation once in turn, up to
     ``plan.repeats`` rounds (at least 1, more only within ``plan.budget_s`` per implementation), so
     a change in the machine's load hits all of them alike and the ratios stay fair. Peak memory is
-    the largest resident-set growth over any single run of that implementation.
+    the resident-set growth over the first timed run of each implementation.
     """
     runs = {impl: _step_fn(m, w, plan.d) for impl, m in models.items()}
-    warm = {impl: _step_fn(m, w, plan.d, w.warmup_length) for impl, m in models.items()}
     cells = {impl: Cell() for impl in models}
-    peaks = dict.fromkeys(models, 0.0)
-
-    def once(impl: str, timed: bool) -> None:
-        with PeakRSS() as mem:
-            t = time.perf_counter()
-            (runs if timed else warm)[impl]()
-            dt = time.perf_counter() - t
-        peaks[impl] = max(peaks[impl], mem.growth_mb)
-        if timed:
-            cells[impl].times.append(dt)
-
-    for impl in runs:
-        once(impl, timed=False)  # warm-up: allocator, kernel selection, caches
+    for m in models.values():  # warm-up: allocator, kernel selection, caches
+        _step_fn(m, w, plan.d, w.warmup_length)()
     start = time.perf_counter()
     budget = plan.budget_s * len(runs)
     for r in range(min(plan.repeats, w.repeats)):
         if r >= 1 and time.perf_counter() - start > budget:
             break
-        for impl in runs:
-            once(impl, timed=True)
-    for impl, cell in cells.items():
+        for impl, run in runs.items():
+            with PeakGrowth() if r == 0 else contextlib.nullcontext() as mem:  # memory: first round
+                t = time.perf_counter()
+                run()
+                cells[impl].times.append(time.perf_counter() - t)
+            if r == 0:
+                cells[impl].peak_mb = mem.mb
+    for cell in cells.values():
         med = statistics.median(cell.times)
         cell.tokens_s = w.batch * w.length / med
         cell.spread = (max(cell.times) - min(cell.times)) / med
-        cell.peak_mb = peaks[impl]
     return cells
 
 
@@ -298,7 +313,6 @@ def machine_header(argv: list[str]) -> list[str]:
 
 
 def run(plan: Plan, argv: list[str], out_path: str | None, log=print) -> str:
-    return_freed_memory()
     header = machine_header(argv)
     peak = matmul_peak(1.0 if plan.repeats <= 2 else 3.0)
     rate, err = data_throughput(plan.data_seconds)
