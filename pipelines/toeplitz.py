@@ -108,7 +108,7 @@ def anti_diagonal_grad(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, out: Tenso
     query rows at a time.
     """
     B, H, T, Dh = q.shape
-    grad = q.new_zeros(mask.shape[1], 2 * T - 1)  # (H', 2T − 1)
+    grad = q.new_zeros(mask.shape[1], 2 * T - 1, dtype=torch.promote_types(q.dtype, torch.float32))
     qs = (q * Dh**-0.5).contiguous()  # (B, H, T, Dh), scaled once
     kt, vt = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, H, Dh, T)
     shift = lse[..., None]  # (B, H, T, 1)
@@ -123,8 +123,9 @@ def anti_diagonal_grad(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, out: Tenso
         ds = torch.matmul(dout[:, :, s:e], vt)  # dP (B, H, R, T)
         ds -= delta[:, :, s:e]
         ds *= p
-        ds = ds.sum(0) if mask.shape[1] == H else ds.sum((0, 1))[None]  # (H', R, T)
+        acc = grad.dtype  # sums in at least float32 (bf16 autocast)
+        ds = ds.sum(0, dtype=acc) if mask.shape[1] == H else ds.sum((0, 1), dtype=acc)[None]  # (H', R, T)
         skew = ds.new_zeros(ds.shape[0], R, T + R)  # row r holds dS[:, r, :] from column r on
         skew.as_strided(ds.shape, (R * (T + R), T + R + 1, 1)).copy_(ds)
         grad[:, s:s + T + R - 1] += skew.sum(1)[:, : T + R - 1]  # anti-diagonal x = s + r + j'
-    return grad
+    return grad.to(mask.dtype)

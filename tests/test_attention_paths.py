@@ -195,6 +195,22 @@ def test_bf16_autocast_keeps_angles_float32_and_tracks_float32():
         assert (low.float() - ref).abs().mean() < 0.05  # bf16 rounding, not a wrong rotation or bias
 
 
+def test_toeplitz_table_gradient_under_bf16_autocast_tracks_float32():
+    """The learned table's gradient is summed in float32 even when attention runs in bf16."""
+    pe = scheme(next(c for c in BIASED if c.__name__ == "T5Bias"))
+    m = Transformer(D, H, 2, pe).train()
+    x, pos = torch.randn(2, 64, D), torch.arange(64)
+    grads = []
+    for low in (False, True):
+        pe.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+            m(x, pos).float().square().mean().backward()
+        grads.append(pe.table.grad.clone())
+    ref, got = grads
+    assert torch.isfinite(got).all()
+    assert (got - ref).norm() < 0.1 * ref.norm()  # bf16 rounding, not a lost or misplaced sum
+
+
 def test_length_bucket():
     assert [length_bucket(n) for n in (1, 16, 17, 100, 512, 513, 4096, 5000)] == [
         16, 16, 20, 112, 512, 640, 4096, 5120]
