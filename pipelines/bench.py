@@ -30,6 +30,7 @@ import torch
 from pipelines.bench_models import SCHEMES, XT_NO_FLASH, build, forward_flops, matmul_peak
 
 IMPLS = ("posenc", "xt", "xt-flash", "sdpa")
+NOPE_REF = "nope"  # the NoPE hand SDPA encoder, timed in every scheme's rounds
 
 
 @dataclass(frozen=True)
@@ -204,9 +205,13 @@ def measure_group(models: dict[str, torch.nn.Module], w: Workload, plan: Plan) -
 
 
 def run_group(scheme: str, w: Workload, plan: Plan) -> dict[str, Cell]:
-    """Build every implementation of ``scheme`` that fits and time them together."""
+    """Build every implementation of ``scheme`` that fits and time them together, with the NoPE
+    hand SDPA encoder in the same rounds (``nope``: the reference of the "position costs" ratio)."""
     out: dict[str, Cell] = {}
     models: dict[str, torch.nn.Module] = {}
+    if scheme != "NoPE" and "sdpa" in plan.impls:
+        torch.manual_seed(0)
+        models[NOPE_REF] = build("sdpa", "NoPE", plan.d, plan.heads, plan.layers)
     for impl in plan.impls:
         est = dense_estimate_gb(impl, scheme, w, plan.heads, plan.layers)
         if est > plan.mem_cap_gb:
@@ -231,7 +236,7 @@ def run_group(scheme: str, w: Workload, plan: Plan) -> dict[str, Cell]:
             except RuntimeError as exc1:
                 out[impl] = Cell(note=f"failed: {str(exc1).splitlines()[0][:60]}")
         del exc
-    return {impl: out[impl] for impl in plan.impls if impl in out}
+    return {impl: out[impl] for impl in (*plan.impls, NOPE_REF) if impl in out}
 
 
 # ----------------------------------------------------------------------------- data
@@ -280,9 +285,9 @@ def render(results: dict, plan: Plan, peak: float, header: list[str], data_line:
                 "", "| scheme | posenc | x-transformers | x-transformers flash | hand SDPA | "
                 "posenc / best xt | posenc / hand SDPA | posenc / NoPE hand SDPA | posenc MFU |",
                 "|---|---|---|---|---|---|---|---|---|"]
-        nope_ref = results.get(("sdpa", "NoPE", w))
         for s in plan.schemes:
-            row = {i: results[(i, s, w)] for i in plan.impls if (i, s, w) in results}
+            row = {i: results[(i, s, w)] for i in (*plan.impls, NOPE_REF) if (i, s, w) in results}
+            nope_ref = row.get(NOPE_REF, row.get("sdpa") if s == "NoPE" else None)
             p = row.get("posenc", Cell(note="–"))
             flops = forward_flops(plan.d, plan.layers, w.batch * w.length, w.length)
             flops *= 3 if w.mode == "train" else 1  # backward ≈ 2 forwards
@@ -291,7 +296,8 @@ def render(results: dict, plan: Plan, peak: float, header: list[str], data_line:
             out.append(f"| {s} | " + " | ".join(cells) + f" | {ratio(p, best_xt(row))} | "
                        f"{ratio(p, row.get('sdpa'))} | {ratio(p, nope_ref)} | {mfu} |")
         out.append("")
-    out.append("Cells: median tokens/s, spread (max − min)/median over the timed runs, peak RSS growth.")
+    out.append("Cells: median tokens/s, spread (max − min)/median over the timed runs, peak RSS growth. "
+               "NoPE hand SDPA: timed in the same rounds as the row's scheme.")
     out.append(f"x-transformers has no flash path for {', '.join(sorted(XT_NO_FLASH))}; "
                "'n/a': no such scheme in that implementation.")
     return "\n".join(out) + "\n"

@@ -2,10 +2,12 @@
 
 The attention calls the scheme's three hooks the same way for every scheme and picks its kernel
 from the scheme's metadata and the input length only (:func:`pipelines.attention.choose_path`):
-SDPA's fused path with no bias, SDPA with an additive mask for a short biased input, query blocks
-for a long one (memory linear in length), explicit weights for a value-side term, FlexAttention for
-position-only biases on CUDA. A position-only bias is computed once per forward and shared by every
-layer (the scheme instance is shared, so the bias is the same).
+SDPA's fused path with no bias, a strided view of one distance table for a translation-invariant
+bias on CPU (any length, no L×L tensor), SDPA with an additive mask for other short biased inputs,
+query blocks for long ones (memory linear in length), explicit weights for a value-side term,
+FlexAttention for position-only biases on CUDA. A position-only bias (or distance table) is
+computed once per forward and shared by every layer (the scheme instance is shared, so the bias is
+the same).
 """
 
 from __future__ import annotations

@@ -293,7 +293,7 @@ class RoPE(PositionalEncoding):
         if span is not None or (self.learned_frequencies and torch.is_grad_enabled()):
             return rotation_tables(self.angles(pos, span), self.layout)
         versions = tuple(p._version for p in self.parameters())
-        key = (tuple(pos.shape), pos.dtype, str(pos.device), versions)
+        key = (tuple(pos.shape), pos.dtype, str(pos.device), self.layout, versions)
         held = self.__dict__.get("_held_tables")
         if held is None or held[0] != key or not torch.equal(held[1], pos):
             held = (key, pos.clone(), rotation_tables(self.angles(pos), self.layout))

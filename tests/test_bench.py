@@ -49,6 +49,12 @@ def test_hand_encoder_matches_posenc_when_weights_agree(scheme):
     torch.testing.assert_close(hand(x), ours(x), rtol=1e-4, atol=1e-5)
 
 
+def test_scheme_rows_time_the_nope_reference_in_their_own_rounds():
+    cells = run_group("ALiBi", TINY.workloads[0], TINY)
+    assert cells["nope"].tokens_s and len(cells["nope"].times) == len(cells["posenc"].times)
+    assert "nope" not in run_group("NoPE", TINY.workloads[0], TINY)  # its own hand SDPA cell is it
+
+
 def test_skips_configurations_that_need_too_much_memory():
     w = Workload("infer", 1, 16384)
     assert dense_estimate_gb("posenc", "ALiBi", w, 8, 4) == 0

@@ -112,6 +112,11 @@ def test_metadata_matches_hooks(cls):
         torch.testing.assert_close((q, k), (q0, k0))
     if "bias" not in acts:
         assert bias is None
+    if pe.meta.translation_invariant:  # the attention reads such a bias from one row of distances
+        assert not pe.meta.content_bias
+        pos = torch.tensor([0, 3, 4, 9])  # irregular on purpose
+        for shift in (1, 250):
+            torch.testing.assert_close(pe.bias(q, pos + shift, pos + shift), pe.bias(q, pos, pos))
 
 
 def test_every_scheme_discovered_has_a_config():
