@@ -37,11 +37,11 @@ train: $(STAMP) ## Train CONFIG (default: DNA LM on E. coli), test at 1-8x lengt
 
 evaluate: $(STAMP) ## Score CKPT (checkpoint or MLflow run id) at 1-16x its training length [CONFIG=...]
 	@test -n "$(CKPT)" || { echo "error: set CKPT=<checkpoint path or MLflow run id>" >&2; exit 2; }
-	$(PY) -m pipelines.evaluate $(CKPT) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(ARGS)
+	$(PY) -m pipelines.eval.evaluate $(CKPT) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(ARGS)
 
 compare: $(STAMP) ## Train CONFIG once per scheme in SCHEMES="..." [SEEDS="0 1"], compare at every length
 	@test -n "$(SCHEMES)" || { echo "error: set SCHEMES=\"none rope alibi ...\" (names in configs/posenc/)" >&2; exit 2; }
-	$(PY) -m pipelines.compare --config $(CONFIG) --schemes $(SCHEMES) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
+	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
 
 test: $(STAMP) ## Run the fast test suite (what CI runs)
 	$(PY) -m pytest -q $(ARGS)
@@ -53,7 +53,7 @@ lint: $(STAMP) ## ruff check
 	$(BIN)/ruff check .
 
 ui: $(STAMP) ## Serve the MLflow UI on $(UI_HOST):$(UI_PORT) (loopback unless UI_HOST is set)
-	@$(PY) -m pipelines.ui_url --db $(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT)
+	@$(PY) -m pipelines.tracking.ui_url --db $(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server \
 	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT) --workers 1
 
@@ -64,7 +64,7 @@ clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INPUT, write OUTPUT
 	@test -n "$(CKPT)" -a -n "$(INPUT)" -a -n "$(OUTPUT)" || \
 	  { echo "usage: make predict CKPT=<ckpt|run id|models:/name/version> INPUT=<file> OUTPUT=<file> [ARGS=...]" >&2; exit 2; }
-	$(PY) -m pipelines.predict --ckpt "$(CKPT)" --input "$(INPUT)" --output "$(OUTPUT)" $(ARGS)
+	$(PY) -m pipelines.inference.predict --ckpt "$(CKPT)" --input "$(INPUT)" --output "$(OUTPUT)" $(ARGS)
 
 bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_results.md (ARGS=--quick)
 	@$(PY) -c "import x_transformers" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[bench]"

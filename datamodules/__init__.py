@@ -1,15 +1,15 @@
 """LightningDataModules for DNA and time series.
 
-Parsing lives in Lightning-free modules (``datamodules.fasta``, ``datamodules.windows``); the
+Parsing lives in Lightning-free modules (``datamodules.dna.fasta``, ``datamodules.dna.windows``); the
 datamodules are imported lazily here so that importing the parsers never pulls in Lightning.
 """
 
 from importlib import import_module
 
-_LAZY = {"DNADataModule": "datamodules.dna", "default_genome": "datamodules.dna",
-         "GenomeDataModule": "datamodules.dna", "MaskedDNADataModule": "datamodules.dna",
-         "SegmentationDataModule": "datamodules.segment", "ClassificationDataModule": "datamodules.classify",
-         "TimeSeriesDataModule": "datamodules.ts"}
+_LAZY = {"DNADataModule": "datamodules.dna.genome", "default_genome": "datamodules.dna.genome",
+         "GenomeDataModule": "datamodules.dna.genome", "MaskedDNADataModule": "datamodules.dna.genome",
+         "SegmentationDataModule": "datamodules.dna.segment", "ClassificationDataModule": "datamodules.dna.classify",
+         "TimeSeriesDataModule": "datamodules.timeseries.datamodule"}
 
 __all__ = sorted(_LAZY)
 

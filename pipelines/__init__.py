@@ -1,19 +1,27 @@
-"""posenc pipelines: the Transformer, task LightningModules, CLI entry points, MLflow wiring."""
+"""posenc pipelines: the Transformer, task LightningModules, evaluation, inference and MLflow wiring.
 
-from pipelines.callbacks import MarkovBaselines
-from pipelines.classify import SequenceClassifier
-from pipelines.forecast import Forecaster
+Sub-packages: ``model`` (Transformer, attention and its kernels), ``tasks`` (one module per task),
+``eval`` (length extrapolation, comparisons, statistics), ``inference`` (loading, predictors, the
+predict command), ``tracking`` (MLflow, registry, resume), ``bench``. The names below are public API:
+configs, checkpoints and registered MLflow models name them by these paths.
+"""
+
+from pipelines.eval.evaluate import ExtrapolationEval
 from pipelines.inference import load_model
-from pipelines.lm import DNALanguageModel
-from pipelines.mlm import MaskedDNAModel
 from pipelines.model import Attention, Transformer, build_mask
-from pipelines.segment import FrameSegmenter
-from pipelines.task import TaskModule
-from pipelines.ts_baselines import ForecastBaselines
+from pipelines.tasks.base import TaskModule
+from pipelines.tasks.classify import KmerBaseline, SequenceClassifier
+from pipelines.tasks.forecast import Forecaster
+from pipelines.tasks.forecast_baselines import ForecastBaselines
+from pipelines.tasks.lm import DNALanguageModel
+from pipelines.tasks.markov import MarkovBaselines
+from pipelines.tasks.mlm import MaskedDNAModel
+from pipelines.tasks.segment import FrameSegmenter
 
 __all__ = [
     "Attention", "Transformer", "build_mask", "TaskModule",           # the model
     "DNALanguageModel", "MaskedDNAModel", "FrameSegmenter", "SequenceClassifier", "Forecaster",  # tasks
-    "MarkovBaselines", "ForecastBaselines",                            # baselines beside every run
+    "MarkovBaselines", "ForecastBaselines", "KmerBaseline",           # baselines beside every run
+    "ExtrapolationEval",                                               # evaluation after fit
     "load_model",                                                      # inference
 ]

@@ -14,18 +14,18 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from pipelines.failure import (
+from pipelines.tracking.failure import (
     FailedRunGuard,
     StopOnNonFiniteLoss,
     environment_error,
     exception_chain,
     note_store,
 )
-from pipelines.registry_mlflow import RegisterModel
-from pipelines.resume import ResumeCheckpoint
-from pipelines.resume import prepare as prepare_resume
-from pipelines.system_metrics import GpuSystemMetrics
-from pipelines.tracking import (
+from pipelines.tracking.registry import RegisterModel
+from pipelines.tracking.resume import ResumeCheckpoint
+from pipelines.tracking.resume import prepare as prepare_resume
+from pipelines.tracking.system_metrics import GpuSystemMetrics
+from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_defaults,
     mlflow_loggers,
@@ -50,7 +50,7 @@ class PosencCLI(LightningCLI):
                             help="Evaluate the best checkpoint on the test split after fit.")
         # Inference: the data description in every checkpoint, the model registered in MLflow after fit.
         parser.add_lightning_class_args(RegisterModel, "register")
-        # Reliability (pipelines.resume): rerunning an interrupted fit continues it in the same MLflow run.
+        # Reliability (pipelines.tracking.resume): rerunning an interrupted fit continues it in the same MLflow run.
         parser.add_argument("--resume", type=bool, default=True,
                             help="fit: resume an unfinished run of the same config from its last.ckpt.")
         parser.add_argument("--checkpoint_every_n_steps", type=int, default=50,

@@ -13,8 +13,8 @@ import pickle
 import pytest
 import torch
 
-from pipelines.attention import AttentionSettings, choose_path
-from pipelines.model import Transformer, length_bucket
+from pipelines.model.attention import AttentionSettings, choose_path
+from pipelines.model.transformer import Transformer, length_bucket
 from posenc import PositionalEncoding, SchemeMeta, all_schemes, build_encoding
 from posenc.base import public_class_path
 from tests.test_contract import CONFIGS, D, H
@@ -42,7 +42,7 @@ def model(pe, causal=False, **kw) -> Transformer:
 
 
 def reference_attention(attn, x, pos, pe, kpm, causal):
-    """Plain softmax attention from the hooks, independent of pipelines.attention."""
+    """Plain softmax attention from the hooks, independent of pipelines.model.attention."""
     B, L, C = x.shape
     q, k, v = attn.qkv(x).view(B, L, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, L, Dh)
     q, k = pe.rotate(q, k, pos, pos)
@@ -287,7 +287,7 @@ def test_flex_score_mod_matches_dense_reference_eager_cpu(cls, monkeypatch):
     """The FlexAttention score_mod/mask_mod, run by eager flex_attention on CPU (inference only)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    import pipelines.attention as attention
+    import pipelines.model.attention as attention
 
     monkeypatch.setitem(attention._FLEX, "fn", flex_attention)  # eager: no compiler needed
     pe = scheme(cls)

@@ -33,20 +33,20 @@ def fa(tmp: Path, text: str | bytes, name: str = "bad.fa") -> Path:
 
 # ------------------------------------------------------------------------------------- FASTA
 def read(tmp: Path, text: str | bytes, name: str = "bad.fa"):
-    from datamodules.genome_cache import load_genome
+    from datamodules.dna.genome_cache import load_genome
 
     return load_genome(fa(tmp, text, name), cache_dir=tmp / "cache")
 
 
 def dna_module(tmp: Path, text: str, **kw):
-    from datamodules.dna import DNADataModule
+    from datamodules.dna.genome import DNADataModule
 
     return DNADataModule(fasta=str(fa(tmp, text)), seq_len=32, eval_lengths=[32, 64], eval_tokens=128,
                          cache_dir=str(tmp / "cache"), **kw)
 
 
 def read_missing(path: Path):
-    from datamodules.genome_cache import load_genome
+    from datamodules.dna.genome_cache import load_genome
 
     return load_genome(path, cache_dir=path.parent / "cache")
 
@@ -76,8 +76,8 @@ FASTA: dict[str, tuple[Case, list[str]]] = {
 
 # ------------------------------------------------------------------------------------- annotation
 def annotate(tmp: Path, text: str, name: str = "a.gff"):
-    from datamodules.annotation import read_annotation
-    from datamodules.fasta import read_fasta
+    from datamodules.dna.annotation import read_annotation
+    from datamodules.dna.fasta import read_fasta
 
     genome = read_fasta(fa(tmp, f">chr1\n{ACGT}\n", "g.fa"))
     path = tmp / name
@@ -86,8 +86,8 @@ def annotate(tmp: Path, text: str, name: str = "a.gff"):
 
 
 def annotate_missing(path: Path):
-    from datamodules.annotation import read_annotation
-    from datamodules.fasta import read_fasta
+    from datamodules.dna.annotation import read_annotation
+    from datamodules.dna.fasta import read_fasta
 
     return read_annotation(path, read_fasta(fa(path.parent, f">chr1\n{ACGT}\n", "g.fa")))
 
@@ -114,7 +114,7 @@ GOOD_ROWS = "\n".join(f"2024-01-01 {h:02d}:00,{h}.5,{20 + h}" for h in range(24)
 
 
 def series(tmp: Path, text: str | bytes, targets=("y",), covs=(), name: str = "s.csv", **kw):
-    from datamodules.timeseries import parse_series, read_table
+    from datamodules.timeseries.parse import parse_series, read_table
 
     path = tmp / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -123,13 +123,13 @@ def series(tmp: Path, text: str | bytes, targets=("y",), covs=(), name: str = "s
 
 
 def read_table_missing(path: Path):
-    from datamodules.timeseries import read_table
+    from datamodules.timeseries.parse import read_table
 
     return read_table(path)
 
 
 def too_short(tmp: Path):
-    from datamodules.timeseries import check_length
+    from datamodules.timeseries.parse import check_length
 
     s = series(tmp, "t,y,x\n" + GOOD_ROWS)
     return check_length(len(s), lookback=24, horizon=6, source="s.csv")
@@ -159,7 +159,7 @@ CSV: dict[str, tuple[Case, list[str]]] = {
 def tiny_checkpoint(tmp: Path, task: str = "dna_lm", **override) -> Path:
     import torch
 
-    from pipelines.lm import DNALanguageModel
+    from pipelines.tasks.lm import DNALanguageModel
 
     model = DNALanguageModel(d_model=16, n_heads=2, n_layers=1, pe=None)
     hp = dict(model.hparams)
@@ -170,7 +170,7 @@ def tiny_checkpoint(tmp: Path, task: str = "dna_lm", **override) -> Path:
 
 
 def load(tmp: Path, path: Path, task: str | None = None):
-    from pipelines.inference import load_model
+    from pipelines.inference.loading import load_model
 
     return load_model(path, "cpu", task=task, tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
 
@@ -306,7 +306,7 @@ def test_corpus_is_large_enough():
 
 def test_fasta_helper_is_valid(tmp_path):
     """The corpus' good inputs parse (so each bad case fails for its own reason)."""
-    from datamodules.fasta import read_fasta
+    from datamodules.dna.fasta import read_fasta
 
     assert read_fasta(write_fasta(tmp_path / "ok.fa", 100)).ids == ["chr1"]
     assert len(series(tmp_path, "t,y,x\n" + GOOD_ROWS, covs=("x",))) == 24

@@ -1,4 +1,4 @@
-"""``python -m pipelines.compare``: one parent MLflow run, one nested child per scheme, table + figure."""
+"""``python -m pipelines.eval.compare``: one parent MLflow run, one nested child per scheme, table + figure."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def tiny_overlay(tmp: Path) -> Path:
 
 
 def test_compare_two_schemes_makes_one_parent_and_two_children(tmp_path):
-    from pipelines.compare import main
+    from pipelines.eval.compare import main
 
     overlay = tiny_overlay(tmp_path)
     with InDir(tmp_path):
@@ -88,7 +88,7 @@ def test_compare_two_schemes_makes_one_parent_and_two_children(tmp_path):
 
 
 def test_unknown_scheme_fails_before_any_run(tmp_path, capsys):
-    from pipelines.compare import main
+    from pipelines.eval.compare import main
 
     with InDir(tmp_path), pytest.raises(SystemExit) as exc:
         main(["--config", str(ROOT / "configs/compare_dna_lm.yaml"), "--schemes", "rope", "ropee"])

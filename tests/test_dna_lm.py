@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.baselines import MarkovModel
+from pipelines.tasks.markov import MarkovModel
 from tests.helpers import in_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pipelines.extrapolation import (
+from pipelines.eval.extrapolation import (
     TRAINED,
     Extrapolation,
     LengthResult,
@@ -33,7 +33,7 @@ TINY = [
     "--trainer.max_epochs=1",
     "--trainer.limit_val_batches=2",
     "--trainer.enable_progress_bar=false",
-    "--trainer.callbacks+=pipelines.evaluate.ExtrapolationEval",
+    "--trainer.callbacks+=pipelines.eval.evaluate.ExtrapolationEval",
     "--test_after_fit=false",
 ]
 LENGTHS = [32, 64, 128, 256, 512]  # 1×…16× of seq_len 32
@@ -74,7 +74,7 @@ def test_lengths_must_increase(bad):
 
 
 def test_callback_rejects_decreasing_factors():
-    from pipelines.evaluate import ExtrapolationEval
+    from pipelines.eval.evaluate import ExtrapolationEval
 
     with pytest.raises(PosencError, match="factors"):
         ExtrapolationEval(factors=[1, 4, 2])
@@ -208,7 +208,7 @@ def test_learned_pe_past_max_len_is_undefined_not_a_crash(tmp_path):
 
 
 def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
-    from pipelines.evaluate import main
+    from pipelines.eval.evaluate import main
 
     tmp, cli = rope_run
     ckpt = cli.trainer.checkpoint_callback.best_model_path
@@ -240,8 +240,8 @@ def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
 def test_forecaster_sweep_over_lookbacks(tmp_path):
     import lightning as L
 
-    from datamodules.ts import TimeSeriesDataModule
-    from pipelines.forecast import Forecaster
+    from datamodules.timeseries.datamodule import TimeSeriesDataModule
+    from pipelines.tasks.forecast import Forecaster
 
     t = pd.date_range("2024-01-01", periods=1500, freq="h")
     y = np.sin(np.arange(1500) * 2 * np.pi / 24) + 0.1 * np.random.default_rng(0).normal(size=1500)
@@ -291,8 +291,8 @@ def test_forecaster_sweep_over_lookbacks(tmp_path):
 def test_masked_lm_sweep_matches_its_own_test_pass(tmp_path):
     import lightning as L
 
-    from datamodules.dna import MaskedDNADataModule
-    from pipelines.mlm import MaskedDNAModel
+    from datamodules.dna.genome import MaskedDNADataModule
+    from pipelines.tasks.mlm import MaskedDNAModel
 
     dm = MaskedDNADataModule(
         fasta=str(write_fasta(tmp_path / "g.fa")),

@@ -192,7 +192,7 @@ def test_failed_run_guard_marks_running_run_failed(tmp_path):
     """Independently of Lightning's logger.finalize: a RUNNING run becomes FAILED on an exception."""
     from lightning.pytorch.loggers import MLFlowLogger
 
-    from pipelines.failure import mark_runs_failed
+    from pipelines.tracking.failure import mark_runs_failed
 
     logger = MLFlowLogger(experiment_name="t", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     trainer = L.Trainer(logger=logger, accelerator="cpu", enable_progress_bar=False)
@@ -242,7 +242,7 @@ def test_logged_config_has_no_home_path_or_secret(tmp_path, monkeypatch):
 
 
 def test_scrub_config_hides_url_credentials():
-    from pipelines.tracking import scrub_config
+    from pipelines.tracking.store import scrub_config
 
     assert scrub_config("tracking_uri: https://alice:pw123@mlflow.example/x") == \
         "tracking_uri: https://***@mlflow.example/x"

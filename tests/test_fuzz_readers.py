@@ -25,7 +25,7 @@ CSV_ALPHABET = st.sampled_from(["t", "y", "x", ",", "\n", "\r\n", '"', " ", "0",
 
 
 def fasta_outcome(data: bytes, name: str = "f.fa") -> None:
-    from datamodules.fasta import read_fasta
+    from datamodules.dna.fasta import read_fasta
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name
@@ -40,7 +40,7 @@ def fasta_outcome(data: bytes, name: str = "f.fa") -> None:
 
 
 def csv_outcome(data: bytes) -> None:
-    from datamodules.timeseries import parse_series, read_table
+    from datamodules.timeseries.parse import parse_series, read_table
 
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pandas may warn about inferred date formats

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines import DNALanguageModel, Forecaster, FrameSegmenter, MaskedDNAModel, SequenceClassifier
-from pipelines.inference import keep_ranges, load_model, window_starts
-from pipelines.registry_mlflow import RegisterModel, describe_data
+from pipelines.inference.loading import keep_ranges, load_model, window_starts
+from pipelines.tracking.registry import RegisterModel, describe_data
 from posenc import PosencError
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}
@@ -173,9 +173,9 @@ def test_unknown_scheme_and_unsafe_objects_are_named(tmp_path):
 
 # ----------------------------------------------------------------------------------------- intervals
 def test_predicted_intervals_parse_back_with_the_annotation_reader(tmp_path):
-    from datamodules.annotation import CDS, frame_labels, read_annotation
-    from datamodules.fasta import EncodeReport, Genome
-    from pipelines.predict import write_intervals
+    from datamodules.dna.annotation import CDS, frame_labels, read_annotation
+    from datamodules.dna.fasta import EncodeReport, Genome
+    from pipelines.inference.predict import write_intervals
 
     rng = np.random.default_rng(7)
     n, cds, pos = 3000, [], 0

@@ -1,6 +1,6 @@
 """Train → register → reload → predict, per task, through the real CLI and a tmp sqlite MLflow store
 (cwd = tmp_path): reloads by checkpoint path, run id and model URI predict exactly like the in-memory
-model; ``python -m pipelines.predict`` writes tables / GFF / BED atomically."""
+model; ``python -m pipelines.inference.predict`` writes tables / GFF / BED atomically."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.inference import load_model, resolve_checkpoint
+from pipelines.inference.loading import load_model, resolve_checkpoint
 from tests.helpers import in_dir
 
 from .dna.conftest import random_bases, write_fasta, write_gff
@@ -36,13 +36,13 @@ def fit(tmp: Path, config: str, *extra: str):
 
 def registered(cli):
     """The RegisterModel callback of a finished fit (its model URI)."""
-    from pipelines.registry_mlflow import RegisterModel
+    from pipelines.tracking.registry import RegisterModel
 
     return next(c for c in cli.trainer.callbacks if isinstance(c, RegisterModel))
 
 
 def predict_cli(tmp: Path, *args: str) -> int:
-    from pipelines.predict import main
+    from pipelines.inference.predict import main
 
     with in_dir(tmp):
         return main([*args, "--no_progress"])
@@ -141,9 +141,9 @@ def test_predict_command_errors_are_one_line_and_leave_no_file(lm_run, capsys):
 # ----------------------------------------------------------------------------------------- other tasks
 @pytest.mark.slow
 def test_segmentation_predicts_labels_and_intervals_that_parse_back(tmp_path):
-    from datamodules.annotation import frame_labels, read_annotation
-    from datamodules.fasta import read_fasta
-    from pipelines.predictors import label_intervals
+    from datamodules.dna.annotation import frame_labels, read_annotation
+    from datamodules.dna.fasta import read_fasta
+    from pipelines.inference.dna import label_intervals
 
     fasta = write_fasta(tmp_path / "train.fa", {"chr1": random_bases(6000)})
     gff = write_gff(tmp_path / "train.gff", [("chr1", 101, 400, "+", 0), ("chr1", 1001, 1600, "-", 0),

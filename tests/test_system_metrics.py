@@ -7,7 +7,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
 
-from pipelines.system_metrics import GpuSystemMetrics
+from pipelines.tracking.system_metrics import GpuSystemMetrics
 
 
 class _Tiny(L.LightningModule):

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from datamodules.timeseries import (
+from datamodules.timeseries.parse import (
     ForecastWindows,
     apply_scaler,
     calendar_features,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datamodules.annotation import CDS, frame_labels, rc_labels, read_annotation
-from datamodules.fasta import decode_bases, read_fasta
-from datamodules.genome_cache import resolve_path
-from datamodules.tokenize import reverse_complement
+from datamodules.dna.annotation import CDS, frame_labels, rc_labels, read_annotation
+from datamodules.dna.fasta import decode_bases, read_fasta
+from datamodules.dna.genome_cache import resolve_path
+from datamodules.dna.tokenize import reverse_complement
 from posenc import PosencError
 
 from .conftest import random_bases, write_fasta, write_gff

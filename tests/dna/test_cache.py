@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from datamodules.fasta import read_fasta
-from datamodules.genome_cache import cached_array, load_genome, resolve_path
+from datamodules.dna.fasta import read_fasta
+from datamodules.dna.genome_cache import cached_array, load_genome, resolve_path
 from posenc import PosencError
 
 from .conftest import random_bases, write_fasta

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.annotation import rc_labels
-from datamodules.fasta import read_fasta
-from datamodules.samples import demo_gene_starts
-from datamodules.tokenize import IGNORE_INDEX, KmerTokenizer, reverse_complement
-from datamodules.windows import WindowItem
+from datamodules.dna.annotation import rc_labels
+from datamodules.dna.fasta import read_fasta
+from datamodules.dna.samples import demo_gene_starts
+from datamodules.dna.tokenize import IGNORE_INDEX, KmerTokenizer, reverse_complement
+from datamodules.dna.windows import WindowItem
 from posenc import PosencError
 
 from .conftest import random_bases, write_fasta, write_gff
@@ -205,7 +205,7 @@ def test_demo_windows_are_centred_on_planted_starts_and_read_on_the_gene_strand(
 
 
 def test_kmer_baseline_separates_classes_that_differ_in_composition(tmp_path):
-    from pipelines.classify import KmerBaseline
+    from pipelines.tasks.classify import KmerBaseline
 
     rng = np.random.default_rng(0)
     recs = {f"s{i}": "".join(rng.choice(list("ACGT" if i % 2 else "AAAT"), size=100)) for i in range(60)}

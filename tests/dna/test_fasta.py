@@ -7,7 +7,7 @@ import gzip
 import numpy as np
 import pytest
 
-from datamodules.fasta import decode_bases, encode_bases, read_fasta
+from datamodules.dna.fasta import decode_bases, encode_bases, read_fasta
 from posenc import PosencError
 
 from .conftest import random_bases, write_fasta, write_genbank

@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamodules.fasta import N_CODE, Genome, read_fasta, split_records, split_regions
-from datamodules.windows import RandomWindows, TiledWindows
+from datamodules.dna.fasta import N_CODE, Genome, read_fasta, split_records, split_regions
+from datamodules.dna.windows import RandomWindows, TiledWindows
 from posenc import PosencError
 
 from .conftest import random_bases, write_fasta
 
 
 def toy_genome(lengths: list[int]) -> Genome:
-    from datamodules.fasta import EncodeReport
+    from datamodules.dna.fasta import EncodeReport
 
     lengths_arr = np.asarray(lengths, dtype=np.int64)
     ends = np.cumsum(lengths_arr)

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model import Transformer
+from pipelines.model.transformer import Transformer
 from posenc import (
     Binary,
     ComplexExponential,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.model import Transformer
+from pipelines.model.transformer import Transformer
 from posenc import ALiBi, Learned, PeriodicRoPE, PositionalEncoding, RoPE, Sinusoidal, build_encoding
 from posenc import diagnostic_plots as plots
 from posenc import diagnostics as dg

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model import Transformer
+from pipelines.model.transformer import Transformer
 from posenc import PeriodicRoPE, PosencError, RoPE, XPos
 
 D, H = 16, 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datamodules.ts import TimeSeriesDataModule
+from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from posenc import PosencError
 from tests.ts.conftest import dm_kwargs, seasonal_frame, write_csv
 

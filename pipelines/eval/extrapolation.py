@@ -1,0 +1,294 @@
+"""Length extrapolation: train short, test long — evaluate one trained model at many lengths.
+
+A trained model is scored on the held-out split at lengths ``factor × training length`` (DNA:
+context tokens; time series: lookback steps), every length over the same test data. Per length it
+records the task metric and a per-position curve (DNA LM: bits of the next base at each position of
+the window; forecaster: squared error at each forecast step). Lengths a scheme does not define
+(:class:`~posenc.PositionOutOfRange`, e.g. learned PE past ``max_len``) are recorded as undefined.
+
+For RoPE-family schemes (any :class:`~posenc.RoPE` subclass) the same weights are also scored with
+the catalogue's inference-time scalings, one curve each: position interpolation (``pi``, Chen et
+al., 2023), NTK-aware (``ntk``, bloc97, 2023), dynamic NTK (``dynamic_ntk``) and YaRN (``yarn``,
+Peng et al., 2023), each with scale s = (positions at length L) / (positions at training length).
+
+The summary ("extrapolation ratio") is the largest tested length L such that the metric at every
+tested length up to L stays within ``tolerance`` (5%) of the metric at the training length —
+relative, in the metric's bad direction only (lower-is-better: m(L) ≤ m₀·(1 + tol); higher-is-better:
+m(L) ≥ m₀·(1 − tol)); an undefined length ends the run. It is reported as L and as L / train length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from pipelines.eval.adapters import (  # noqa: F401 - re-exported
+    LN2,
+    ForecastAdapter,
+    LMAdapter,
+    MLMAdapter,
+    TaskAdapter,
+    adapter_for,
+)
+from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, build_encoding
+
+TRAINED = "trained"  # the scheme exactly as trained
+#: inference-time RoPE variants → the ``scaling`` option of :class:`posenc.RoPE` they use
+ROPE_VARIANTS: dict[str, str] = {"pi": "linear", "ntk": "ntk", "dynamic_ntk": "dynamic_ntk", "yarn": "yarn"}
+DEFAULT_FACTORS = (1, 2, 4, 8, 16)
+
+
+# ----------------------------------------------------------------------------- pure arithmetic
+def check_lengths(lengths: Sequence[int], what: str = "lengths") -> list[int]:
+    """``lengths`` as a list of ints, or :class:`PosencError` unless positive and strictly increasing."""
+    out = [int(n) for n in lengths]
+    if not out or out[0] < 1 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
+        raise PosencError(
+            f"extrapolation {what} must be a non-empty, strictly increasing list of "
+            f"positive numbers, got {list(lengths)}"
+        )
+    return out
+
+
+def within(value: float, reference: float, higher_is_better: bool, tolerance: float) -> bool:
+    """Whether ``value`` is no more than ``tolerance`` (relative) worse than ``reference``."""
+    slack = tolerance * abs(reference)
+    return value >= reference - slack if higher_is_better else value <= reference + slack
+
+
+def extrapolation_ratio(
+    metrics: dict[int, float | None],
+    train_length: int,
+    higher_is_better: bool = False,
+    tolerance: float = 0.05,
+) -> tuple[int | None, float | None]:
+    """(largest length, that length / ``train_length``) whose metric — and every shorter tested
+    length's — stays within ``tolerance`` of the metric at ``train_length``.
+
+    ``metrics`` maps tested lengths to values (``None``/NaN: undefined there). Returns
+    ``(None, None)`` when the training length itself was not scored.
+    """
+    ref = metrics.get(train_length)
+    if ref is None or not math.isfinite(ref):
+        return None, None
+    best = train_length
+    for length in sorted(n for n in metrics if n > train_length):
+        value = metrics[length]
+        if value is None or not math.isfinite(value) or not within(value, ref, higher_is_better, tolerance):
+            break
+        best = length
+    return best, best / train_length
+
+
+# ----------------------------------------------------------------------------- results
+@dataclass
+class LengthResult:
+    """One (variant, length) cell: the metric, its per-position curve, and whether it was defined."""
+
+    variant: str
+    length: int
+    metric: float | None = None
+    curve: np.ndarray | None = None  # per-position loss (position_label), NaN where nothing scored
+    status: str = "ok"  # "ok", "undefined" (scheme has no such positions) or "oom"
+
+
+@dataclass
+class Extrapolation:
+    """All results of one sweep, with what is needed to summarise and draw them."""
+
+    task: str
+    metric: str
+    higher_is_better: bool
+    train_length: int
+    length_unit: str
+    position_label: str
+    scheme: str
+    cells: list[LengthResult] = field(default_factory=list)
+    tolerance: float = 0.05
+
+    @property
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(c.variant for c in self.cells))
+
+    @property
+    def lengths(self) -> list[int]:
+        return sorted({c.length for c in self.cells})
+
+    def by_length(self, variant: str = TRAINED) -> dict[int, float | None]:
+        return {c.length: c.metric for c in self.cells if c.variant == variant}
+
+    def undefined(self, variant: str = TRAINED) -> list[int]:
+        return [c.length for c in self.cells if c.variant == variant and c.status != "ok"]
+
+    def summary(self, variant: str = TRAINED) -> dict[str, float]:
+        """``ratio``, ``max_length`` (extrapolation ratio as a factor and as a length), the metric at
+        the training length and at the longest tested length (omitted where undefined)."""
+        values = self.by_length(variant)
+        max_len, ratio = extrapolation_ratio(values, self.train_length, self.higher_is_better, self.tolerance)
+        out: dict[str, float] = {}
+        if ratio is not None:
+            out.update(ratio=ratio, max_length=float(max_len))
+        for key, length in (("at_train", self.train_length), ("at_longest", max(values, default=0))):
+            if values.get(length) is not None:
+                out[f"{self.metric}_{key}"] = float(values[length])
+        return out
+
+
+# ----------------------------------------------------------------------------- the sweep
+def rope_variant_specs(pe: PositionalEncoding, scale: float, train_positions: int) -> dict[str, dict]:
+    """``{variant: encoding spec}`` of the inference-time scalings of a RoPE-family scheme (else {})."""
+    if not isinstance(pe, RoPE):
+        return {}
+    spec = pe.spec()
+    out = {}
+    for name, scaling in ROPE_VARIANTS.items():
+        factor = 1.0 if scaling == "dynamic_ntk" else max(1.0, scale)  # dynamic NTK scales itself
+        args = {**spec["init_args"], "scaling": scaling, "scale_factor": factor, "train_len": train_positions}
+        out[name] = {"class_path": spec["class_path"], "init_args": args}
+    return out
+
+
+@contextmanager
+def swapped_encoding(module: Any, spec: dict | None) -> Iterator[None]:
+    """Temporarily give ``module``'s backbone the encoding ``spec`` (same weights); ``None``: as is."""
+    if spec is None:
+        yield
+        return
+    old = module.backbone.pe
+    new = build_encoding(spec, old.d_model, old.n_heads).to(module.device)
+    new.load_state_dict(old.state_dict())
+    module.backbone.pe = new
+    try:
+        yield
+    finally:
+        module.backbone.pe = old
+
+
+def init_args(hparams: Any) -> dict[str, Any]:
+    """Saved datamodule hyperparameters as constructor arguments (without LightningCLI's ``_class_path``)."""
+    return {k: v for k, v in dict(hparams or {}).items() if not k.startswith("_")}
+
+
+def with_lengths(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> Any:
+    """``dm``, or a copy rebuilt from its hyperparameters with ``lengths`` as its test lengths when
+    they differ (the datamodules make every test length cover the same test data)."""
+    if list(getattr(dm, adapter.length_key)) == lengths:
+        return dm
+    return type(dm)(**{**init_args(dm.hparams), adapter.length_key: lengths})
+
+
+def length_loaders(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> list[tuple[int, Any]]:
+    """(length, test loader) pairs over the same test data."""
+    dm = with_lengths(dm, adapter, lengths)
+    return [
+        (n, loader)
+        for n, loader in zip(getattr(dm, adapter.length_key), dm.test_dataloader(), strict=True)
+        if n in lengths
+    ]
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def score_loader(
+    module: Any, adapter: TaskAdapter, variant: str, length: int, loader: Any, max_batches: int | None = None
+) -> LengthResult:
+    """Score one loader; an undefined position or running out of memory is recorded, not raised."""
+    total = count = 0.0
+    curve_sum = curve_n = None
+    try:
+        for i, batch in enumerate(loader):
+            if max_batches is not None and i >= max_batches:
+                break
+            s, c, ps, pc = adapter.score(module, to_device(batch, module.device))
+            total, count = total + s, count + c
+            curve_sum = ps if curve_sum is None else curve_sum + ps
+            curve_n = pc if curve_n is None else curve_n + pc
+    except PositionOutOfRange:
+        return LengthResult(variant, length, status="undefined")
+    except torch.OutOfMemoryError:
+        return LengthResult(variant, length, status="oom")
+    if count == 0:
+        return LengthResult(variant, length, status="empty")
+    return LengthResult(
+        variant, length, adapter.finish(total, count), adapter.finish_curve(curve_sum, curve_n)
+    )
+
+
+def resolve_lengths(
+    train_length: int, factors: Sequence[float] | None, lengths: Sequence[int] | None
+) -> list[int]:
+    """Absolute test lengths from ``lengths`` or from ``factors`` × ``train_length`` (one of the two)."""
+    if lengths is not None:
+        return check_lengths(lengths)
+    factors = check_factors(factors if factors is not None else DEFAULT_FACTORS)
+    return check_lengths([round(f * train_length) for f in factors])
+
+
+def check_factors(factors: Sequence[float]) -> list[float]:
+    out = [float(f) for f in factors]
+    if not out or out[0] <= 0 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
+        raise PosencError(
+            f"extrapolation factors must be a non-empty, strictly increasing list of "
+            f"positive numbers, got {list(factors)}"
+        )
+    return out
+
+
+@torch.inference_mode()
+def evaluate(
+    module: Any,
+    dm: Any,
+    factors: Sequence[float] | None = None,
+    lengths: Sequence[int] | None = None,
+    variants: Sequence[str] | None = None,
+    tolerance: float = 0.05,
+    max_batches: int | None = None,
+) -> Extrapolation:
+    """Score ``module`` on ``dm``'s test split at every length, as trained and (RoPE family) with
+    every inference-time variant in ``variants`` (default: all of :data:`ROPE_VARIANTS`)."""
+    adapter = adapter_for(module)
+    train = adapter.train_length(dm)
+    todo = resolve_lengths(train, factors, lengths)
+    unknown = set(variants or ()) - set(ROPE_VARIANTS)
+    if unknown:
+        raise PosencError(f"unknown RoPE variant(s) {sorted(unknown)}; choose from {sorted(ROPE_VARIANTS)}")
+    result = Extrapolation(
+        module.task_name,
+        adapter.metric,
+        adapter.higher_is_better,
+        train,
+        adapter.length_unit,
+        adapter.position_label,
+        type(module.pe).__name__,
+        tolerance=tolerance,
+    )
+    was_training = module.training
+    module.eval()
+    try:
+        for length, loader in length_loaders(dm, adapter, todo):
+            scale = adapter.n_positions(module, length) / adapter.n_positions(module, train)
+            specs = {
+                TRAINED: None,
+                **rope_variant_specs(module.pe, scale, adapter.n_positions(module, train)),
+            }
+            for name, spec in specs.items():
+                if name != TRAINED and variants is not None and name not in variants:
+                    continue
+                with swapped_encoding(module, spec):
+                    result.cells.append(score_loader(module, adapter, name, length, loader, max_batches))
+    finally:
+        module.train(was_training)
+    return result

@@ -1,0 +1,201 @@
+"""What a length-extrapolation sweep leaves behind: MLflow metrics, CSV tables, a figure."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipelines.eval.extrapolation import TRAINED, Extrapolation
+
+PREFIX = "extrapolation"
+ARTIFACT_DIR = "extrapolation"
+
+
+def metric_key(result: Extrapolation, variant: str, name: str) -> str:
+    """``extrapolation/<name>`` for the scheme as trained, ``extrapolation/<variant>/<name>`` else."""
+    return f"{PREFIX}/{name}" if variant == TRAINED else f"{PREFIX}/{variant}/{name}"
+
+
+def mlflow_metrics(result: Extrapolation) -> list[tuple[str, float, int]]:
+    """(key, value, step) triples: the metric per length (step = length) and the summary (step 0)."""
+    out = []
+    for variant in result.variants:
+        for length, value in sorted(result.by_length(variant).items()):
+            if value is not None:
+                out.append((metric_key(result, variant, f"{result.metric}_by_length"), float(value), length))
+        for name, value in result.summary(variant).items():
+            out.append((metric_key(result, variant, name), float(value), 0))
+    return out
+
+
+def write_tables(result: Extrapolation, folder: Path) -> list[Path]:
+    """``results.csv`` (variant, length, metric, status), ``per_position.csv`` and ``summary.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = folder / "results.csv"
+    with rows.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["variant", "length", "factor", result.metric, "status"])
+        for c in result.cells:
+            w.writerow(
+                [
+                    c.variant,
+                    c.length,
+                    c.length / result.train_length,
+                    "" if c.metric is None else f"{c.metric:.6g}",
+                    c.status,
+                ]
+            )
+    curves = folder / "per_position.csv"
+    with curves.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["variant", "length", "position", "loss"])
+        for c in result.cells:
+            for i, v in enumerate([] if c.curve is None else c.curve.tolist()):
+                w.writerow([c.variant, c.length, i, "" if math.isnan(v) else f"{v:.6g}"])
+    summary = folder / "summary.json"
+    summary.write_text(
+        json.dumps(
+            {
+                "task": result.task,
+                "scheme": result.scheme,
+                "metric": result.metric,
+                "higher_is_better": result.higher_is_better,
+                "train_length": result.train_length,
+                "tolerance": result.tolerance,
+                "lengths": result.lengths,
+                "variants": {
+                    v: {
+                        "summary": result.summary(v),
+                        "undefined_lengths": result.undefined(v),
+                        "by_length": {str(k): val for k, val in result.by_length(v).items()},
+                    }
+                    for v in result.variants
+                },
+            },
+            indent=2,
+        )
+    )
+    return [rows, curves, summary]
+
+
+def binned(curve: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of ``curve`` over ``bins`` equal runs of positions: (bin centres, values)."""
+    n = len(curve)
+    edges = np.linspace(0, n, min(bins, n) + 1).astype(int)
+    centres = (edges[:-1] + edges[1:] - 1) / 2
+    with np.errstate(invalid="ignore"):
+        values = np.array(
+            [
+                np.nanmean(curve[a:b]) if np.isfinite(curve[a:b]).any() else np.nan
+                for a, b in zip(edges[:-1], edges[1:], strict=True)
+            ]
+        )
+    return centres, values
+
+
+def figure(result: Extrapolation, bins: int = 64):
+    """Metric vs length (one line per variant), the per-position curves of the scheme as trained
+    (one line per length) and, for RoPE-family schemes, every variant at the longest length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = result.variants
+    n_panels = 3 if len(variants) > 1 else 2
+    fig, axes = plt.subplots(1, n_panels, figsize=(5.2 * n_panels, 4.0))
+    ax = axes[0]
+    for i, variant in enumerate(variants):
+        values = result.by_length(variant)
+        xs = [n for n in result.lengths if values.get(n) is not None]
+        ax.plot(
+            xs,
+            [values[n] for n in xs],
+            "o-" if variant == TRAINED else "s--",
+            color=f"C{i}",
+            lw=2 if variant == TRAINED else 1.2,
+            label=variant,
+        )
+        bad = result.undefined(variant)
+        if bad:
+            top = max((v for v in values.values() if v is not None), default=0.0)
+            ax.plot(bad, [top] * len(bad), "x", color=f"C{i}", ms=9, label=f"{variant}: undefined")
+    ax.axvline(result.train_length, color="0.6", ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"test length ({result.length_unit}; dotted = training length)")
+    ax.set_ylabel(
+        result.metric + (" (higher is better)" if result.higher_is_better else " (lower is better)")
+    )
+    ax.set_title(f"{result.task}: {result.scheme}", fontsize=10)
+    ax.legend(fontsize=7)
+    per_pos = {c.length: c.curve for c in result.cells if c.variant == TRAINED and c.curve is not None}
+    _curves(axes[1], per_pos, bins, "length", result)
+    axes[1].set_title(f"per position, {result.scheme} as trained", fontsize=10)
+    if n_panels == 3:
+        longest = max(c.length for c in result.cells if c.curve is not None)
+        curves = {c.variant: c.curve for c in result.cells if c.length == longest and c.curve is not None}
+        _curves(axes[2], curves, bins, "", result)
+        axes[2].set_title(f"per position at length {longest}, by variant", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _curves(ax, curves: dict[Any, np.ndarray], bins: int, label: str, result: Extrapolation) -> None:
+    for i, (key, curve) in enumerate(curves.items()):
+        x, y = binned(curve, bins)
+        ax.plot(x, y, color=f"C{i}", lw=1.2, label=f"{label} {key}".strip())
+    if result.position_label.startswith("position"):
+        ax.axvline(result.train_length - 1, color="0.6", ls=":", lw=1)
+    ax.set_xlabel(result.position_label + f" (binned, ≤{bins} bins)")
+    ax.set_ylabel(result.metric)
+    ax.legend(fontsize=7)
+
+
+def save_all(result: Extrapolation, folder: Path) -> list[Path]:
+    """Write the tables and ``extrapolation.png`` into ``folder``; returns the files."""
+    import matplotlib.pyplot as plt
+
+    files = write_tables(result, folder)
+    fig = figure(result)
+    png = folder / "extrapolation.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return [*files, png]
+
+
+def log_to_mlflow(result: Extrapolation, client: Any, run_id: str) -> None:
+    """Log metrics (step = length), the undefined lengths (tags) and the artifacts to ``run_id``."""
+    from mlflow.entities import Metric
+
+    now = int(1000 * __import__("time").time())
+    metrics = [Metric(k, v, now, step) for k, v, step in mlflow_metrics(result)]
+    for i in range(0, len(metrics), 500):
+        client.log_batch(run_id, metrics=metrics[i : i + 500])
+    for variant in result.variants:
+        bad = result.undefined(variant)
+        client.set_tag(
+            run_id,
+            metric_key(result, variant, "undefined_lengths"),
+            ",".join(map(str, bad)) if bad else "none",
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        save_all(result, Path(tmp))
+        client.log_artifacts(run_id, tmp, ARTIFACT_DIR)
+
+
+def format_table(result: Extrapolation) -> str:
+    """Plain-text table: one row per variant, one column per length, then the summary."""
+    head = ["variant", *[f"L={n}" for n in result.lengths], "ratio"]
+    lines = [" ".join(f"{h:>12}" for h in head)]
+    for variant in result.variants:
+        values = result.by_length(variant)
+        cells = [("undefined" if values.get(n) is None else f"{values[n]:.4f}") for n in result.lengths]
+        ratio = result.summary(variant).get("ratio")
+        lines.append(" ".join(f"{c:>12}" for c in [variant, *cells, "-" if ratio is None else f"{ratio:g}x"]))
+    return "\n".join(lines)

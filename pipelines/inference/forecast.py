@@ -1,0 +1,132 @@
+"""Forecasts with timestamps from a new table (CSV/parquet or DataFrame) for a trained Forecaster.
+
+The table needs the training's time, target and covariate columns. It is parsed and cleaned like
+the training data (``datamodules.timeseries.parse.parse_series``: sorting, NaN policy, optional gap
+filling), scaled with the scalers fitted on the training rows (stored in the checkpoint), given the
+same calendar features, and the model forecasts ``horizon`` steps after each forecast origin from the
+``lookback`` rows before it. Forecast times come from the table where it has the rows, otherwise
+continue at its median step. Outputs are in the data's original units.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from datamodules.timeseries.parse import calendar_features, parse_series, read_table
+from pipelines.inference.loading import inference_meta
+from posenc import PosencError
+
+
+def forecast_settings(model: torch.nn.Module) -> dict[str, Any]:
+    """The data description stored with the model (columns, calendar, scalers); a clear error if absent."""
+    meta = inference_meta(model)
+    if "scaler" not in meta:
+        raise PosencError("this Forecaster carries no data description (columns, training scalers): it "
+                          "was not trained through pipelines.train (RegisterModel callback)")
+    return {**meta["data"], **meta["scaler"]}
+
+
+def prepare(model: torch.nn.Module, data: pd.DataFrame | str | Path) -> tuple:
+    """Parse and scale a table: (series, scaled targets (N, C), covariates (N, K), settings)."""
+    cfg = forecast_settings(model)
+    source = Path(data).name if isinstance(data, (str, Path)) else "<DataFrame>"
+    df = read_table(data) if isinstance(data, (str, Path)) else data
+    s = parse_series(df, cfg["time_col"], list(cfg["target_cols"]), list(cfg["covariate_cols"]),
+                     source=source, time_format=cfg.get("time_format"),
+                     nan_policy=cfg.get("nan_policy", "interpolate"),
+                     fill_gaps=bool(cfg.get("fill_gaps", False)))
+    x = (s.targets - np.asarray(cfg["target_loc"])) / np.asarray(cfg["target_scale"])  # (N, C)
+    cov = s.covariates
+    if cov.shape[1]:
+        cov = (cov - np.asarray(cfg["cov_loc"])) / np.asarray(cfg["cov_scale"])  # (N, K0)
+    cal = calendar_features(s.timestamps, list(cfg.get("calendar") or []), cfg.get("timezone"))
+    cov = np.concatenate([np.nan_to_num(cov, nan=0.0), cal], axis=1)  # (N, K)
+    if s.timestamps is None:  # numeric time: keep the first value to write times in the column's units
+        cfg["_time0"] = float(pd.to_numeric(df[cfg["time_col"]]).min())
+    return s, np.nan_to_num(x, nan=0.0).astype(np.float32), cov.astype(np.float32), cfg
+
+
+def forecast_times(s: Any, df_time0: float | None, idx: np.ndarray) -> list:
+    """Times of rows ``idx`` (may run past the end: continued at the median step)."""
+    n = len(s)
+    step = s.report.step
+    if s.timestamps is not None:
+        last = s.timestamps[-1]
+        inside = [s.timestamps[i] if i < n else last + pd.Timedelta(seconds=step * (i - n + 1)) for i in idx]
+        return [t.isoformat() for t in inside]
+    return [float(df_time0 + s.time[i] * step) if i < n else float(df_time0 + (s.time[-1] + i - n + 1) * step)
+            for i in idx]
+
+
+def predict_forecast(
+    model: torch.nn.Module,
+    data: pd.DataFrame | str | Path,
+    *,
+    lookback: int | None = None,
+    every: int | None = None,
+    batch_size: int = 64,
+    progress=None,
+    window: int | None = None,
+    overlap: int | None = None,
+) -> pd.DataFrame:
+    """Forecast after the end of ``data`` (``every=None``) or at origins every ``every`` rows.
+
+    Args:
+        lookback: rows of history per forecast (default: the training lookback; a longer one needs
+            an encoding defined past the training length, and must be a multiple of ``patch_len``).
+        every: also forecast at rolling origins every ``every`` rows, counted back from the end.
+        window: alias of ``lookback`` (the CLI's ``--window``); ``overlap`` is ignored.
+
+    Returns:
+        One row per origin and step: ``origin`` (time of the last lookback row), ``time``, ``step``
+        (1..horizon), one column per target (the forecast) and ``<target>_actual`` where the table
+        has the value.
+    """
+    s, x, cov, cfg = prepare(model, data)
+    L = int(lookback or window or cfg["lookback"])
+    if L % model.patch_len:
+        raise PosencError(f"lookback {L} is not a multiple of the model's patch_len={model.patch_len}")
+    n, H = len(s), model.horizon
+    if n < L:
+        raise PosencError(f"{s.report.source}: {n} rows, fewer than the lookback of {L} rows")
+    taus = np.arange(n, L - 1, -int(every))[::-1] if every else np.array([n])
+    names = list(cfg["target_cols"])
+    frames = []
+    for b in range(0, len(taus), batch_size):
+        chunk = taus[b : b + batch_size]
+        rows = chunk[:, None] + np.arange(-L, 0)[None, :]  # (B, L)
+        if cfg.get("positions", "index") == "time":
+            pos = torch.as_tensor(s.time[rows] - s.time[rows[:, :1]], dtype=torch.float32)  # (B, L)
+        else:
+            pos = torch.arange(L)
+        dev = model.device
+        with torch.inference_mode():
+            y = model(torch.as_tensor(x[rows], device=dev), torch.as_tensor(cov[rows], device=dev),
+                      pos.to(dev)).float().cpu().numpy()  # (B, H, C) scaled
+        y = y * np.asarray(cfg["target_scale"]) + np.asarray(cfg["target_loc"])
+        frames += [_rows(s, cfg, tau, y[i], names, H) for i, tau in enumerate(chunk)]
+        if progress is not None:
+            progress(len(chunk))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _rows(s: Any, cfg: dict, tau: int, y: np.ndarray, names: list[str], H: int) -> pd.DataFrame:
+    idx = tau + np.arange(H)
+    t0 = cfg.get("_time0")
+    table = pd.DataFrame({"origin": forecast_times(s, t0, np.array([tau - 1]))[0],
+                          "time": forecast_times(s, t0, idx), "step": np.arange(1, H + 1)})
+    for c, name in enumerate(names):
+        table[name] = y[:, c]
+    inside = idx < len(s)
+    for c, name in enumerate(names):
+        actual = np.full(H, np.nan)
+        ok = inside.copy()
+        ok[inside] &= s.observed[idx[inside], c]
+        actual[ok] = s.targets[idx[ok], c]
+        table[f"{name}_actual"] = actual
+    return table

@@ -1,0 +1,201 @@
+"""``python -m pipelines.inference.predict --ckpt <path|run id|model URI> --input <file> --output <file>``.
+
+Runs a trained model on a file it has not seen and writes one output file, atomically (a temporary
+file renamed into place: an error leaves nothing behind). What is written depends on the task:
+
+* DNA language models (FASTA/GenBank in, plain or gzip): per-base TSV/CSV (``record pos token p_A …
+  prob bits``), or with ``--level record`` one row per record with its bits/base;
+* segmentation: per-base labels as TSV/CSV, or CDS intervals as GFF3 (``.gff``/``.gff3``) or BED
+  (``.bed``), chosen by the output's suffix;
+* classification: one row per record with the class probabilities and the predicted class;
+* forecasting (CSV/parquet in, the training's columns): forecasts with timestamps after the end of
+  the table, or with ``--every N`` at rolling origins every N rows (with the actual values where
+  the table has them).
+
+Long records go through windows of ``--window`` tokens (default: the training length; ``0``: whole
+records, where the encoding defines those positions) overlapping by ``--overlap`` (default half a
+window) and are stitched (see :mod:`pipelines.inference.loading`). ``.gz`` outputs are gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+
+from posenc import PosencError
+
+TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
+INTERVAL_SUFFIXES = (".gff", ".gff3", ".bed")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipelines.inference.predict", description=__doc__.splitlines()[0])
+    add = p.add_argument
+    add("--ckpt", required=True, help="checkpoint path, MLflow run id, or runs:/… / models:/… URI")
+    add("--input", required=True, help="FASTA/GenBank (DNA tasks) or CSV/parquet (forecasting)")
+    add("--output", required=True, help=".tsv/.csv (optionally .gz); .gff/.gff3/.bed for segmentation")
+    add("--batch_size", type=int, default=32, help="windows (or forecasts) per forward pass")
+    add("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
+    add("--window", type=int, default=None,
+        help="tokens per window (default: the training length; 0: whole records); forecasting: lookback")
+    add("--overlap", type=int, default=None, help="tokens shared by consecutive windows (default W/2)")
+    add("--level", choices=("base", "record"), default="base", help="language models: per base or record")
+    add("--mask_every", type=int, default=7, help="masked LM: mask every k-th token per pass")
+    add("--every", type=int, default=None, help="forecasting: rolling origins every N rows")
+    add("--min_length", type=int, default=0, help="segmentation GFF/BED: drop intervals shorter than this")
+    add("--tracking_uri", default=None, help="MLflow store for run ids / URIs (default: sqlite:///mlflow.db)")
+    add("--no_progress", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+@contextmanager
+def atomic_output(path: Path) -> Iterator[IO[str]]:
+    """A text handle on a temporary file next to ``path``, renamed to ``path`` only on success."""
+    if not path.parent.is_dir():
+        raise PosencError(f"{path}: output folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    os.close(fd)
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(tmp, "wt", newline="") as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def output_kind(path: Path) -> tuple[str, str]:
+    """(kind, separator): ``table`` (tab or comma), ``gff`` or ``bed`` from the suffix."""
+    suffix = Path(path.name.removesuffix(".gz")).suffix.lower()
+    if suffix in (".gff", ".gff3"):
+        return "gff", "\t"
+    if suffix == ".bed":
+        return "bed", "\t"
+    if suffix in TABLE_SUFFIXES:
+        return "table", "," if suffix == ".csv" else "\t"
+    raise PosencError(f"{path}: unknown output format {suffix!r} (use .tsv, .csv, .gff, .gff3 or .bed, "
+                      "optionally .gz)")
+
+
+class TableWriter:
+    """Frames appended to one delimited file, the header written once."""
+
+    def __init__(self, fh: IO[str], sep: str) -> None:
+        self.fh, self.sep, self.header = fh, sep, True
+
+    def write(self, frame: pd.DataFrame) -> None:
+        frame.to_csv(self.fh, sep=self.sep, index=False, header=self.header, float_format="%.6g", na_rep="")
+        self.header = False
+
+
+def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool, min_length: int = 0) -> int:
+    """CDS intervals (of at least ``min_length`` bases) of one record's per-base labels as GFF3 or
+    BED6 lines; returns their number."""
+    from pipelines.inference.dna import label_intervals
+
+    rid = str(table["record"].iloc[0])
+    labels, prob = table["label"].to_numpy(), table["prob"].to_numpy()
+    if first and kind == "gff":
+        fh.write("##gff-version 3\n")
+    found = [iv for iv in label_intervals(labels) if iv[1] - iv[0] >= min_length]
+    for n, (lo, hi, strand, phase) in enumerate(found, start=1):
+        score = float(prob[lo:hi].mean())
+        sign = "+" if strand > 0 else "-"
+        if kind == "gff":
+            fh.write(f"{rid}\tposenc\tCDS\t{lo + 1}\t{hi}\t{score:.3f}\t{sign}\t{phase}\tID={rid}_cds{n}\n")
+        else:
+            fh.write(f"{rid}\t{lo}\t{hi}\t{rid}_cds{n}\t{round(score * 1000)}\t{sign}\n")
+    return len(found)
+
+
+def progress_bar(total: int | None, desc: str, enabled: bool, unit: str = "tok"):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=None if enabled else True,
+                leave=False, file=sys.stderr)
+
+
+def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
+    """Stream the records of a FASTA/GenBank file through the model into ``out``."""
+    from datamodules.dna.fasta import EncodeReport, iter_records
+
+    kind, sep = output_kind(out)
+    task = model.task_name
+    if kind != "table" and task != "dna_segment":
+        raise PosencError(f"{out}: GFF/BED output is for segmentation models; this model's task is {task!r}")
+    opts: dict[str, Any] = {"window": args.window, "overlap": args.overlap, "batch_size": args.batch_size}
+    if task in ("dna_lm", "dna_mlm"):
+        opts["per_base"] = args.level == "base"
+    if task == "dna_mlm":
+        opts["mask_every"] = args.mask_every
+    records = iter_records(args.input, EncodeReport())
+    if task == "dna_classify":  # many short records: batched together
+        records = [list(records)]
+    else:
+        records = ([r] for r in records)
+    n_records = n_rows = 0
+    with atomic_output(out) as fh:
+        table = TableWriter(fh, sep)
+        for group in records:
+            total, desc = sum(len(c) for _, c in group), group[0][0] if len(group) == 1 else "records"
+            with progress_bar(total, desc, not args.no_progress) as bar:
+                frame = model.predict(group, progress=bar.update, **opts)
+            if kind == "table":
+                table.write(frame)
+                n_rows += len(frame)
+            else:
+                n_rows += write_intervals(fh, kind, frame, first=n_records == 0, min_length=args.min_length)
+            n_records += len(group)
+    what = "intervals" if kind != "table" else "rows"
+    return f"{n_records} record(s) → {n_rows} {what} in {out}"
+
+
+def predict_table(model: Any, args: argparse.Namespace, out: Path) -> str:
+    """Forecasts for a CSV/parquet table into ``out``."""
+    kind, sep = output_kind(out)
+    if kind != "table":
+        raise PosencError(f"{out}: forecasts are written as .csv or .tsv")
+    with progress_bar(None, "forecasts", not args.no_progress, unit="fc") as bar:
+        frame = model.predict(Path(args.input), lookback=args.window, every=args.every,
+                              batch_size=args.batch_size, progress=bar.update)
+    with atomic_output(out) as fh:
+        TableWriter(fh, sep).write(frame)
+    return f"{frame['origin'].nunique()} forecast(s) × {model.horizon} steps → {out}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; a user mistake is one ``error: …`` line on stderr and exit status 2."""
+    args = parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # our own bar only
+    before, warnings.formatwarning = warnings.formatwarning, lambda message, *a, **k: f"warning: {message}\n"
+    try:
+        if not Path(args.input).is_file():
+            raise PosencError(f"{args.input}: input file not found")
+        from pipelines.inference.loading import load_model
+
+        model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
+        out = Path(args.output)
+        run = predict_table if model.task_name == "ts_forecast" else predict_dna
+        print(run(model, args, out), file=sys.stderr)
+    except PosencError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        warnings.formatwarning = before
+    return 0
+
+if __name__ == "__main__":
+    np.seterr(invalid="ignore")
+    raise SystemExit(main())

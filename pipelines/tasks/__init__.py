@@ -1,0 +1,1 @@
+"""Tasks: one LightningModule per task, each owning its metrics, baselines and extension points."""

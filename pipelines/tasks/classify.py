@@ -1,0 +1,131 @@
+"""Sequence classification: a bidirectional encoder, mean-pooled over the non-padding tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
+
+from datamodules.dna.samples import SampleWindows
+from datamodules.dna.tokenize import KmerTokenizer
+from pipelines.tasks.per_length import PerLengthTest, token_positions
+
+
+class SequenceClassifier(PerLengthTest):
+    """One class per sequence. Metrics on val/test and per test length: ``acc`` and ``auroc``
+    (one-vs-rest, macro over classes; for two classes this is the usual ROC AUC).
+
+    Args:
+        vocab_size: token vocabulary (linked from the datamodule).
+        pad_id: padding token id (linked).
+        num_classes: number of classes (linked from ``data.num_classes``).
+        **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
+    """
+
+    causal = False
+    task_name = "dna_classify"
+
+    def __init__(self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = 2, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if num_classes < 2:
+            from posenc import PosencError
+
+            raise PosencError(f"model.num_classes must be at least 2, got {num_classes}")
+        d_model = self.backbone.ln_f.normalized_shape[0]
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.head = nn.Linear(d_model, num_classes)
+        self.pad_id, self.num_classes = pad_id, num_classes
+        self.val_metrics = self.make_metrics()
+        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, num_classes=num_classes)
+
+    def make_metrics(self) -> MetricCollection:
+        n = self.num_classes
+        return MetricCollection(compute_groups=False, metrics={
+            "acc": MulticlassAccuracy(n, average="micro"),
+            "auroc": MulticlassAUROC(n, average="macro"),
+        })
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Class logits (B, C) for tokens (B, T): mean of the encoder outputs over non-PAD tokens."""
+        pad = tokens == self.pad_id
+        mask = pad if pad.any() else None
+        h = self.backbone(self.embedding(tokens), token_positions(tokens), mask)  # (B, T, D)
+        keep = (~pad).float().unsqueeze(-1)  # (B, T, 1)
+        pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)  # (B, D)
+        return self.head(pooled)
+
+    def _step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        logits = self(batch["tokens"]).float()  # (B, C)
+        return F.cross_entropy(logits, batch["label"]), logits.softmax(-1), batch["label"]
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss, probs, target = self._step(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", (probs.argmax(-1) == target).float().mean())
+        return loss
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        loss, probs, target = self._step(batch)
+        self.log("val/loss", loss, batch_size=len(target))
+        self.val_metrics.update(probs, target)
+
+    def on_validation_epoch_end(self) -> None:
+        self.log_collection("val", self.val_metrics, prog_bar=True)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.update_length(batch["tokens"].shape[1], lambda: self._step(batch)[1:])
+
+
+class KmerBaseline(L.Callback):
+    """After testing, log a position-free reference: a logistic regression on the k-mer counts of
+    each sequence (cropped to the training length, like the model's input), fitted on train and
+    scored on test: ``baseline/kmer<k>_acc`` and ``baseline/kmer<k>_auroc`` (macro one-vs-rest).
+    What the Transformer gains over it is what order and position add beyond composition.
+
+    Args:
+        k: k-mer length of the counts (4^k features).
+    """
+
+    def __init__(self, k: int = 4) -> None:
+        self.k = k
+        self.results: dict[str, float] = {}
+
+    def features(self, samples, dm) -> tuple[np.ndarray, np.ndarray]:
+        """k-mer frequencies (N, 4^k) of the centre crops, and the labels (N,)."""
+        bases = dm.tokenizer.n_bases(dm.seq_len)
+        crops = SampleWindows(samples, bases, KmerTokenizer(1))  # base codes, PAD past the end
+        counter = KmerTokenizer(self.k, 1)
+        rows = []
+        for i in range(len(crops)):
+            ids = counter.encode(crops[i]["tokens"].numpy())
+            rows.append(np.bincount(ids[ids < counter.n_kmers], minlength=counter.n_kmers))
+        x = np.asarray(rows, dtype=np.float64)  # (N, 4^k)
+        return x / np.maximum(x.sum(1, keepdims=True), 1.0), np.asarray(samples.labels)
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if dm is None or not hasattr(dm, "sets"):
+            return
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.metrics import roc_auc_score
+
+        x_train, y_train = self.features(dm.sets["train"], dm)
+        x_test, y_test = self.features(dm.sets["test"], dm)
+        clf = LogisticRegression(max_iter=2000).fit(x_train, y_train)
+        probs = clf.predict_proba(x_test)  # (N, C)
+        acc = float((clf.classes_[probs.argmax(1)] == y_test).mean())
+        if len(np.unique(y_test)) < 2:
+            auroc = float("nan")
+        elif probs.shape[1] == 2:
+            auroc = float(roc_auc_score(y_test, probs[:, 1]))
+        else:
+            auroc = float(roc_auc_score(y_test, probs, multi_class="ovr", average="macro",
+                                        labels=clf.classes_))
+        self.results = {f"baseline/kmer{self.k}_acc": acc, f"baseline/kmer{self.k}_auroc": auroc}
+        for logger in trainer.loggers:
+            logger.log_metrics(self.results)

@@ -1,0 +1,329 @@
+"""Transformer forecaster over (patched) lookback windows, with any positional encoding."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from pipelines.tasks.forecast_metrics import (
+    ForecastErrors,
+    forecast_figure,
+    horizon_table,
+    log_lookback_metrics,
+    lookback_table,
+    to_original,
+)
+from pipelines.tasks.base import TaskModule
+from posenc import PosencError, PositionOutOfRange
+
+Head = Literal["query", "last", "mean"]
+Loss = Literal["mse", "mae"]
+
+
+def patchify(x: Tensor, patch_len: int) -> Tensor:
+    """(B, L, F) steps → (B, L/P, P·F) tokens of P consecutive steps (step-major within a token)."""
+    b, n, f = x.shape
+    if n % patch_len:
+        raise PosencError(f"lookback {n} is not a multiple of patch_len={patch_len}")
+    return x.reshape(b, n // patch_len, patch_len * f)
+
+
+def patch_positions(pos: Tensor, patch_len: int) -> Tensor:
+    """Step positions (B, L) → token positions (B, L/P): the patch index for integer positions,
+    the patch's start time / P for float (time) positions, so both count in patches."""
+    first = pos[:, ::patch_len]
+    return first // patch_len if not first.is_floating_point() else first / patch_len
+
+
+def with_periods(pe: Any, periods: list[float]) -> Any:
+    """The encoding ``pe`` (YAML factory or ``{class_path, init_args}`` spec) with its ``periods``
+    argument set, e.g. ``posenc.PeriodicRoPE`` pinned to periods estimated from the data."""
+    periods = [float(p) for p in periods]
+    if isinstance(pe, dict):
+        return {**pe, "init_args": {**(pe.get("init_args") or {}), "periods": periods}}
+    if pe is None or not callable(pe):
+        raise PosencError("data.periods is set, but model.pe is not an encoding that takes periods "
+                          "(use posenc.PeriodicRoPE or unset data.periods)")
+
+    def factory(d_model: int, n_heads: int):
+        try:
+            return pe(d_model, n_heads, periods=periods)
+        except TypeError:
+            raise PosencError("data.periods is set, but the model's encoding takes no 'periods' argument "
+                              "(use posenc.PeriodicRoPE or unset data.periods)") from None
+
+    return factory
+
+
+class RevIN(nn.Module):
+    """Reversible instance normalisation (Kim et al., 2022, "Reversible Instance Normalization for
+    Accurate Time-Series Forecasting against Distribution Shift"): each window is normalised by its
+    own lookback mean/std per channel (then a learnable affine), and outputs are mapped back."""
+
+    def __init__(self, n_channels: int, affine: bool = True, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(n_channels)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(n_channels)) if affine else None
+
+    def normalize(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, L, C) → (normalised x, mean (B, 1, C), std (B, 1, C))."""
+        mu = x.mean(dim=1, keepdim=True)
+        sd = (x.var(dim=1, keepdim=True, unbiased=False) + self.eps).sqrt()
+        z = (x - mu) / sd
+        if self.weight is not None:
+            z = z * self.weight + self.bias
+        return z, mu, sd
+
+    def denormalize(self, y: Tensor, mu: Tensor, sd: Tensor) -> Tensor:
+        """y (B, H, C) in normalised units → the input's units."""
+        if self.weight is not None:
+            y = (y - self.bias) / (self.weight + self.eps**2)
+        return y * sd + mu
+
+
+class Forecaster(TaskModule):
+    """Forecast the next ``horizon`` steps from a lookback window with a non-causal Transformer.
+
+    Each token is a patch of ``patch_len`` steps (one step when 1) linearly embedded; the encoding
+    (any posenc scheme) gets the patch positions. With ``channel_independent`` every target channel
+    is its own sequence (PatchTST-style, weights shared; covariates and calendar features are
+    appended to every channel's steps); otherwise one token holds all channels.
+
+    Head (works for any lookback, so longer lookbacks can be evaluated with the same weights):
+    ``query`` appends a learned forecast token at the position just after the lookback and reads
+    the forecast from its output; ``last`` reads the last lookback token; ``mean`` mean-pools all
+    tokens. A linear layer maps that vector to horizon × channels.
+
+    Metrics are on the original scale (the scaler inverted): ``test/mse``, ``test/mae`` at the
+    training lookback, per horizon step (``test/mse_by_horizon`` with step = h and a
+    ``horizon_metrics.csv`` artifact), and at every test lookback (``test/mse_by_lookback`` with
+    step = lookback, ``test/mse_L{lookback}``); lookbacks the scheme does not define (learned PE
+    past ``max_len``) are recorded as undefined. A figure of a few test forecasts
+    (``forecast.png``) is logged when the logger is MLflow.
+
+    Args:
+        n_targets: target channels C (linked from the datamodule).
+        n_covariates: covariate + calendar features per step (linked).
+        horizon: forecast steps H (linked).
+        patch_len: steps per token P (linked).
+        channel_independent: one sequence per target channel (True) or one multivariate sequence.
+        revin: reversible instance normalisation of the targets.
+        revin_affine: learnable affine in RevIN.
+        head: ``query``, ``last`` or ``mean`` (see above).
+        loss: training loss on the scaled targets, ``mse`` or ``mae``.
+        plot_examples: test windows drawn in ``forecast.png`` (0: no figure).
+        pe_periods: periods in token positions given to the encoding's ``periods`` argument
+            (linked from ``data.pe_periods``, i.e. ``data.periods`` in steps ÷ ``patch_len``;
+            ``None`` keeps the encoding's own config).
+        **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
+    """
+
+    causal = False
+    task_name = "ts_forecast"
+
+    def __init__(
+        self,
+        n_targets: int = 1,
+        n_covariates: int = 0,
+        horizon: int = 48,
+        patch_len: int = 1,
+        channel_independent: bool = True,
+        revin: bool = True,
+        revin_affine: bool = True,
+        head: Head = "query",
+        loss: Loss = "mse",
+        plot_examples: int = 4,
+        pe_periods: list[float] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if pe_periods is not None:
+            kwargs["pe"] = with_periods(kwargs.get("pe"), pe_periods)
+        super().__init__(**kwargs)
+        if head not in ("query", "last", "mean"):
+            raise PosencError(f"model.head must be 'query', 'last' or 'mean', got {head!r}")
+        if loss not in ("mse", "mae"):
+            raise PosencError(f"model.loss must be 'mse' or 'mae', got {loss!r}")
+        for name, v in (("n_targets", n_targets), ("horizon", horizon), ("patch_len", patch_len)):
+            if v < 1:
+                raise PosencError(f"model.{name} must be ≥ 1, got {v}")
+        d_model = self.backbone.ln_f.normalized_shape[0]
+        self.n_targets, self.n_covariates, self.horizon = n_targets, n_covariates, horizon
+        self.patch_len, self.channel_independent = patch_len, channel_independent
+        self.head_kind, self.loss_kind, self.plot_examples = head, loss, plot_examples
+        per_seq = 1 if channel_independent else n_targets
+        self.n_inputs = patch_len * (per_seq + n_covariates)  # token width
+        self.embed = nn.Linear(self.n_inputs, d_model)
+        self.query = nn.Parameter(torch.randn(1, 1, d_model) * 0.02) if head == "query" else None
+        self.head = nn.Linear(d_model, horizon * per_seq)
+        self.revin = RevIN(n_targets, affine=revin_affine) if revin else None
+        self._save_hparams(
+            n_targets=n_targets, n_covariates=n_covariates, horizon=horizon, patch_len=patch_len,
+            channel_independent=channel_independent, revin=revin, revin_affine=revin_affine,
+            head=head, loss=loss, plot_examples=plot_examples, pe_periods=pe_periods,
+        )
+        self._reset_test_state()
+
+    # ------------------------------------------------------------------ model
+    def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None) -> Tensor:
+        """Forecast (B, H, C) in scaled units from lookback targets ``x`` (B, L, C), covariates
+        ``cov`` (B, L, K) and step positions ``pos`` (B, L) or (L,) (default 0..L-1)."""
+        b, n, c = x.shape
+        if c != self.n_targets:
+            raise PosencError(f"the model was built for {self.n_targets} target channel(s), got {c}")
+        cov = x.new_zeros(b, n, 0) if cov is None else cov
+        if cov.shape[-1] != self.n_covariates:
+            raise PosencError(f"the model was built for {self.n_covariates} covariate(s), "
+                              f"got {cov.shape[-1]}")
+        pos = torch.arange(n, device=x.device) if pos is None else pos
+        pos = pos.expand(b, n) if pos.dim() == 1 else pos
+        if self.revin is not None:
+            x, mu, sd = self.revin.normalize(x)
+        if self.channel_independent:
+            seq = x.permute(0, 2, 1).reshape(b * c, n, 1)  # (B·C, L, 1)
+            cov = cov.repeat_interleave(c, dim=0)  # (B·C, L, K)
+            pos = pos.repeat_interleave(c, dim=0)  # (B·C, L)
+        else:
+            seq = x  # (B, L, C)
+        tokens = self.embed(patchify(torch.cat((seq, cov), dim=-1), self.patch_len))  # (B', N, D)
+        tok_pos = patch_positions(pos, self.patch_len)  # (B', N)
+        if self.query is not None:
+            nxt = tok_pos[:, -1:] + 1 if not tok_pos.is_floating_point() else \
+                (pos[:, -1:] + 1) / self.patch_len  # the position just after the lookback
+            tokens = torch.cat((tokens, self.query.expand(tokens.shape[0], 1, -1)), dim=1)
+            tok_pos = torch.cat((tok_pos, nxt), dim=1)
+        if not tok_pos.is_floating_point() and bool((tok_pos == tok_pos[:1]).all()):
+            tok_pos = tok_pos[0]  # shared positions as (T,): cheaper for every scheme
+        h = self.backbone(tokens, tok_pos)  # (B', T, D)
+        pooled = h.mean(dim=1) if self.head_kind == "mean" else h[:, -1]  # (B', D)
+        out = self.head(pooled)  # (B', H·C')
+        if self.channel_independent:
+            y = out.view(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
+        else:
+            y = out.view(b, self.horizon, c)
+        if self.revin is not None:
+            y = self.revin.denormalize(y, mu, sd)
+        return y
+
+    def predict_batch(self, batch: dict[str, Tensor]) -> Tensor:
+        return self(batch["x"], batch["cov"], batch["pos"])
+
+    @staticmethod
+    def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """Scaled (B, T, C) → the data's original units (see :func:`pipelines.tasks.forecast_metrics.to_original`)."""
+        return to_original(values, batch)
+
+    def _loss(self, pred: Tensor, y: Tensor, mask: Tensor) -> Tensor:
+        err = (pred - y).abs() if self.loss_kind == "mae" else (pred - y) ** 2
+        m = mask.to(err.dtype)
+        return (err * m).sum() / m.sum().clamp(min=1.0)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss = self._loss(self.predict_batch(batch), batch["y"], batch["loss_mask"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["x"].shape[0])
+        return loss
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        pred = self.predict_batch(batch)
+        mask = batch["y_mask"]
+        n = int(mask.sum().clamp(min=1))
+        self.log("val/loss", self._loss(pred, batch["y"], mask), prog_bar=True, batch_size=n)
+        err = to_original(pred, batch) - to_original(batch["y"], batch)
+        m = mask.to(err.dtype)
+        self.log("val/mse", ((err**2) * m).sum() / n, batch_size=n)
+        self.log("val/mae", (err.abs() * m).sum() / n, batch_size=n)
+
+    # ------------------------------------------------------------------ test at every lookback
+    def _reset_test_state(self) -> None:
+        self.test_errors: dict[int, ForecastErrors | None] = {}
+        self.scored_starts: list[int] = []  # first target rows scored at the training lookback
+        self._examples: list[dict] = []
+        self._wanted: set[int] | None = None
+
+    def on_test_epoch_start(self) -> None:
+        self._reset_test_state()
+
+    def _datamodule(self):
+        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+
+    def _train_lookback(self) -> int | None:
+        return getattr(self._datamodule(), "lookback", None)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        lookback = batch["x"].shape[1]
+        if lookback in self.test_errors and self.test_errors[lookback] is None:
+            return  # undefined at this length
+        try:
+            pred = self.predict_batch(batch)
+        except PositionOutOfRange:
+            self.test_errors[lookback] = None
+            return
+        pred_o, y_o = to_original(pred, batch), to_original(batch["y"], batch)
+        self.test_errors.setdefault(lookback, ForecastErrors(self.horizon)).add(pred_o, y_o, batch["y_mask"])
+        if lookback == (self._train_lookback() or lookback):
+            self.scored_starts.extend(batch["start"].tolist())
+            if self.plot_examples > 0:
+                self._keep_examples(batch, pred_o, y_o, dataloader_idx)
+
+    def _keep_examples(self, batch, pred_o: Tensor, y_o: Tensor, dataloader_idx: int) -> None:
+        if self._wanted is None:  # evenly spread over the test windows the loader will serve
+            loaders = self.trainer.test_dataloaders
+            loader = loaders[dataloader_idx] if isinstance(loaders, (list, tuple)) else loaders
+            limit = self.trainer.num_test_batches[dataloader_idx]
+            starts = np.asarray(loader.dataset.starts)[: int(min(limit, 1e12)) * loader.batch_size]
+            pick = np.linspace(0, len(starts) - 1, min(self.plot_examples, len(starts))).round().astype(int)
+            self._wanted = {int(starts[i]) for i in pick}
+        x_o = to_original(batch["x"], batch)
+        stamps = getattr(getattr(self._datamodule(), "series", None), "timestamps", None)
+        for i, tau in enumerate(batch["start"].tolist()):
+            if tau in self._wanted:
+                when = f" ({stamps[tau]})" if stamps is not None else ""
+                self._examples.append({
+                    "start": tau, "title": f"test window: forecast from row {tau}{when}",
+                    "x": x_o[i].detach().cpu().numpy(), "y": y_o[i].detach().cpu().numpy(),
+                    "pred": pred_o[i].detach().cpu().numpy(), "mask": batch["y_mask"][i].cpu().numpy(),
+                })
+
+    def lookback_results(self) -> dict[int, dict[str, float]]:
+        """``{lookback: {"mse": …, "mae": …}}`` from the last test epoch (undefined lookbacks omitted)."""
+        return {n: {"mse": e.mse, "mae": e.mae} for n, e in self.test_errors.items() if e is not None}
+
+    @property
+    def undefined_lookbacks(self) -> list[int]:
+        return sorted(n for n, e in self.test_errors.items() if e is None)
+
+    def on_test_epoch_end(self) -> None:
+        defined = {n: e for n, e in self.test_errors.items() if e is not None}
+        if not defined:
+            return
+        main = self._train_lookback()
+        main = main if main in defined else min(defined)
+        self.log("test/mse", defined[main].mse)
+        self.log("test/mae", defined[main].mae)
+        if self.logger is None:
+            return
+        per_step = defined[main].by_horizon()
+        for h in range(self.horizon):
+            if not math.isnan(per_step["mse"][h]):
+                self.logger.log_metrics({"test/mse_by_horizon": float(per_step["mse"][h]),
+                                         "test/mae_by_horizon": float(per_step["mae"][h])}, step=h + 1)
+        log_lookback_metrics(self.logger, self.test_errors)
+        self._log_artifacts(main)
+
+    def _log_artifacts(self, main: int) -> None:
+        from lightning.pytorch.loggers import MLFlowLogger
+
+        if not isinstance(self.logger, MLFlowLogger):
+            return
+        client, run_id = self.logger.experiment, self.logger.run_id
+        client.log_text(run_id, horizon_table(self.test_errors[main]), "horizon_metrics.csv")
+        client.log_text(run_id, lookback_table(self.test_errors), "lookback_metrics.csv")
+        if self._examples:
+            names = getattr(getattr(self._datamodule(), "series", None), "target_cols", None) or [""]
+            fig = forecast_figure(sorted(self._examples, key=lambda e: e["start"]), self.horizon, main,
+                                  ylabel=str(names[0]))
+            client.log_figure(run_id, fig, "forecast.png")

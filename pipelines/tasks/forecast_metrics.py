@@ -1,0 +1,164 @@
+"""Scoring forecasts on the original scale: per horizon step, per lookback, and the forecast figure.
+
+The lookback is the length question for forecasting: a model trained with lookback L is scored on
+the *same* test target windows with lookbacks L, 2L, 4L, 8L (the datamodule's ``eval_lookbacks``).
+Two ways in, one accumulator:
+
+- inside ``trainer.test``: :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
+  :class:`ForecastErrors` per lookback and logs them with :func:`log_lookback_metrics`;
+- without a trainer: :func:`evaluate_lookbacks` (model, datamodule, lookbacks) → ``{lookback:
+  ForecastErrors | None}``, ``None`` where the scheme is undefined at that length (e.g. a learned
+  table shorter than the lookback). The extrapolation harness calls this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from posenc import PosencError, PositionOutOfRange
+
+
+@dataclass
+class ForecastErrors:
+    """Sums of squared / absolute errors and counts of observed targets per horizon step."""
+
+    horizon: int
+    se: np.ndarray = field(init=False)
+    ae: np.ndarray = field(init=False)
+    n: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.se, self.ae, self.n = (np.zeros(self.horizon) for _ in range(3))
+
+    def add(self, pred: Tensor, truth: Tensor, mask: Tensor) -> None:
+        """Add a batch: ``pred``/``truth`` (B, H, C) on the original scale, ``mask`` (B, H, C)
+        True where the target was observed (filled targets are never scored)."""
+        m = mask.to(pred.dtype)
+        err = pred - truth
+        self.se += ((err**2) * m).sum(dim=(0, 2)).double().cpu().numpy()  # (H,)
+        self.ae += (err.abs() * m).sum(dim=(0, 2)).double().cpu().numpy()
+        self.n += m.sum(dim=(0, 2)).double().cpu().numpy()
+
+    @property
+    def mse(self) -> float:
+        return float(self.se.sum() / max(self.n.sum(), 1.0))
+
+    @property
+    def mae(self) -> float:
+        return float(self.ae.sum() / max(self.n.sum(), 1.0))
+
+    def by_horizon(self) -> dict[str, np.ndarray]:
+        """Per-step MSE and MAE (H,), NaN where no target was observed."""
+        n = np.where(self.n > 0, self.n, np.nan)
+        return {"mse": self.se / n, "mae": self.ae / n}
+
+
+def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
+    """Scaled (B, T, C) → the data's original units with the batch's training-split scaler."""
+    return values * batch["scale"][:, None, :] + batch["loc"][:, None, :]
+
+
+@torch.no_grad()
+def evaluate_lookbacks(
+    model, datamodule, lookbacks: Sequence[int] | None = None, split: str = "test"
+) -> dict[int, ForecastErrors | None]:
+    """Score ``model`` on the target windows of ``split`` at every lookback, on the original scale.
+
+    The windows (their first target rows) are the same at every lookback, so the errors are
+    comparable; only the length of the input changes.
+
+    Args:
+        model: a :class:`~pipelines.tasks.forecast.Forecaster` (anything with ``predict_batch``).
+        datamodule: a :class:`~datamodules.timeseries.datamodule.TimeSeriesDataModule`.
+        lookbacks: lookbacks in steps (default: ``datamodule.eval_lookbacks``, i.e. L, 2L, 4L, 8L).
+        split: ``test`` or ``val``.
+
+    Returns:
+        ``{lookback: ForecastErrors}``, with ``None`` for a lookback the encoding cannot represent
+        (it raised :class:`posenc.PositionOutOfRange`).
+    """
+    lookbacks = list(lookbacks or datamodule.eval_lookbacks)
+    room = int(datamodule.starts[split].min()) if len(datamodule.starts[split]) else 0
+    too_long = [n for n in lookbacks if n > room]
+    if too_long:
+        raise PosencError(f"lookbacks {too_long} reach before the start of the series for the {split} "
+                          f"windows (at most {room}); list them in data.eval_lookbacks")
+    was_training = model.training
+    model.eval()
+    out: dict[int, ForecastErrors | None] = {}
+    try:
+        for n in lookbacks:
+            errors = ForecastErrors(datamodule.horizon)
+            try:
+                for batch in datamodule.eval_dataloader(split, n):
+                    batch = {k: v.to(model.device) for k, v in batch.items()}
+                    pred = model.predict_batch(batch)
+                    errors.add(to_original(pred, batch), to_original(batch["y"], batch), batch["y_mask"])
+            except PositionOutOfRange:
+                errors = None
+            out[n] = errors
+    finally:
+        model.train(was_training)
+    return out
+
+
+def log_lookback_metrics(logger, results: dict[int, ForecastErrors | None], prefix: str = "test") -> None:
+    """Log ``{prefix}/mse_by_lookback`` and ``mae_by_lookback`` with step = lookback (a curve in the
+    MLflow UI), plus ``{prefix}/mse_L{n}`` per lookback; undefined lookbacks as a run parameter."""
+    for n, err in sorted(results.items()):
+        if err is None:
+            continue
+        by_lookback = {f"{prefix}/mse_by_lookback": err.mse, f"{prefix}/mae_by_lookback": err.mae}
+        logger.log_metrics(by_lookback, step=n)
+        logger.log_metrics({f"{prefix}/mse_L{n}": err.mse, f"{prefix}/mae_L{n}": err.mae})
+    undefined = [n for n, err in sorted(results.items()) if err is None]
+    if undefined:
+        logger.log_hyperparams({"extrapolation/undefined_lookbacks": ",".join(map(str, undefined))})
+
+
+def lookback_table(results: dict[int, ForecastErrors | None]) -> str:
+    """CSV text ``lookback,mse,mae,defined``."""
+    rows = ["lookback,mse,mae,defined"]
+    for n, err in sorted(results.items()):
+        rows.append(f"{n},{err.mse:.6g},{err.mae:.6g},true" if err is not None else f"{n},,,false")
+    return "\n".join(rows) + "\n"
+
+
+def horizon_table(errors: ForecastErrors) -> str:
+    """CSV text ``horizon_step,mse,mae``."""
+    per = errors.by_horizon()
+    lines = ["horizon_step,mse,mae"] + [
+        f"{h + 1},{per['mse'][h]:.6g},{per['mae'][h]:.6g}" for h in range(errors.horizon)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: int = 0, ylabel: str = ""):
+    """One panel per example: the end of the lookback, the truth and the forecast of target
+    ``channel`` against steps from the forecast start (matplotlib ``Figure``, no pyplot state).
+
+    Each example holds ``x`` (L, C), ``y`` (H, C), ``pred`` (H, C), ``mask`` (H, C) and a
+    ``title``.
+    """
+    from matplotlib.figure import Figure
+
+    n = len(examples)
+    fig = Figure(figsize=(10, 2.3 * n), layout="constrained")
+    axes = fig.subplots(n, 1, squeeze=False)[:, 0]
+    context = min(lookback, 4 * horizon)
+    for ax, ex in zip(axes, examples, strict=True):
+        ax.plot(np.arange(-context, 0), ex["x"][-context:, channel], color="0.45", lw=1, label="lookback")
+        truth = np.where(ex["mask"][:, channel], ex["y"][:, channel], np.nan)
+        ax.plot(np.arange(horizon), truth, color="k", lw=1.5, label="truth")
+        ax.plot(np.arange(horizon), ex["pred"][:, channel], color="C3", lw=1.5, label="forecast")
+        ax.axvline(0, color="0.7", ls="--", lw=0.8)
+        ax.set_title(ex["title"], fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=3)
+    axes[-1].set_xlabel(f"steps from forecast start (lookback {lookback}, last {context} shown)")
+    return fig

@@ -1,0 +1,107 @@
+"""Causal (next-base) DNA language model reporting bits per base."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pipelines.tasks.base import TaskModule, positions
+from posenc import PositionOutOfRange
+
+LN2 = math.log(2.0)
+
+
+class DNALanguageModel(TaskModule):
+    """Next-base prediction over windows of a genome; metric: bits per base.
+
+    The test loaders (one per evaluation length) give the per-length extrapolation check:
+    bits/base at each length is logged as ``test/bits_per_base_by_length`` with step = length.
+    Lengths the scheme does not define (learned PE past ``max_len``) are recorded as undefined.
+
+    Args:
+        vocab_size: token vocabulary (linked from the datamodule).
+        pad_id: padding token id; targets equal to it are not scored.
+        **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
+    """
+
+    causal = True
+    task_name = "dna_lm"
+
+    def __init__(self, vocab_size: int = 6, pad_id: int = 5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        d_model = self.backbone.ln_f.normalized_shape[0]
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+        self.pad_id = pad_id
+        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id)
+        self._test_sums: dict[int, list[float]] = {}
+        self._undefined: set[int] = set()
+
+    def forward(self, tokens: Tensor, pos: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V) for tokens (B, T) at positions ``pos`` (default 0..T-1)."""
+        pos = positions(tokens.shape[1], tokens.device) if pos is None else pos
+        pad = tokens == self.pad_id
+        h = self.backbone(self.embedding(tokens), pos, pad if pad.any() else None)  # (B, T, D)
+        return self.head(h)
+
+    def _nll(self, window: Tensor) -> tuple[Tensor, Tensor]:
+        """Summed next-base NLL (nats) and number of scored targets for windows (B, T+1)."""
+        x, y = window[:, :-1], window[:, 1:]
+        logits = self(x)  # (B, T, V)
+        nll = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
+        keep = (y.flatten() != self.pad_id).float()
+        return (nll * keep).sum(), keep.sum()
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        total, count = self._nll(batch)
+        loss = total / count.clamp(min=1)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/bits_per_base", loss / LN2)
+        return loss
+
+    def validation_step(self, batch: Tensor, batch_idx: int) -> None:
+        total, count = self._nll(batch)
+        self.log("val/bits_per_base", total / count / LN2, prog_bar=True,
+                 reduce_fx="mean", batch_size=int(count))
+
+    # ------------------------------------------------------------------ per-length test
+    def on_test_epoch_start(self) -> None:
+        self._test_sums, self._undefined = {}, set()
+
+    def test_step(self, batch: Tensor, batch_idx: int, dataloader_idx: int = 0) -> None:
+        length = batch.shape[1] - 1
+        if length in self._undefined:
+            return
+        try:
+            total, count = self._nll(batch)
+        except PositionOutOfRange:
+            self._undefined.add(length)
+            return
+        acc = self._test_sums.setdefault(length, [0.0, 0.0])
+        acc[0] += float(total)
+        acc[1] += float(count)
+
+    def on_test_epoch_end(self) -> None:
+        results = self.length_results()
+        if not results:
+            return
+        if self.logger is not None:
+            self.logger.log_metrics({"test/bits_per_base": results[min(results)]})
+            for length, bpb in sorted(results.items()):
+                self.logger.log_metrics({"test/bits_per_base_by_length": bpb}, step=length)
+                self.logger.log_metrics({f"test/bits_per_base_L{length}": bpb})
+            if self._undefined and hasattr(self.logger, "experiment"):
+                undefined = ",".join(str(n) for n in sorted(self._undefined))
+                self.logger.log_hyperparams({"extrapolation/undefined_lengths": undefined})
+
+    def length_results(self) -> dict[int, float]:
+        """Bits/base per test length from the last test epoch (undefined lengths omitted)."""
+        return {n: s / c / LN2 for n, (s, c) in self._test_sums.items() if c > 0}
+
+    @property
+    def undefined_lengths(self) -> list[int]:
+        return sorted(self._undefined)
+

@@ -1,0 +1,93 @@
+"""Per-base gene / codon-frame segmentation of a genome (7 classes), a bidirectional tagger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from datamodules.dna.annotation import LABEL_NAMES, N_LABELS
+from pipelines.tasks.per_length import PerLengthTest, token_positions
+
+
+class FrameSegmenter(PerLengthTest):
+    """Label every base: 0 non-coding, 1/2/3 codon frame 0/1/2 on the + strand, 4/5/6 codon frame
+    0/1/2 on the − strand (frame = the base's offset in its codon, counted from the CDS start on the
+    CDS's strand; see ``datamodules.dna.annotation``).
+
+    With the default data (pyrodigal gene calls on E. coli) the labels are gene *predictions*, not a
+    curated annotation. Codon frame repeats every 3 bases, so an encoding that can represent period
+    3 (``posenc.PeriodicRoPE`` pinned to 3) should help. Metrics on val/test and per test length:
+    ``acc`` (per-base accuracy), ``f1_macro`` and ``f1_<class>`` per class, plus ``coding_acc``
+    (coding vs. non-coding, whatever the frame).
+
+    Args:
+        vocab_size: token vocabulary (linked from the datamodule).
+        pad_id: padding token id (linked from the datamodule).
+        num_classes: label classes (7).
+        **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
+    """
+
+    causal = False
+    task_name = "dna_segment"
+    class_names = LABEL_NAMES
+
+    def __init__(
+        self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = N_LABELS, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        d_model = self.backbone.ln_f.normalized_shape[0]
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.head = nn.Linear(d_model, num_classes)
+        self.pad_id, self.num_classes = pad_id, num_classes
+        if num_classes != len(LABEL_NAMES):
+            self.class_names = [str(i) for i in range(num_classes)]
+        self.val_metrics = self.make_metrics()
+        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, num_classes=num_classes)
+
+    def make_metrics(self) -> MetricCollection:
+        n = self.num_classes
+        return MetricCollection(compute_groups=False, metrics={
+            "acc": MulticlassAccuracy(n, average="micro"),
+            "f1_macro": MulticlassF1Score(n, average="macro"),
+            "f1": MulticlassF1Score(n, average=None),
+            "coding_acc": MulticlassAccuracy(2, average="micro"),
+        })
+
+    def update_metrics(self, metrics: MetricCollection, *args: Tensor) -> None:
+        pred, target = args
+        for key in ("acc", "f1_macro", "f1"):
+            metrics[key].update(pred, target)
+        metrics["coding_acc"].update((pred > 0).long(), (target > 0).long())
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Class logits (B, T, C) for tokens (B, T) at positions 0..T-1."""
+        pad = tokens == self.pad_id
+        h = self.backbone(self.embedding(tokens), token_positions(tokens), pad if pad.any() else None)
+        return self.head(h)  # (B, T, C)
+
+    def _step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Mean per-base loss, predictions (B·T,) and targets (B·T,)."""
+        logits = self(batch["tokens"]).flatten(0, 1).float()  # (B·T, C)
+        target = batch["labels"].flatten()  # (B·T,)
+        return F.cross_entropy(logits, target), logits.argmax(-1), target
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss, pred, target = self._step(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", (pred == target).float().mean())
+        return loss
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        loss, pred, target = self._step(batch)
+        self.log("val/loss", loss, batch_size=target.numel())
+        self.update_metrics(self.val_metrics, pred, target)
+
+    def on_validation_epoch_end(self) -> None:
+        self.log_collection("val", self.val_metrics)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.update_length(batch["tokens"].shape[1], lambda: self._step(batch)[1:])

@@ -1,0 +1,1 @@
+"""Tracking: MLflow wiring (store, logger, config artifact), model registry, resume and failure handling."""

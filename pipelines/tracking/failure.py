@@ -1,0 +1,111 @@
+"""What a run does when it goes wrong: stop on a non-finite loss, never leave an MLflow run RUNNING.
+
+Lightning already calls ``logger.finalize("failed")`` when fit/test raise; :class:`FailedRunGuard`
+makes sure of it independently of the logger (a failing checkpoint upload inside ``finalize`` would
+otherwise leave the run RUNNING) and says which run failed. :class:`StopOnNonFiniteLoss` checks the
+training loss before the backward pass, so the weights (and the last checkpoint) are never NaN.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+
+import lightning as L
+import torch
+
+from posenc import PosencError
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(PosencError):
+    """The training loss became NaN or infinite."""
+
+
+def mark_runs_failed(trainer: L.Trainer) -> list[str]:
+    """Set every MLflow run of ``trainer`` that is still RUNNING to FAILED; returns their ids."""
+    from pipelines.tracking.store import mlflow_loggers
+
+    failed = []
+    for logger in mlflow_loggers(trainer):
+        if not getattr(logger, "_initialized", False):  # no run was ever created
+            continue
+        try:
+            client, run_id = logger.experiment, logger.run_id
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, "FAILED")
+            failed.append(run_id)
+        except Exception as exc:  # the store itself may be what failed; report, never mask the cause
+            log.warning("could not mark MLflow run %s FAILED: %s", getattr(logger, "_run_id", None), exc)
+    return failed
+
+
+class FailedRunGuard(L.Callback):
+    """On any exception during fit/validate/test: the MLflow run is marked FAILED (not RUNNING)."""
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                     exception: BaseException) -> None:
+        if trainer.global_rank != 0:
+            return
+        for run_id in mark_runs_failed(trainer):
+            print(f"MLflow run {run_id} marked FAILED ({type(exception).__name__})", file=sys.stderr)
+
+
+class StopOnNonFiniteLoss(L.Callback):
+    """Raise a one-line :class:`NonFiniteLoss` before backward when the training loss is NaN/inf.
+
+    Checked on every step (one scalar ``isfinite``); the optimizer never steps on a bad loss, so the
+    weights and any checkpoint written afterwards stay finite.
+    """
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           loss: torch.Tensor) -> None:
+        if bool(torch.isfinite(loss.detach()).all()):
+            return
+        value = float(loss.detach().float().reshape(-1)[0])
+        shown = "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        raise NonFiniteLoss(
+            f"training loss is {shown} at step {trainer.global_step} (epoch {trainer.current_epoch}, batch "
+            f"{trainer.fit_loop.epoch_loop.batch_idx}); the run was stopped: lower model.lr, keep "
+            f"trainer.gradient_clip_val, or check the input data for extreme values"
+        )
+
+
+__all__ = ["FailedRunGuard", "NonFiniteLoss", "StopOnNonFiniteLoss", "mark_runs_failed"]
+
+
+def exception_chain(exc: BaseException):
+    """``exc`` and its causes/contexts, innermost last (each once, cycles cut)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+_STORE: dict[str, str | None] = {"uri": None}
+
+
+def note_store(uri: str | None) -> None:
+    """Remember the MLflow store the CLI is about to open, for :func:`environment_error`."""
+    _STORE["uri"] = uri
+
+
+def environment_error(exc: BaseException) -> str | None:
+    """One line for a broken environment — a file or folder that cannot be written, an MLflow
+    store that is corrupt or locked — found anywhere in the exception chain, else ``None``."""
+    from pipelines.tracking.store import tracking_uri
+
+    for e in exception_chain(exc):
+        module = type(e).__module__
+        if module.startswith(("sqlalchemy", "sqlite3", "mlflow")):
+            reason = str(getattr(e, "orig", None) or e).strip().splitlines()
+            reason = reason[0][:200] if reason else type(e).__name__
+            hint = " (another process holds it: retry later)" if "locked" in reason else ""
+            return f"MLflow store {_STORE['uri'] or tracking_uri()}: {reason}{hint}"
+    for e in exception_chain(exc):
+        if isinstance(e, OSError) and e.filename:
+            return f"{e.filename}: {e.strerror or type(e).__name__} (cannot write there: check the path)"
+    return None

@@ -1,0 +1,184 @@
+"""What inference needs, saved at training time: the data description in every checkpoint, and the
+trained model registered in MLflow so ``models:/<name>/<version>`` loads it.
+
+:class:`RegisterModel` is a Lightning callback (the CLI adds it as ``--register.*``):
+
+* from ``setup`` on it keeps a primitive description of the datamodule on the module
+  (``posenc_inference``: tokenizer k-mer/stride and training length, class names, or for time
+  series the columns, calendar features and the scalers fitted on the training rows) and writes it
+  into every checkpoint (``checkpoint["posenc_inference"]``);
+* after fit (``register: true``, an MLflow logger present) it logs the best checkpoint, stripped of
+  optimizer state, as an MLflow pyfunc model with a signature, an input example and explicit pip
+  requirements (no environment inference, so logging is fast) and registers it under ``name``
+  (default: the run name, e.g. ``DNALanguageModel-RoPE``).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from pipelines.inference.loading import META_KEY
+
+log = logging.getLogger(__name__)
+KEEP_KEYS = ("state_dict", "hyper_parameters", "posenc_task", META_KEY, "epoch", "global_step",
+             "pytorch-lightning_version", "datamodule_hyper_parameters")
+
+
+def describe_data(dm: Any) -> dict[str, Any]:
+    """A primitive (``weights_only``-loadable) description of a datamodule for inference."""
+    if dm is None:
+        return {}
+    if hasattr(dm, "tokenizer"):  # DNA datamodules
+        out: dict[str, Any] = {"data": {"kmer": dm.tokenizer.k, "kmer_stride": dm.tokenizer.stride,
+                                        "seq_len": int(dm.seq_len)},
+                               "source": str(getattr(dm, "fasta", "") or "")}
+        if hasattr(dm, "class_names"):
+            out["class_names"] = [str(c) for c in dm.class_names]
+        return out
+    if hasattr(dm, "series") and hasattr(dm, "target_scaler"):
+        return describe_timeseries(dm)
+    return {}
+
+
+def describe_timeseries(dm: Any) -> dict[str, Any]:
+    """Columns, cleaning, calendar and the training-row scalers of a TimeSeriesDataModule."""
+    from datamodules.timeseries.parse import fit_scaler
+
+    hp, s = dm.hparams, dm.series
+    cov = fit_scaler(s.covariates, s.cov_observed, dm.n_train, s.covariate_cols)  # as the datamodule did
+    has_cov = s.covariates.shape[1] > 0
+    data = {"time_col": hp.get("time_col", "Time"), "target_cols": list(s.target_cols),
+            "covariate_cols": list(s.covariate_cols), "time_format": hp.get("time_format"),
+            "timezone": hp.get("timezone"), "calendar": list(hp.get("calendar") or []),
+            "nan_policy": hp.get("nan_policy", "interpolate"), "fill_gaps": bool(hp.get("fill_gaps", False)),
+            "positions": dm.positions, "lookback": int(dm.lookback), "horizon": int(dm.horizon),
+            "patch_len": int(dm.patch_len)}
+    scaler = {"target_loc": dm.target_loc.tolist(), "target_scale": dm.target_scale.tolist(),
+              "cov_loc": cov.mean_.tolist() if has_cov else [],
+              "cov_scale": cov.scale_.tolist() if has_cov else []}
+    return {"data": data, "scaler": scaler, "source": str(dm.source)}
+
+
+def input_example(model: Any, dm: Any) -> Any:
+    """A small input for the MLflow signature: a DNA sequence, or the last lookback rows of the
+    training table (original units) for a forecaster."""
+    import pandas as pd
+
+    meta = getattr(model, "posenc_inference", {}) or {}
+    if model.task_name != "ts_forecast":
+        k = int(meta.get("data", {}).get("kmer", 1))
+        return pd.DataFrame({"id": ["example"], "sequence": ["ACGTTGCA" * max(4, k)]})
+    s, data = dm.series, meta["data"]
+    rows = slice(len(s) - int(data["lookback"]), len(s))
+    time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
+            else s.time[rows] * s.report.step)
+    table = {data["time_col"]: np.asarray(time)}
+    table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
+    table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
+    return pd.DataFrame(table)
+
+
+def slim_checkpoint(path: str | Path, out: Path) -> Path:
+    """Copy of a checkpoint with only what inference needs (no optimizer/loop state)."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    torch.save({k: ckpt[k] for k in KEEP_KEYS if k in ckpt}, out)
+    return out
+
+
+def pip_requirements() -> list[str]:
+    """Pinned versions of what loading the model imports (explicit: MLflow infers nothing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for pkg in ("torch", "lightning", "mlflow", "numpy", "pandas", "biopython", "scikit-learn"):
+        try:
+            out.append(f"{pkg}=={version(pkg).split('+')[0]}")
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def log_pyfunc(ckpt: Path, run_id: str, tracking_uri: str, name: str | None, example: Any, output: Any):
+    """Log ``ckpt`` as a pyfunc model of run ``run_id`` and register it as ``name`` (if given)."""
+    import mlflow
+    from mlflow.models import Model, infer_signature
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    import pipelines.tracking.pyfunc as code
+
+    signature = infer_signature(example, output)
+    with _use_tracking_uri(tracking_uri):
+        return Model.log(None, mlflow.pyfunc, name="posenc_model", python_model=code.__file__,
+                         artifacts={"checkpoint": str(ckpt)}, signature=signature, input_example=example,
+                         pip_requirements=pip_requirements(), registered_model_name=name,
+                         await_registration_for=0, run_id=run_id)
+
+
+class RegisterModel(L.Callback):
+    """Keep the data description for inference and register the trained model in MLflow.
+
+    Args:
+        register: log and register the best checkpoint as an MLflow model after fit
+            (``--register.register false`` skips it; the data description is always kept).
+        name: registered model name (default: the MLflow run name, e.g. ``DNALanguageModel-RoPE``).
+    """
+
+    def __init__(self, register: bool = True, name: str | None = None) -> None:
+        self.register, self.name = register, name
+        self.model_uri: str | None = None
+        self.seconds: float | None = None
+        self.log_seconds: float | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        meta = describe_data(getattr(trainer, "datamodule", None))
+        if meta or not getattr(pl_module, "posenc_inference", None):
+            pl_module.posenc_inference = meta
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint[META_KEY] = dict(getattr(pl_module, "posenc_inference", {}) or {})
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from pipelines.tracking.store import mlflow_loggers
+
+        loggers = mlflow_loggers(trainer)
+        if not self.register or not loggers or trainer.global_rank != 0 or trainer.interrupted:
+            return
+        try:
+            self.register_best(trainer, loggers[0])
+        except Exception as exc:  # never lose a finished training to a registry problem
+            log.warning("MLflow model registration failed (%s: %s); the checkpoint is kept",
+                        type(exc).__name__, exc)
+
+    def register_best(self, trainer: L.Trainer, logger: Any) -> None:
+        """Log the best checkpoint (slimmed) as a pyfunc model of the run and register it."""
+        from pipelines.inference.loading import load_model
+
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="posenc-register-") as tmp:
+            best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
+            ckpt = Path(tmp) / "model.ckpt"
+            if not (best and Path(best).is_file()):
+                best = Path(tmp) / "last.ckpt"
+                trainer.save_checkpoint(best, weights_only=True)
+            slim_checkpoint(best, ckpt)
+            name = self.name or logger.experiment.get_run(logger.run_id).info.run_name
+            model = load_model(ckpt, device="cpu")
+            example = input_example(model, getattr(trainer, "datamodule", None))
+            output = model.predict(example)
+            logging_start = time.perf_counter()
+            info = log_pyfunc(ckpt, logger.run_id, logger._tracking_uri, name, example, output)
+        self.seconds = time.perf_counter() - start
+        self.log_seconds = time.perf_counter() - logging_start  # MLflow's part: log + register
+        version = getattr(info, "registered_model_version", None)
+        self.model_uri = f"models:/{name}/{version}" if version else info.model_uri
+        log.info("registered %s in %.2f s", self.model_uri, self.seconds)
+        print(f"MLflow model {self.model_uri} (registered in {self.seconds:.2f} s, of which MLflow logging "
+              f"{self.log_seconds:.2f} s)", flush=True)

@@ -1,0 +1,299 @@
+"""Resume an interrupted ``fit``: rerunning the same command continues the same MLflow run.
+
+Every ``fit`` gets a run directory ``<default_root_dir>/runs/<key>/``, where ``key`` hashes the
+resolved config (without the run id and ckpt path, which resuming sets itself). While training:
+
+* ``run.json`` holds the MLflow run id (written when the run is created);
+* ``last.ckpt`` is written every ``every_n_steps`` optimizer steps and at each epoch end, to a
+  temporary name and renamed into place, so a kill (even ``SIGKILL``) never leaves a torn file.
+
+A rerun of the same config finds ``run.json`` and ``last.ckpt``, logs into the same MLflow run
+(``MLFlowLogger(run_id=…)``) and passes ``ckpt_path`` to ``fit``. A successful fit removes both
+files, so the next run of that config starts afresh.
+
+Exact continuation. Lightning restores the weights, optimizer, scheduler, loop counters and callback
+states, but a plain ``DataLoader`` restarts its epoch from the first batch and the global RNGs are
+not saved. :class:`ResumableLoader` makes the training loader stateful (Lightning stores its
+``state_dict`` in the checkpoint): it records the sampler generator's state at the start of the
+epoch and, on restore, rewinds it and skips the batches already trained on. :class:`ResumeCheckpoint`
+saves the global torch/numpy/Python RNG states and puts them back before the first resumed batch.
+Limits: samplers drawing from the *global* torch RNG (no ``generator``) and augmentation drawing from
+a dataset's own RNG are not rewound; every datamodule in this project seeds its training sampler.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import yaml
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
+
+log = logging.getLogger(__name__)
+
+RUN_FILE, LAST = "run.json", "last.ckpt"
+_NOT_HASHED = ("ckpt_path", "trainer.logger.init_args.run_id", "trainer.logger.init_args.run_name",
+               "resume", "checkpoint_every_n_steps", "config")
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of the resolved config (as a dict), minus the keys resuming sets."""
+    data = json.loads(json.dumps(config, default=str))
+    for dotted in _NOT_HASHED:
+        *parents, last = dotted.split(".")
+        node = data
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run_dir_for(config_yaml: str, root: str | Path) -> Path:
+    """``<root>/runs/<key>`` for a config dumped as YAML."""
+    return Path(root) / "runs" / config_key(yaml.safe_load(config_yaml))
+
+
+def _atomic_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def previous_run(run_dir: Path, tracking_uri: str | None) -> tuple[str | None, Path | None]:
+    """``(run_id, last.ckpt or None)`` of an unfinished run of this config, else ``(None, None)``.
+
+    A run id whose MLflow run is gone or FINISHED is stale: the directory is cleared.
+    """
+    state = run_dir / RUN_FILE
+    if not state.is_file():
+        return None, None
+    try:
+        run_id = json.loads(state.read_text())["run_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        run_id = None
+    status = _run_status(run_id, tracking_uri) if run_id else None
+    if status is None or status == "FINISHED":
+        clear(run_dir)
+        return None, None
+    ckpt = run_dir / LAST
+    return run_id, ckpt if ckpt.is_file() else None
+
+
+def _run_status(run_id: str, tracking_uri: str | None) -> str | None:
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient(tracking_uri).get_run(run_id).info.status
+    except MlflowException:
+        return None
+
+
+def clear(run_dir: Path) -> None:
+    """Remove the resume state of a run directory (the directory goes if it is then empty)."""
+    for name in (RUN_FILE, LAST):
+        (run_dir / name).unlink(missing_ok=True)
+    for tmp in run_dir.glob(".*.tmp-*"):
+        tmp.unlink(missing_ok=True)
+    if run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
+
+
+class ResumableLoader:
+    """A training ``DataLoader`` made stateful for exact mid-epoch resumption.
+
+    ``state_dict()`` holds the sampler generator's state at the start of the current epoch and the
+    number of batches the trainer has processed in it; after ``load_state_dict`` the next epoch
+    iteration rewinds the generator and skips those batches (they are drawn and dropped, not
+    trained on), so the remaining batches are exactly those of an uninterrupted run.
+    """
+
+    def __init__(self, loader: Any, trainer: L.Trainer) -> None:
+        self.loader, self.trainer = loader, trainer
+        self._epoch_start: torch.Tensor | None = None
+        self._pending: dict[str, Any] | None = None
+
+    @property
+    def _generator(self) -> torch.Generator | None:
+        sampler = getattr(self.loader, "sampler", None)
+        return getattr(sampler, "generator", None)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:  # batch_size, dataset, … for Lightning's inspection
+        if name in ("loader", "trainer"):
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        gen, skip = self._generator, 0
+        if self._pending is not None:
+            state, self._pending = self._pending, None
+            if gen is not None and state.get("generator") is not None:
+                gen.set_state(state["generator"])
+            skip = int(state.get("batches", 0))
+            if skip >= len(self.loader):  # saved at the end of an epoch: move past the whole epoch
+                for _ in self.loader:
+                    pass
+                skip = 0
+        self._epoch_start = gen.get_state().clone() if gen is not None else None
+        it = iter(self.loader)
+        for _ in range(skip):
+            next(it)
+        return it
+
+    def state_dict(self) -> dict[str, Any]:
+        done = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"generator": self._epoch_start, "batches": int(done)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._pending = dict(state)
+
+
+class ResumeCheckpoint(L.Callback):
+    """Keep ``run_dir/last.ckpt`` (atomic) and ``run_dir/run.json`` for :mod:`pipelines.tracking.resume`.
+
+    Args:
+        run_dir: the config's run directory.
+        every_n_steps: optimizer steps between checkpoints (also saved at every epoch end).
+    """
+
+    def __init__(self, run_dir: str | Path, every_n_steps: int = 50) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"checkpoint_every_n_steps must be ≥ 1, got {every_n_steps}")
+        self.run_dir, self.every_n_steps = Path(run_dir), every_n_steps
+        self._rng: dict[str, Any] | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        dm = trainer.datamodule
+        if dm is not None and not getattr(dm, "_resumable_wrapped", False):
+            make = dm.train_dataloader
+            dm.train_dataloader = lambda: ResumableLoader(make(), trainer)
+            dm._resumable_wrapped = True
+        if trainer.is_global_zero:
+            self._record_run(trainer)
+
+    def _record_run(self, trainer: L.Trainer) -> None:
+        from pipelines.tracking.store import mlflow_loggers
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for logger in mlflow_loggers(trainer):
+            client, run_id = logger.experiment, logger.run_id  # creates the run if it is new
+            if client.get_run(run_id).info.status != "RUNNING":
+                client.update_run(run_id, status="RUNNING")  # a resumed FAILED run is running again
+            _atomic_json(self.run_dir / RUN_FILE, {"run_id": run_id, "tracking_uri": logger._tracking_uri})
+            break
+
+    def _save(self, trainer: L.Trainer) -> None:
+        if trainer.sanity_checking:
+            return
+        path = self.run_dir / LAST
+        tmp = path.with_name(f".{LAST}.tmp-{os.getpid()}")
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, path)
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        fit_state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        self._loader_states = fit_state.get("combined_loader")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Put the training loader where the checkpoint left it. Lightning does this itself only when
+        the loader is first built after the restore; ``configure_optimizers`` asking for
+        ``trainer.estimated_stepping_batches`` builds it before, so it is done (again) here."""
+        states, self._loader_states = getattr(self, "_loader_states", None), None
+        loader, fetcher = trainer.fit_loop._combined_loader, trainer.fit_loop._data_fetcher
+        if not states or loader is None or fetcher is None:
+            return
+        stateful = [dl for dl in loader.flattened if isinstance(dl, ResumableLoader)]
+        if len(stateful) != len(states):
+            log.warning("resume: the training loader does not match the checkpoint; its epoch restarts")
+            return
+        for dl, state in zip(stateful, states, strict=True):
+            dl.load_state_dict(state)
+        iter(fetcher)  # a new iterator from the restored position
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._rng is not None:
+            _set_rng_states(self._rng)
+            self._rng = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        last_of_epoch = batch_idx + 1 >= trainer.num_training_batches
+        if trainer.global_step % self.every_n_steps == 0 and not last_of_epoch:
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save(trainer)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero and not trainer.interrupted:
+            clear(self.run_dir)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": _primitive_rng(_collect_rng_states(include_cuda=False))}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        rng = state_dict.get("rng")
+        self._rng = _numpy_rng(rng) if rng is not None else None
+
+
+def _primitive_rng(states: dict[str, Any]) -> dict[str, Any]:
+    """RNG states without numpy objects, so every checkpoint still loads with ``weights_only=True``."""
+    out = dict(states)
+    if "numpy" in out:
+        kind, keys, pos, has_gauss, gauss = out["numpy"]
+        keys = torch.from_numpy(keys.astype("int64"))
+        out["numpy"] = (str(kind), keys, int(pos), int(has_gauss), float(gauss))
+    return out
+
+
+def _numpy_rng(states: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    out = dict(states)
+    if "numpy" in out:
+        kind, keys, pos, has_gauss, gauss = out["numpy"]
+        out["numpy"] = (kind, np.asarray(keys, dtype=np.int64).astype(np.uint32), pos, has_gauss, gauss)
+    return out
+
+
+__all__ = ["ResumableLoader", "ResumeCheckpoint", "clear", "config_key", "previous_run", "run_dir_for"]
+
+
+def prepare(parser: Any, cfg: Any) -> Path:
+    """Before instantiation: the config's run directory; if an unfinished run of the same config left
+    ``run.json`` there, log into that MLflow run and resume from its ``last.ckpt``.
+
+    Args:
+        parser: the subcommand's parser (to dump the resolved config).
+        cfg: the subcommand's config namespace; ``trainer.logger.init_args.run_id`` and
+            ``ckpt_path`` are set in place when resuming (an explicit ``ckpt_path`` is kept).
+    """
+    import sys
+
+    text = parser.dump(cfg, skip_none=False, skip_validation=True)
+    run_dir = run_dir_for(text, cfg.trainer.get("default_root_dir") or "outputs")
+    logger = cfg.trainer.get("logger")
+    mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
+    uri = logger.init_args.get("tracking_uri") if mlflow else None
+    run_id, ckpt = previous_run(run_dir, uri) if mlflow else (None, None)
+    if run_id is None:
+        return run_dir
+    logger.init_args.run_id = run_id
+    if ckpt is not None and not cfg.get("ckpt_path"):
+        cfg.ckpt_path = str(ckpt)
+    where = f" from {ckpt}" if ckpt else " (no checkpoint yet: from the start)"
+    print(f"resuming MLflow run {run_id}{where}", file=sys.stderr)
+    return run_dir
