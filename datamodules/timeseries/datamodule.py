@@ -138,6 +138,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         self.train_on_filled = train_on_filled
 
         file, targets, covs, timezone = self._resolve_data(path, target_cols, covariate_cols, timezone)
+        # The checkpoint keeps the settings used, defaults resolved (inference rebuilds inputs from them).
+        self.hparams.update(target_cols=list(targets), covariate_cols=list(covs), timezone=timezone)
         self.source = str(file)
         # Read eagerly: a bad file fails before any trainer, logger or run exists.
         self.series: Series = parse_series(
@@ -194,8 +196,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
             raise PosencError(f"data.calendar must be a list of {CALENDAR_FEATURES}, auto or null, "
                               f"got {calendar!r}")
         calendar = list(calendar or [])
-        # The checkpoint keeps what was used (inference rebuilds the same inputs from it).
-        self.hparams["calendar"], self.hparams["timezone"] = calendar, timezone
+        self.hparams["calendar"] = calendar  # as used (see __init__)
         self.target_scaler = fit_scaler(s.targets, s.observed, self.n_train, s.target_cols)
         cov_scaler = fit_scaler(s.covariates, s.cov_observed, self.n_train, s.covariate_cols)
         cal = calendar_features(s.timestamps, calendar, timezone, n_rows=len(s), time_kind=s.report.time_kind)

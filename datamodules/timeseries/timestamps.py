@@ -40,7 +40,7 @@ def format_step(seconds: float) -> str:
         return f"{seconds:g}s"
     for size, suffix in UNITS:
         count = seconds / size
-        if count >= 1 and abs(count - round(count)) <= 1e-9 * count:
+        if count >= 1 and abs(count - round(count)) <= 1e-6:
             return f"{round(count)}{suffix}"
     for size, suffix in UNITS:
         if seconds >= size:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lightning.pytorch  # noqa: F401 - imported at collection, see below
 import numpy as np
 import pandas as pd
 import pytest
+
+# Lightning gives its loggers a stderr handler of their own when imported while the root logger has
+# none. Imported first inside a test, that handler would keep the test's captured stream and later
+# tests would print "--- Logging error ---" tracebacks; imported here (pytest's log capture in place),
+# its records go through the root logger like everyone else's.
 
 
 def seasonal_frame(n: int = 960, period: int = 24, seed: int = 0, freq: str = "1h") -> pd.DataFrame:
