@@ -84,8 +84,8 @@ def season_period(report, train: np.ndarray, max_period: int) -> tuple[int, str]
     try:
         peak = estimate_period(train, max(2, min(int(max_period), n // 2)))
     except PosencError:
-        return 1, f"last value: no periodogram peak in the training split ({why})"
-    return peak, f"periodogram peak of the training split, at most {max_period} steps ({why})"
+        return 1, f"last value, no periodogram peak in the training split; {why}"
+    return peak, f"periodogram peak ≤ {max_period} steps of the training split; {why}"
 
 
 def calendar_features(

@@ -348,7 +348,9 @@ def parse_series(
                else np.zeros((len(df), 0)) for cols in (target_cols, covariate_cols)]
     for c, col in zip(target_cols + covariate_cols, np.concatenate(columns, axis=1).T, strict=True):
         if np.isnan(col).all():
-            raise PosencError(f"{source}: column {c!r} has no values (all {len(col)} are missing)")
+            key = "target_cols" if c in target_cols else "covariate_cols"
+            raise PosencError(f"{source}: column {c!r} has no values (all {len(col)} are missing); "
+                              f"leave it out of data.{key}")
     t, ts, columns = _order_rows(t, ts, columns, report, time_col, source, csv)
     _regularity(t, ts, report)
     if fill_gaps and report.n_gaps:

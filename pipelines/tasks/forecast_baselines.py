@@ -8,6 +8,9 @@ What a practitioner would use instead of the Transformer, given the same data:
   (``x``) and its covariates and calendar features (``cov``) — to the whole horizon (a direct
   multi-step linear model). The Forecaster sees no future covariates, so neither does this.
 - ``linear_ar``: the same ridge from the lookback's targets only (autoregressive).
+
+Both ridges are fitted on training windows, their penalty chosen on the validation windows (as the
+Forecaster's checkpoint is), and scored on the test windows the Forecaster was scored on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from sklearn.linear_model import Ridge
 
 from datamodules.timeseries.parse import estimate_period, format_step, gather_windows
 from posenc import PosencError
+
+RIDGE_ALPHAS = (0.1, 1.0, 10.0, 100.0, 1000.0)  # penalties tried on the validation windows
 
 
 def seasonal_naive(values: np.ndarray, starts: np.ndarray, horizon: int, period: int) -> np.ndarray:
@@ -77,7 +82,9 @@ class ForecastBaselines(L.Callback):
             a calendar (row order, numeric, irregular or sub-second time), the training split's
             periodogram peak (see :meth:`TimeSeriesDataModule.season_period`).
         max_period: longest period the periodogram may pick (default: the lookback).
-        ridge_alpha: L2 penalty of the linear models.
+        ridge_alpha: L2 penalty of the linear models; ``None`` (default) → the one of
+            :data:`RIDGE_ALPHAS` with the lowest error on the validation windows (1.0 without
+            validation windows), logged as ``baseline/linear_alpha`` / ``baseline/linear_ar_alpha``.
         max_train_windows: training windows used to fit the linear models (evenly subsampled).
         max_train_values: further caps those windows so windows × lookback × features stays below it
             (memory of the design matrix).
@@ -87,7 +94,7 @@ class ForecastBaselines(L.Callback):
         self,
         season_period: int | None = None,
         max_period: int | None = None,
-        ridge_alpha: float = 1.0,
+        ridge_alpha: float | None = None,
         max_train_windows: int = 20000,
         max_train_values: int = 20_000_000,
     ) -> None:
@@ -122,15 +129,29 @@ class ForecastBaselines(L.Callback):
             starts = starts[np.linspace(0, len(starts) - 1, cap).round().astype(int)]
         return starts
 
-    def _linear(self, dm, inputs: np.ndarray, train: np.ndarray, test: np.ndarray) -> np.ndarray:
-        """Ridge from ``inputs`` (N, F) over the lookback, fitted on windows ``train``, predicted on
-        windows ``test``: (n_test, H, C) scaled."""
-        lin = LinearBaseline(self.ridge_alpha).fit(
-            gather_windows(inputs, train, dm.lookback, 0),  # (n, L, F)
-            gather_windows(dm.targets, train, 0, dm.horizon),  # (n, H, C)
-            gather_windows(dm.series.observed, train, 0, dm.horizon),
-        )
-        return lin.predict(gather_windows(inputs, test, dm.lookback, 0))
+    @staticmethod
+    def _windows(dm, inputs: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lookback inputs (n, L, F), targets (n, H, C) and their observed mask at ``starts``."""
+        return (gather_windows(inputs, starts, dm.lookback, 0),
+                gather_windows(dm.targets, starts, 0, dm.horizon),
+                gather_windows(dm.series.observed, starts, 0, dm.horizon))
+
+    def _fit_ridge(self, dm, inputs: np.ndarray) -> tuple[LinearBaseline, float]:
+        """Ridge from ``inputs`` (N, F) over the lookback, fitted on training windows; its penalty
+        ``ridge_alpha`` or the best of :data:`RIDGE_ALPHAS` on the validation windows."""
+        train = self._windows(dm, inputs, self._train_starts(dm, inputs.shape[1]))
+        val = dm.starts.get("val", np.zeros(0, dtype=np.int64))
+        if self.ridge_alpha is not None or len(val) == 0:
+            alpha = 1.0 if self.ridge_alpha is None else float(self.ridge_alpha)
+            return LinearBaseline(alpha).fit(*train), alpha
+        xv, yv, mv = self._windows(dm, inputs, val)
+        best: tuple[float, float, LinearBaseline] | None = None
+        for alpha in RIDGE_ALPHAS:
+            lin = LinearBaseline(alpha).fit(*train)
+            err = masked_errors(lin.predict(xv), yv, mv)["mse"]
+            if best is None or err < best[0]:
+                best = (err, alpha, lin)
+        return best[2], best[1]
 
     def compute(self, dm, starts: np.ndarray | None = None) -> dict[str, float]:
         """Baseline errors on ``dm``'s test windows starting at ``starts`` (default: all of them);
@@ -144,12 +165,12 @@ class ForecastBaselines(L.Callback):
         errors = masked_errors(orig(naive), truth, test["y_mask"])
         results = {f"seasonal_naive_{k}": v for k, v in errors.items()}
         same_inputs = np.concatenate([dm.targets, dm.covariates], axis=1)  # (N, C + K): x and cov
-        train = self._train_starts(dm, same_inputs.shape[1])
         for name, inputs in (("linear", same_inputs), ("linear_ar", dm.targets)):
             if name == "linear_ar" and dm.covariates.shape[1] == 0:  # no covariates: the same model
-                results.update({f"linear_ar_{k}": results[f"linear_{k}"] for k in ("mse", "mae")})
+                results.update({f"linear_ar_{k}": results[f"linear_{k}"] for k in ("mse", "mae", "alpha")})
                 continue
-            pred = self._linear(dm, inputs, train, test["start"])
+            lin, results[f"{name}_alpha"] = self._fit_ridge(dm, inputs)
+            pred = lin.predict(gather_windows(inputs, test["start"], dm.lookback, 0))  # (n, H, C)
             errors = masked_errors(orig(pred), truth, test["y_mask"])
             results.update({f"{name}_{k}": v for k, v in errors.items()})
         results["season_period"] = float(period)

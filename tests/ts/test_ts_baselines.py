@@ -71,15 +71,15 @@ def test_seasonal_naive_period_from_the_spectrum_without_a_calendar(tmp_path, fr
     settings = {"patch_len": 1, "eval_lookbacks": [48], "lookback": 48, **over}
     dm = TimeSeriesDataModule(**dm_kwargs(path, **settings))
     period, how = dm.season_period()
-    assert period == 37 and how.startswith("periodogram peak of the training split") and why in how
+    assert period == 37 and how.startswith("periodogram peak ≤ 48 steps of the training split; " + why)
 
 
 def test_no_resolvable_season_falls_back_to_the_last_value(tmp_path):
     path = periodic_csv(tmp_path, 200, None, period=37)  # 6 training rows: too few for a periodogram
     dm = TimeSeriesDataModule(**dm_kwargs(path, time_col=None, patch_len=1, lookback=2, horizon=1,
                                           eval_lookbacks=[2], split=(0.03, 0.07, 0.9)))
-    assert dm.season_period() == (1, "last value: no periodogram peak in the training split "
-                                     "(time is row order (data.time_col: null))")
+    assert dm.season_period() == (1, "last value, no periodogram peak in the training split; "
+                                     "time is row order (data.time_col: null)")
 
 
 def test_no_config_hard_wires_a_season_period():
@@ -111,3 +111,22 @@ def test_without_covariates_linear_and_linear_ar_agree(tmp_path):
     dm = TimeSeriesDataModule(**dm_kwargs(path, covariate_cols=None, eval_lookbacks=[24]))
     r = ForecastBaselines().compute(dm)
     assert dm.n_covariates == 0 and r["linear_mse"] == r["linear_ar_mse"]
+
+
+def test_ridge_penalty_is_chosen_on_the_validation_windows(tmp_path):
+    """Few training windows and many useless covariates: a weak penalty overfits, and the one chosen
+    on the validation windows does better on the test windows."""
+    n = 600
+    rng = np.random.default_rng(0)
+    t = np.arange(n)
+    df = pd.DataFrame({"when": pd.date_range("2024-01-01", periods=n, freq="1h").astype(str),
+                       "load": np.sin(2 * np.pi * t / 24) + 0.3 * rng.normal(size=n)})
+    noise = [f"n{i}" for i in range(10)]
+    for c in noise:
+        df[c] = rng.normal(size=n)
+    dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "s.csv", df), covariate_cols=noise,
+                                          eval_lookbacks=[24], split=(0.5, 0.2, 0.3)))
+    chosen = ForecastBaselines().compute(dm)
+    weak = ForecastBaselines(ridge_alpha=0.1).compute(dm)
+    assert weak["linear_alpha"] == 0.1 and chosen["linear_alpha"] >= 10
+    assert chosen["linear_mse"] < 0.8 * weak["linear_mse"]
