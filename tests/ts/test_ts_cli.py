@@ -109,10 +109,9 @@ def check_users_run(tmp_path: Path, out: str) -> None:
         assert np.isfinite(m[key]), key
 
 
-def test_a_users_hourly_file_trains_with_only_path_time_col_and_target_cols(tmp_path, caplog):
-    with caplog.at_level("INFO"):
-        assert run_main(tmp_path, users_hourly_file(tmp_path)) == 0
-    check_users_run(tmp_path, caplog.text)
+def test_a_users_hourly_file_trains_with_only_path_time_col_and_target_cols(tmp_path, lightning_log):
+    assert run_main(tmp_path, users_hourly_file(tmp_path)) == 0
+    check_users_run(tmp_path, lightning_log.text)
 
 
 @pytest.mark.slow  # ~30 s: a fresh interpreter, as `make train` runs it

@@ -156,22 +156,20 @@ def test_vic_elec_defaults_apply_to_the_default_data_only(tmp_path):
     assert own[1:] == (["temp"], [], None)  # no covariates, the timestamps' own zone
 
 
-def test_datamodule_reports_the_step_and_keeps_what_it_used(tmp_path, caplog):
+def test_datamodule_reports_the_step_and_keeps_what_it_used(tmp_path, lightning_log):
     df = seasonal_frame(freq="30min").rename(columns={"when": "date"})
     path = write_csv(tmp_path / "half.csv", df)
-    with caplog.at_level("INFO"):
-        dm = TimeSeriesDataModule(**dm_kwargs(path, time_col="date", calendar="auto", covariate_cols=None))
-    assert "half.csv: 960 rows, step 30min (median)" in caplog.text
+    dm = TimeSeriesDataModule(**dm_kwargs(path, time_col="date", calendar="auto", covariate_cols=None))
+    assert "half.csv: 960 rows, step 30min (median)" in lightning_log.lines
     assert dm.freq == "30min" and dm.step_seconds == 1800.0
     assert dm.covariate_names == ["hour_sin", "hour_cos", "dayofweek_sin", "dayofweek_cos"]
     assert dm.hparams["calendar"] == ["hour", "dayofweek"] and dm.hparams["covariate_cols"] == []
 
 
-def test_default_test_lookbacks_leave_out_those_without_room(series_csv, caplog):
-    with caplog.at_level("INFO"):
-        dm = TimeSeriesDataModule(**dm_kwargs(series_csv, lookback=200, patch_len=1))
+def test_default_test_lookbacks_leave_out_those_without_room(series_csv, lightning_log):
+    dm = TimeSeriesDataModule(**dm_kwargs(series_csv, lookback=200, patch_len=1))
     assert dm.eval_lookbacks == [200, 400, 800]  # the test split starts at row 672 < 1600
-    assert "no room before the test split for [1600]; set data.eval_lookbacks" in caplog.text
+    assert "no room before the test split for [1600]; set data.eval_lookbacks" in lightning_log.text
 
 
 @pytest.mark.parametrize(("freq", "patch_len", "expected"), [("30min", 12, [48, 336]), ("1h", 4, [24, 168])])
