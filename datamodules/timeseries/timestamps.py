@@ -32,20 +32,28 @@ def row_name(i: int, csv: bool) -> str:
     return f"row {i} (line {i + 2})" if csv else f"row {i}"
 
 
+def _whole(x: float) -> bool:
+    return abs(x - round(x)) <= 1e-6
+
+
 def format_step(seconds: float) -> str:
     """A step in seconds as a frequency string: ``3600`` → ``1h``, ``1800`` → ``30min``,
-    ``0.01`` → ``10ms``, ``5400`` → ``90min``; a step that is no whole number of any unit is given
-    to 4 significant digits of the largest unit it exceeds (``0.015625`` → ``15.62ms``)."""
+    ``0.01`` → ``10ms``, ``5400`` → ``90min``, ``0.015625`` → ``15.625ms``, ``1/3`` → ``333.3ms``.
+
+    The largest unit the step reaches, as a whole number; else a smaller unit giving a whole number
+    below 1000; else the largest unit with up to 3 decimals (4 significant digits if not exact)."""
     if not np.isfinite(seconds) or seconds <= 0:
         return f"{seconds:g}s"
-    for size, suffix in UNITS:
+    units = [(size, suffix) for size, suffix in UNITS if seconds / size >= 1] or [UNITS[-1]]
+    for i, (size, suffix) in enumerate(units):
         count = seconds / size
-        if count >= 1 and abs(count - round(count)) <= 1e-6:
+        if _whole(count) and (i == 0 or count < 1000):
             return f"{round(count)}{suffix}"
-    for size, suffix in UNITS:
-        if seconds >= size:
-            return f"{seconds / size:.4g}{suffix}"
-    return f"{seconds:.4g}s"
+    size, suffix = units[0]
+    count = seconds / size
+    if _whole(count * 1000):
+        return f"{count:.3f}".rstrip("0").rstrip(".") + suffix
+    return f"{count:.4g}{suffix}"
 
 
 def _to_datetime(raw: pd.Series, fmt: str) -> pd.Series:

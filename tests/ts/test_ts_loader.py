@@ -66,9 +66,12 @@ def test_other_formats_need_time_format_and_the_error_says_so():
         parse(df, time_format="%Y")
 
 
-@pytest.mark.parametrize(("seconds", "label"), [(3600, "1h"), (1800, "30min"), (0.01, "10ms"), (86400, "1d"),
-                                                (5400, "90min"), (1.5, "1500ms"), (7 * 86400, "7d"),
-                                                (1 / 3, "333.3ms"), (60, "1min"), (1, "1s")])
+STEPS = [(3600, "1h"), (1800, "30min"), (0.01, "10ms"), (86400, "1d"), (5400, "90min"), (1.5, "1.5s"),
+         (7 * 86400, "7d"), (1 / 3, "333.3ms"), (60, "1min"), (1, "1s"), (2.5e-6, "2.5us"),
+         (0.015625, "15.625ms"), (36 * 3600, "36h")]
+
+
+@pytest.mark.parametrize(("seconds", "label"), STEPS)
 def test_format_step_names_frequencies(seconds, label):
     assert format_step(seconds) == label
 
