@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipelines.bench.run import Plan, Workload, dense_estimate_gb, render, run, run_group
 from pipelines.bench.models import SCHEMES, build, forward_flops, hand_model
+from pipelines.bench.run import Plan, Workload, dense_estimate_gb, render, run, run_group
 
 TINY = Plan(d=16, heads=2, layers=1, workloads=(Workload("train", 1, 24, 2), Workload("infer", 1, 40, 2)),
             schemes=("NoPE", "ALiBi"), impls=("posenc", "sdpa"), repeats=2, budget_s=0.1,

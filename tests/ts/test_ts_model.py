@@ -8,8 +8,18 @@ import torch
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.tasks.forecast import Forecaster, RevIN, patch_positions, patchify, with_periods
-from pipelines.tasks.forecast_metrics import ForecastErrors, evaluate_lookbacks, log_lookback_metrics, lookback_table
-from pipelines.tasks.forecast_baselines import ForecastBaselines, LinearBaseline, masked_errors, seasonal_naive
+from pipelines.tasks.forecast_baselines import (
+    ForecastBaselines,
+    LinearBaseline,
+    masked_errors,
+    seasonal_naive,
+)
+from pipelines.tasks.forecast_metrics import (
+    ForecastErrors,
+    evaluate_lookbacks,
+    log_lookback_metrics,
+    lookback_table,
+)
 from posenc import PeriodicRoPE, PosencError
 from tests.ts.conftest import dm_kwargs
 
