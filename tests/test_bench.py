@@ -196,13 +196,16 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
     assert ratio(a, b) == "2.00× [1.50–2.00]"
     assert ratio(a, Cell(tokens_s=0.5, times=b.times, group=4)) == "2.00×"  # other rounds: medians
     assert "over 2 cells" in spread_summary({("posenc", "X", 0): a, ("sdpa", "X", 0): b})
+    fastest = Cell(tokens_s=1.0, times=a.times, group=3, stat="min")
+    assert ratio(fastest, Cell(tokens_s=1 / 1.5, times=b.times, group=3, stat="min")) == "1.50× [1.50–2.00]"
 
 
 def test_rounds_fixes_the_number_of_timed_rounds():
-    plan = Plan(d=16, heads=2, layers=1, repeats=1, budget_s=0.0, rounds=3)
+    plan = Plan(d=16, heads=2, layers=1, repeats=1, budget_s=0.0, rounds=3, stat="min")
     models = {"posenc": build("posenc", "NoPE", 16, 2, 1), "sdpa": build("sdpa", "NoPE", 16, 2, 1)}
     cells = measure_group(models, Workload("infer", 1, 16, repeats=1), plan)
     assert [len(c.times) for c in cells.values()] == [3, 3] and cells["posenc"].group == cells["sdpa"].group
+    assert all(c.tokens_s == 16 / min(c.times) for c in cells.values())  # --stat min: the fastest run
 
 
 def test_pin_binds_every_thread_and_sets_torch_threads():
@@ -221,8 +224,11 @@ def test_pin_binds_every_thread_and_sets_torch_threads():
         pin_cpus((max(before) + 1,))
 
 
-@pytest.mark.parametrize("argv", [["--pin", "x"], ["--rounds", "0"], ["--schemes", "Nope"]])
-def test_bad_options_exit_with_status_2(argv, capsys):
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--pin", "x"], "--pin 'x'"), (["--rounds", "0"], "--rounds"), (["--schemes", "Nope"], "unknown scheme"),
+    (["--stat", "mean"], "--stat"),
+])
+def test_bad_options_exit_with_status_2(argv, says, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--out", "", *argv])
-    assert exc.value.code == 2 and argv[0] in capsys.readouterr().err + argv[0]
+    assert exc.value.code == 2 and says in capsys.readouterr().err

@@ -28,6 +28,8 @@ class Plan:
     ``rounds`` (``--rounds``) replaces the per-workload caps and the time budget: every group runs
     exactly that many interleaved rounds, for a noisy host where more samples are worth the time.
     ``pin`` (``--pin``) is the CPU set the process and its threads were bound to, recorded in the header.
+    ``stat`` (``--stat``): ``median`` of the timed runs, or ``min`` — on a shared host other jobs
+    only ever add time, so each implementation's fastest run is the one closest to an idle machine.
     """
 
     d: int = 128
@@ -45,6 +47,7 @@ class Plan:
     mem_cap_gb: float = 6.0
     data_seconds: float = 3.0
     rounds: int | None = None
+    stat: str = "median"  # median | min
     pin: tuple[int, ...] | None = None
 
     def n_rounds(self, w: Workload) -> int:
@@ -72,3 +75,4 @@ class Cell:
     note: str = ""
     times: list[float] = field(default_factory=list)
     group: int = -1
+    stat: str = "median"  # what tokens_s was computed from

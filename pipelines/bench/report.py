@@ -21,7 +21,8 @@ IMPL_NAMES = {"posenc": "posenc", "xt": "x-transformers", "xt-flash": "x-transfo
 def fmt_rate(c: Cell) -> str:
     if c.tokens_s is None:
         return c.note
-    return f"{c.tokens_s / 1e3:.2f}k ±{100 * c.spread:.0f}% n={len(c.times)} · {c.peak_mb:.0f} MB"
+    best = " best" if c.stat == "min" else ""
+    return f"{c.tokens_s / 1e3:.2f}k{best} ±{100 * c.spread:.0f}% n={len(c.times)} · {c.peak_mb:.0f} MB"
 
 
 def paired_ratios(a: Cell, b: Cell) -> list[float]:
@@ -32,14 +33,16 @@ def paired_ratios(a: Cell, b: Cell) -> list[float]:
 
 
 def ratio(a: Cell, b: Cell | None) -> str:
-    """``a / b`` throughput: the median of the per-round ratios with their range when the two were
-    timed in the same rounds (a load change then hits both), else the ratio of the medians."""
+    """``a / b`` throughput: the median of the per-round ratios when the two were timed in the same
+    rounds (a load change then hits both), else (or with ``--stat min``) the ratio of the cells;
+    then the range of the per-round ratios."""
     if b is None or a.tokens_s is None or b.tokens_s is None:
         return "–"
     per_round = paired_ratios(a, b)
     if len(per_round) < 2:
         return f"{a.tokens_s / b.tokens_s:.2f}×"
-    return f"{statistics.median(per_round):.2f}× [{min(per_round):.2f}–{max(per_round):.2f}]"
+    mid = a.tokens_s / b.tokens_s if a.stat == "min" else statistics.median(per_round)
+    return f"{mid:.2f}× [{min(per_round):.2f}–{max(per_round):.2f}]"
 
 
 def best_xt(row: dict[str, Cell]) -> Cell | None:
@@ -68,9 +71,14 @@ def render(results: dict, plan: Plan, peak: float, header: list[str], data_line:
             out.append(f"| {s} | " + " | ".join(cells) + f" | {ratio(p, best_xt(row))} | "
                        f"{ratio(p, row.get('sdpa'))} | {ratio(p, nope_ref)} | {mfu} |")
         out.append("")
-    out.append("Cells: median tokens/s, spread (max − min)/median over the timed runs, peak RSS growth. "
-               "Ratios: median of the per-round ratios [lowest–highest] where both were timed in the "
-               "same interleaved rounds. NoPE hand SDPA: timed in the same rounds as the row's scheme.")
+    if plan.stat == "min":
+        out.append("Cells: tokens/s of the fastest timed run ('best'), spread (max − min)/median over the "
+                   "timed runs, peak RSS growth. Ratios: of the fastest runs [lowest–highest per-round "
+                   "ratio]. NoPE hand SDPA: timed in the same rounds as the row's scheme.")
+    else:
+        out.append("Cells: median tokens/s, spread (max − min)/median over the timed runs, peak RSS growth. "
+                   "Ratios: median of the per-round ratios [lowest–highest] where both were timed in the "
+                   "same interleaved rounds. NoPE hand SDPA: timed in the same rounds as the row's scheme.")
     out.append(f"x-transformers has no flash path for {', '.join(sorted(XT_NO_FLASH))}; "
                "'n/a': no such scheme in that implementation.")
     out.append(spread_summary(results))

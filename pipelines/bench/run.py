@@ -9,11 +9,12 @@ posenc's ratios to the others measured in the same rounds, and posenc's model FL
 against this machine's measured float32 matmul peak. Configurations whose dense L×L tensors
 would exceed ``--mem-cap-gb`` are not run and say how much they would need.
 
-On a noisy host: ``--rounds N`` times every group N interleaved rounds (no time budget), and
-``--pin 0,1`` binds the process and all its threads to those CPUs (as ``taskset -c``) with one
-torch thread per CPU; the header records both, and a closing line the spread of the timings.
+On a noisy host: ``--rounds N`` times every group N interleaved rounds (no time budget),
+``--stat min`` reports each implementation's fastest run (other jobs only add time), and ``--pin
+0,1`` binds the process and all its threads to those CPUs (as ``taskset -c``) with one torch thread
+per CPU. The header records the CPU set and threads; a closing line gives the spread of the timings.
 
-Usage: ``python -m pipelines.bench.run [--quick] [--rounds N] [--pin CPUS] [--out bench_results.md]``.
+Usage: ``python -m pipelines.bench.run [--quick] [--rounds N] [--stat min] [--pin CPUS] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def measure_group(models: dict[str, torch.nn.Module], w: Workload, plan: Plan) -
                 cells[impl].peak_mb = mem.mb
     for cell in cells.values():
         med = statistics.median(cell.times)
-        cell.tokens_s = w.batch * w.length / med
+        cell.stat = plan.stat
+        cell.tokens_s = w.batch * w.length / (min(cell.times) if plan.stat == "min" else med)
         cell.spread = (max(cell.times) - min(cell.times)) / med
     return cells
 
@@ -276,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-length", type=int, help="only workloads up to this length")
     ap.add_argument("--rounds", type=int, help="exactly this many timed rounds per group (no time budget)")
     ap.add_argument("--pin", help="bind to these CPUs (e.g. 0,1 or 1), one torch thread each")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="cells and ratios from the median or the fastest timed run (noisy host: min)")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else Plan()
     if args.schemes:
@@ -289,6 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         plan = replace(plan, workloads=tuple(w for w in plan.workloads if w.length <= args.max_length))
     if args.mem_cap_gb is not None:
         plan = replace(plan, mem_cap_gb=args.mem_cap_gb)
+    plan = replace(plan, stat=args.stat)
     if args.rounds is not None:
         if args.rounds < 1:
             ap.error(f"--rounds must be >= 1, got {args.rounds}")
