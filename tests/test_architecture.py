@@ -137,7 +137,8 @@ def test_a_task_added_from_outside_fits_evaluates_and_predicts(tmp_path):
         run_id = cli.trainer.logger.run_id
         result = evaluate([run_id, "--factors", "1", "2", "--out", str(tmp_path / "ev")])
         out = tmp_path / "p.tsv"
-        assert predict_main(["--ckpt", ckpt, "--input", str(fasta), "--output", str(out), "--no_progress"]) == 0
+        args = ["--ckpt", ckpt, "--input", str(fasta), "--output", str(out), "--no_progress"]
+        assert predict_main(args) == 0
     assert result.task == "toy_next_gc" and result.metric == "gc_bits"
     assert set(result.by_length()) == {32, 64} and all(v > 0 for v in result.by_length().values())
     table = pd.read_csv(out, sep="\t")

@@ -36,7 +36,8 @@ class NextGCAdapter(TaskAdapter):
 
     def score(self, module: Any, batch: Tensor) -> tuple[float, float, Tensor, Tensor]:
         target, keep = gc_targets(batch[:, 1:])  # (B, T)
-        bits = F.binary_cross_entropy_with_logits(module(batch[:, :-1]), target, reduction="none") / math.log(2)
+        nats = F.binary_cross_entropy_with_logits(module(batch[:, :-1]), target, reduction="none")  # (B, T)
+        bits = nats / math.log(2)
         per_pos = (bits * keep).sum(0)  # (T,)
         return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
 
