@@ -8,7 +8,8 @@ from importlib import import_module
 
 _LAZY = {"DNADataModule": "datamodules.dna.genome", "default_genome": "datamodules.dna.genome",
          "GenomeDataModule": "datamodules.dna.genome", "MaskedDNADataModule": "datamodules.dna.genome",
-         "SegmentationDataModule": "datamodules.dna.segment", "ClassificationDataModule": "datamodules.dna.classify",
+         "SegmentationDataModule": "datamodules.dna.segment",
+         "ClassificationDataModule": "datamodules.dna.classify",
          "TimeSeriesDataModule": "datamodules.timeseries.datamodule"}
 
 __all__ = sorted(_LAZY)

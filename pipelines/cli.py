@@ -24,7 +24,6 @@ from pipelines.tracking.failure import (
 from pipelines.tracking.registry import RegisterModel
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
-from pipelines.tracking.system_metrics import GpuSystemMetrics
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_defaults,
@@ -32,6 +31,7 @@ from pipelines.tracking.store import (
     new_store_lock,
     run_summary,
 )
+from pipelines.tracking.system_metrics import GpuSystemMetrics
 from posenc import PosencError
 
 
@@ -50,7 +50,7 @@ class PosencCLI(LightningCLI):
                             help="Evaluate the best checkpoint on the test split after fit.")
         # Inference: the data description in every checkpoint, the model registered in MLflow after fit.
         parser.add_lightning_class_args(RegisterModel, "register")
-        # Reliability (pipelines.tracking.resume): rerunning an interrupted fit continues it in the same MLflow run.
+        # Reliability (pipelines.tracking.resume): rerunning an interrupted fit continues its MLflow run.
         parser.add_argument("--resume", type=bool, default=True,
                             help="fit: resume an unfinished run of the same config from its last.ckpt.")
         parser.add_argument("--checkpoint_every_n_steps", type=int, default=50,

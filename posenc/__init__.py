@@ -8,6 +8,7 @@ the class paths re-exported here are public API, since saved configs name them.
 from types import ModuleType as _ModuleType
 
 from posenc.absolute import AbsoluteEncoding, Learned, Sinusoidal, sinusoidal_table
+from posenc.base import PUBLIC as _PUBLIC
 from posenc.base import (
     PosencError,
     PositionalEncoding,
@@ -43,3 +44,4 @@ __all__ = sorted(  # every public name above except the submodules themselves
     name for name, obj in dict(globals()).items()
     if not name.startswith("_") and not isinstance(obj, _ModuleType)
 )
+_PUBLIC.update({name: obj for name in __all__ if isinstance(obj := globals()[name], type)})

@@ -151,11 +151,13 @@ class PositionalEncoding(nn.Module, metaclass=_RecordsInit):
         return f"d_model={self.d_model}, n_heads={self.n_heads}" + (f", {args}" if args else "")
 
 
+#: the classes ``posenc/__init__.py`` re-exports, by name (filled there once its imports are done)
+PUBLIC: dict[str, type] = {}
+
+
 def public_class_path(cls: type) -> str:
     """``posenc.Name`` when the class is re-exported from ``posenc``, else its module path."""
-    import posenc
-
-    if getattr(posenc, cls.__name__, None) is cls:
+    if PUBLIC.get(cls.__name__) is cls:
         return f"posenc.{cls.__name__}"
     return f"{cls.__module__}.{cls.__qualname__}"
 

@@ -12,16 +12,14 @@ its frequencies, so it works for every scheme of the catalogue, compositions inc
 * :func:`bias_vs_distance` — the logit bias per head against the signed distance;
 * :func:`attention_distance_histogram` — where a trained model's attention mass falls.
 
-Command line: ``python -m posenc.diagnostics configs/posenc/periodic_rope.yaml --out figs/``.
+Command line (figures for one scheme config): ``python -m pipelines.eval.diagnose
+configs/posenc/periodic_rope.yaml --out figs/``.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +27,6 @@ import torch
 from torch import Tensor, nn
 
 from posenc.base import PosencError, PositionalEncoding, as_batched
-from posenc.registry import build_encoding
 
 # ----------------------------------------------------------------------------- features
 
@@ -215,58 +212,3 @@ def attention_distance_histogram(weights: list[Tensor], pos: Tensor | None = Non
         d = dist[:, None].expand_as(w)  # (B, H, T, T)
         hist += torch.bincount(d.reshape(-1), weights=w.double().reshape(-1), minlength=n)
     return (hist / hist.sum()).numpy()
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-def load_scheme(
-    path: str | Path, d_model: int | None = None, n_heads: int | None = None
-) -> PositionalEncoding:
-    """Build the scheme of a ``configs/posenc/*.yaml`` (or a bare ``{class_path, init_args}`` YAML).
-
-    ``d_model`` / ``n_heads`` default to the YAML's ``model.init_args`` values, else 128 / 8.
-    """
-    import yaml
-
-    path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise PosencError(f"{path}: cannot read the scheme YAML ({exc})") from None
-    init = (doc or {}).get("model", {}).get("init_args", {}) if isinstance(doc, dict) else {}
-    spec = init.get("pe", doc) if isinstance(init, dict) else doc
-    if not isinstance(spec, dict) or "class_path" not in spec:
-        raise PosencError(f"{path}: no model.init_args.pe.class_path (nor a top-level class_path)")
-    torch.manual_seed(0)
-    return build_encoding(spec, d_model or init.get("d_model", 128), n_heads or init.get("n_heads", 8))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m posenc.diagnostics <scheme yaml> --out DIR``: write every figure that applies."""
-    ap = argparse.ArgumentParser(prog="python -m posenc.diagnostics", description=main.__doc__)
-    ap.add_argument("config", help="configs/posenc/<scheme>.yaml")
-    ap.add_argument("--out", required=True, help="folder for the PNG files")
-    ap.add_argument("--d_model", type=int, default=None, help="model width (default: YAML's or 128)")
-    ap.add_argument("--n_heads", type=int, default=None, help="heads (default: YAML's or 8)")
-    ap.add_argument("--length", type=int, default=512, help="positions shown (default 512)")
-    ap.add_argument("--train_len", type=int, default=128, help="training length marked on plots")
-    args = ap.parse_args(argv)
-    from posenc import diagnostic_plots
-
-    try:
-        pe = load_scheme(args.config, args.d_model, args.n_heads).eval()
-        written = diagnostic_plots.write_all(pe, Path(args.out), args.length, args.train_len)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if not written:
-        print(f"{type(pe).__name__}: no position features or bias to plot (no positional encoding)",
-              file=sys.stderr)
-    for path in written:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

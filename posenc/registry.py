@@ -11,16 +11,27 @@ from posenc.base import PosencError, PositionalEncoding, SchemeMeta
 EncodingFactory = Callable[[int, int], PositionalEncoding]
 
 
-def _import_class(class_path: str) -> type:
+def import_class(class_path: str, base: type | None = None, what: str = "class") -> type:
+    """The class a dotted ``class_path`` names (the project's one importer for config class paths).
+
+    Args:
+        class_path: ``package.module.Name``.
+        base: if given, the class must be a subclass of it.
+        what: how the error message names the class (e.g. "positional encoding class").
+
+    Raises:
+        PosencError: not a dotted path, not importable, or not a subclass of ``base``.
+    """
     module_name, _, name = class_path.rpartition(".")
     if not module_name:
-        raise PosencError(f"positional encoding class_path {class_path!r} is not a dotted path")
+        raise PosencError(f"{what} {class_path!r} is not a dotted path (package.module.Name)")
     try:
         cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError):
-        raise PosencError(f"unknown positional encoding class {class_path!r}") from None
-    if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
-        raise PosencError(f"{class_path!r} is not a posenc.PositionalEncoding subclass")
+    except (ImportError, AttributeError, ValueError):
+        raise PosencError(f"unknown {what} {class_path!r} (cannot import it)") from None
+    if not isinstance(cls, type) or (base is not None and not issubclass(cls, base)):
+        raise PosencError(f"{class_path!r} is not a {base.__module__.split('.')[0]}.{base.__name__} subclass"
+                          if base is not None else f"{class_path!r} is not a class")
     return cls
 
 
@@ -41,7 +52,7 @@ def build_encoding(
     elif isinstance(spec, dict):
         if "class_path" not in spec:
             raise PosencError(f"positional encoding spec needs a 'class_path' key, got keys {sorted(spec)}")
-        cls = _import_class(spec["class_path"])
+        cls = import_class(spec["class_path"], PositionalEncoding, "positional encoding class")
         try:
             pe = cls(d_model, n_heads, **dict(spec.get("init_args") or {}))
         except TypeError as exc:
@@ -60,12 +71,11 @@ def build_encoding(
 
 def all_schemes() -> list[type[PositionalEncoding]]:
     """Every concrete scheme re-exported from ``posenc`` (NoPE included), sorted by name."""
-    import posenc
+    from posenc.base import PUBLIC
 
     out = {PositionalEncoding}
-    for name in posenc.__all__:
-        obj = getattr(posenc, name)
-        if isinstance(obj, type) and issubclass(obj, PositionalEncoding) and not _is_abstract(obj):
+    for obj in PUBLIC.values():
+        if issubclass(obj, PositionalEncoding) and not _is_abstract(obj):
             out.add(obj)
     return sorted(out, key=lambda c: c.__name__)
 

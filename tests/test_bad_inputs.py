@@ -170,7 +170,7 @@ def tiny_checkpoint(tmp: Path, task: str = "dna_lm", **override) -> Path:
 
 
 def load(tmp: Path, path: Path, task: str | None = None):
-    from pipelines.inference.loading import load_model
+    from pipelines.inference import load_model
 
     return load_model(path, "cpu", task=task, tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
 

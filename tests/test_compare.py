@@ -1,4 +1,4 @@
-"""``python -m pipelines.eval.compare``: one parent MLflow run, one nested child per scheme, table + figure."""
+"""``python -m pipelines.eval.compare``: a parent MLflow run, a nested child per scheme, table + figure."""
 
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines import DNALanguageModel, Forecaster, FrameSegmenter, MaskedDNAModel, SequenceClassifier
-from pipelines.inference.loading import keep_ranges, load_model, window_starts
-from pipelines.tracking.registry import RegisterModel, describe_data
+from pipelines.inference import load_model
+from pipelines.inference.windows import keep_ranges, window_starts
+from pipelines.tracking.registry import RegisterModel
 from posenc import PosencError
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}
@@ -167,7 +168,7 @@ def test_unknown_scheme_and_unsafe_objects_are_named(tmp_path):
         load_model(tmp_path / "c.ckpt")
     del ckpt["extra"], ckpt["posenc_task"]
     torch.save(ckpt, tmp_path / "d.ckpt")
-    with pytest.raises(PosencError, match="checkpoint names task None"):
+    with pytest.raises(PosencError, match="unknown task None"):
         load_model(tmp_path / "d.ckpt")
 
 
@@ -211,7 +212,7 @@ def test_forecasts_match_the_datamodule_windows(tmp_path, positions):
     dm = TimeSeriesDataModule(**dm_kwargs(path, calendar=["hour", "dayofweek"], positions=positions))
     torch.manual_seed(0)
     model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=6, patch_len=4, **TINY).eval()
-    model.posenc_inference = describe_data(dm)
+    model.posenc_inference = model.describe_data(dm)
     ds = dm.dataset("test")
     for i in (0, len(ds) // 2, len(ds) - 1):
         item = ds[i]

@@ -4,14 +4,14 @@ model; ``python -m pipelines.inference.predict`` writes tables / GFF / BED atomi
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.inference.loading import load_model, resolve_checkpoint
+from pipelines.inference import load_model
+from pipelines.inference.resolve import resolve
 from tests.helpers import in_dir
 
 from .dna.conftest import random_bases, write_fasta, write_gff
@@ -89,13 +89,11 @@ def test_registered_model_is_a_pyfunc_with_signature_example_and_pinned_requirem
     with in_dir(tmp):
         info = mlflow.models.get_model_info(uri)
         pyfunc = mlflow.pyfunc.load_model(uri)
-        folder = resolve_checkpoint(uri).parent.parent
+        with resolve(uri) as found:
+            folder = found.checkpoint.parent.parent
+            assert (folder / "input_example.json").is_file()
+            reqs = (folder / "requirements.txt").read_text().split()
     assert [c.name for c in info.signature.inputs.inputs] == ["id", "sequence"]
-    assert (folder / "input_example.json").is_file()
-    reqs = (folder / "requirements.txt").read_text().split()
-    for parent in (folder, *folder.parents):  # the download made for this test
-        if parent.name.startswith("posenc-model-"):
-            shutil.rmtree(parent)
     assert any(r.startswith("torch==") for r in reqs) and any(r.startswith("lightning==") for r in reqs)
     module = pyfunc.unwrap_python_model().model
     assert type(module) is type(cli.model)

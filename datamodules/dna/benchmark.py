@@ -19,21 +19,16 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from importlib import import_module
 from pathlib import Path
 
 import torch
 import yaml
 
 from datamodules.dna.genome_cache import default_genome, load_genome, resolve_path
+from posenc.registry import import_class
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ("dna_lm.yaml", "dna_mlm.yaml", "dna_segment.yaml")
-
-
-def _class(path: str):
-    module, _, name = path.rpartition(".")
-    return getattr(import_module(module), name)
 
 
 def time_encoding(fasta: Path) -> dict[str, float]:
@@ -52,7 +47,7 @@ def time_task(config: str, fasta: Path, cache: str, batches: int, steps: int) ->
     """Windows/s of the task's training loader and tokens/s of one training step of its model."""
     cfg = yaml.safe_load((ROOT / "configs" / config).read_text())
     data_args = {**cfg["data"].get("init_args", {}), "fasta": str(fasta), "cache_dir": cache}
-    dm = _class(cfg["data"]["class_path"])(**data_args)
+    dm = import_class(cfg["data"]["class_path"])(**data_args)
     loader = iter(dm.train_dataloader())
     next(loader)  # first batch: worker/sampler start-up
     t0 = time.perf_counter()
@@ -62,7 +57,7 @@ def time_task(config: str, fasta: Path, cache: str, batches: int, steps: int) ->
     model_args = dict(cfg["model"]["init_args"])
     linked = ("vocab_size", "pad_id", "num_classes", "bases_per_token")  # what the CLI links
     links = {k: getattr(dm, k) for k in linked if hasattr(dm, k)}
-    model = _class(cfg["model"]["class_path"])(**model_args, **links)
+    model = import_class(cfg["model"]["class_path"])(**model_args, **links)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
 

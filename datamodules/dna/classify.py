@@ -11,9 +11,15 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 
 from datamodules.dna.annotation import call_genes
-from datamodules.dna.genome import report_genome
 from datamodules.dna.fasta import IupacMode, split_regions
-from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, cached_json, default_genome, load_genome, resolve_path
+from datamodules.dna.genome import report_genome
+from datamodules.dna.genome_cache import (
+    DEFAULT_CACHE_DIR,
+    cached_json,
+    default_genome,
+    load_genome,
+    resolve_path,
+)
 from datamodules.dna.samples import (
     SPLITS,
     SampleSet,

@@ -1,6 +1,13 @@
 """The encoders ``make bench`` compares: posenc's Transformer, x-transformers, and a hand-written
 SDPA encoder, all pre-LN with the same width, depth, heads and MLP, taking embeddings (B, T, D).
 
+Same shapes everywhere: attention width D split into H heads of D/H (x-transformers' own default is
+64-wide heads whatever D is, so ``attn_dim_head`` is passed), MLP D → 4·D → D with GELU and biases,
+no GLU, one final norm. What x-transformers fixes by construction and cannot be switched: bias-free
+q/k/v/out projections and bias-free LayerNorms (a gain only) — posenc pays those additions, which
+are ~1/(2·D) of the projection matmuls. :func:`param_groups` counts each part so a test can hold
+the implementations to the same shapes.
+
 The hand-written encoder is the physical reference: one fused qkv projection, SDPA, and the
 scheme's tensors (sinusoid table, cos/sin, dense bias) computed once per forward and shared by the
 layers — what one would write by hand for a single scheme. Its bias is dense, so it needs L×L memory.
@@ -8,6 +15,7 @@ layers — what one would write by hand for a single scheme. Its bias is dense, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import torch
@@ -38,8 +46,13 @@ XT_KWARGS: dict[str, dict] = {
     "RoPE": {"rotary_pos_emb": True, "rotary_emb_dim": None},  # full head dim, as posenc
     "ALiBi": {"alibi_pos_bias": True},
     "T5Bias": {"rel_pos_bias": True},
-    "DynamicBias": {"dynamic_pos_bias": True},
+    # posenc's DPB MLP: Linear(1, 32), 3 × [LayerNorm, ReLU, Linear]; x-transformers' is D/4 wide
+    # (32 at D 128), 2 deep and unnormalised by default: make it the same layers (SiLU stays SiLU).
+    "DynamicBias": {"dynamic_pos_bias": True, "dynamic_pos_bias_mlp_depth": 3, "dynamic_pos_bias_norm": True},
 }
+#: x-transformers keywords that set the shapes posenc uses (their defaults written out where they
+#: already agree, so a changed default cannot change the comparison).
+XT_SHAPE = {"ff_mult": 4, "ff_glu": False, "ff_no_bias": False, "pre_norm": True, "verbose": False}
 XT_NO_FLASH = {"T5Bias", "DynamicBias"}  # x-transformers refuses attn_flash with these
 
 
@@ -69,7 +82,8 @@ class XTRunner(nn.Module):
         if "rotary_emb_dim" in kwargs:
             kwargs["rotary_emb_dim"] = d // h
         self.absolute = scheme == "Sinusoidal"
-        self.net = Encoder(dim=d, depth=layers, heads=h, attn_flash=flash, **kwargs)
+        self.net = Encoder(dim=d, depth=layers, heads=h, attn_dim_head=d // h, attn_flash=flash,
+                           **XT_SHAPE, **kwargs)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.absolute:
@@ -185,6 +199,36 @@ def build(impl: str, scheme: str, d: int, h: int, layers: int) -> nn.Module | No
     raise ValueError(f"unknown implementation {impl!r}")
 
 
+#: parameter name pattern → part, per implementation (first match wins). Anything unmatched is
+#: ``other``: a part one implementation has and the others lack, which the bench test refuses.
+_PARTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "posenc": ((r"^net\.pe\.", "scheme"), (r"\.attn\.", "attention"), (r"\.mlp\.", "mlp"),
+               (r"(^|\.)ln(1|2|_f)\.", "norm")),
+    "sdpa": ((r"\.(qkv|out)\.", "attention"), (r"\.mlp\.", "mlp"), (r"(^|\.)ln(1|2|_f)\.", "norm")),
+    "xt": ((r"^net\.(rel_pos|rotary_pos_emb)\.", "scheme"), (r"\.to_(q|k|v|out)\.", "attention"),
+           (r"\.ff\.", "mlp"), (r"(^net\.final_norm|^net\.layers\.\d+\.0\.\d+)\.gamma$", "norm")),
+}
+
+
+def param_groups(impl: str, model: nn.Module) -> dict[str, int]:
+    """Parameter counts by part: ``attention``/``mlp``/``norm`` weights (matrices and norm gains)
+    and their ``…-bias`` vectors apart, ``scheme`` (the encoding's own parameters), ``other``.
+
+    Args:
+        impl: ``posenc``, ``sdpa``, ``xt`` or ``xt-flash`` (which names the model's parameters).
+        model: what :func:`build` returned for it.
+    """
+    rules = _PARTS["xt" if impl.startswith("xt") else impl]
+    out = dict.fromkeys(("attention", "attention-bias", "mlp", "mlp-bias", "norm", "norm-bias",
+                         "scheme", "other"), 0)
+    for name, p in model.named_parameters():
+        part = next((part for pattern, part in rules if re.search(pattern, name)), "other")
+        if part in ("attention", "mlp", "norm") and name.endswith(".bias"):
+            part += "-bias"
+        out[part] += p.numel()
+    return out
+
+
 def forward_flops(d: int, layers: int, tokens: int, length: int, d_ff: int | None = None) -> float:
     """Matmul FLOPs of one forward: 2·(4D² + 2·D·D_ff) per token per layer, plus 4·T·D for attention."""
     d_ff = d_ff or 4 * d
@@ -206,4 +250,4 @@ def matmul_peak(seconds: float = 2.0, n: int = 2048) -> float:
     return best
 
 
-__all__ = ["SCHEMES", "build", "forward_flops", "hand_model", "matmul_peak"]
+__all__ = ["SCHEMES", "build", "forward_flops", "hand_model", "matmul_peak", "param_groups"]

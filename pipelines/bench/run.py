@@ -5,11 +5,16 @@ For every scheme and workload (training tokens/s at 8×512 and 1×4096; inferenc
 1×4096, 1×16384) each implementation is warmed up, then timed several times; the table shows the
 median, the spread ((max − min)/median), the peak memory (resident-set growth over the first
 timed run: the kernel's high-water mark, reset before it, so no run carries instrumentation),
-posenc's ratios to the others measured in the same run, and posenc's model FLOP utilisation
+posenc's ratios to the others measured in the same rounds, and posenc's model FLOP utilisation
 against this machine's measured float32 matmul peak. Configurations whose dense L×L tensors
 would exceed ``--mem-cap-gb`` are not run and say how much they would need.
 
-Usage: ``python -m pipelines.bench.run [--quick] [--out bench_results.md]``.
+On a noisy host: ``--rounds N`` times every group N interleaved rounds (no time budget),
+``--stat min`` reports each implementation's fastest run (other jobs only add time), and ``--pin
+0,1`` binds the process and all its threads to those CPUs (as ``taskset -c``) with one torch thread
+per CPU. The header records the CPU set and threads; a closing line gives the spread of the timings.
+
+Usage: ``python -m pipelines.bench.run [--quick] [--rounds N] [--stat min] [--pin CPUS] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -17,66 +22,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import itertools
 import os
-import platform
 import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 import torch
 
-from pipelines.bench.models import SCHEMES, XT_NO_FLASH, build, forward_flops, matmul_peak
+from pipelines.bench.models import SCHEMES, build, matmul_peak
+from pipelines.bench.plan import IMPLS, NOPE_REF, QUICK, Cell, Plan, Workload
+from pipelines.bench.report import data_line, fmt_rate, machine_header, render
 
-IMPLS = ("posenc", "xt", "xt-flash", "sdpa")
-NOPE_REF = "nope"  # the NoPE hand SDPA encoder, timed in every scheme's rounds
-
-
-@dataclass(frozen=True)
-class Workload:
-    mode: str  # train | infer
-    batch: int
-    length: int
-    repeats: int = 5  # timed runs at most (the plan may cap it)
-    warmup_length: int | None = None  # warm up at a shorter length (the same kernels), default: same
-
-    @property
-    def name(self) -> str:
-        return f"{self.mode} {self.batch}×{self.length}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    d: int = 128
-    heads: int = 8
-    layers: int = 4
-    workloads: tuple[Workload, ...] = (  # longest first: an interrupted run keeps the memory figures
-        Workload("infer", 1, 16384, 2, warmup_length=2048), Workload("infer", 1, 4096, 3),
-        Workload("train", 1, 4096, 3), Workload("train", 8, 512, 5), Workload("infer", 1, 512, 7),
-    )
-    schemes: tuple[str, ...] = ("NoPE", "Sinusoidal", "RoPE", "ALiBi", "T5Bias", "DynamicBias",
-                                "GaussianPrior", "PeriodicRoPE", "ShawRelative")
-    impls: tuple[str, ...] = IMPLS
-    repeats: int = 7
-    budget_s: float = 25.0  # per implementation: no further rounds once a group has used this
-    mem_cap_gb: float = 6.0
-    data_seconds: float = 3.0
-
-
-QUICK = Plan(d=32, heads=4, layers=2,
-             workloads=(Workload("train", 2, 64, 2), Workload("infer", 1, 128, 2)),
-             schemes=("NoPE", "RoPE", "ALiBi", "ShawRelative"), repeats=2, budget_s=2.0,
-             data_seconds=0.3)
-
-
-@dataclass
-class Cell:
-    tokens_s: float | None = None
-    spread: float = 0.0
-    peak_mb: float | None = None
-    note: str = ""
-    times: list[float] = field(default_factory=list)
+__all__ = ["Plan", "Workload", "dense_estimate_gb", "main", "measure_group", "pin_cpus", "render", "run",
+           "run_group"]
+_GROUPS = itertools.count()  # one id per measure_group call: cells timed in the same rounds share it
 
 
 # ----------------------------------------------------------------------------- memory
@@ -177,18 +139,20 @@ def measure_group(models: dict[str, torch.nn.Module], w: Workload, plan: Plan) -
     """Time several implementations of one (scheme, workload) in interleaved rounds.
 
     Each is warmed up once, then the rounds run every implementation once in turn, up to
-    ``plan.repeats`` rounds (at least 1, more only within ``plan.budget_s`` per implementation), so
-    a change in the machine's load hits all of them alike and the ratios stay fair. Peak memory is
-    the resident-set growth over the first timed run of each implementation.
+    :meth:`Plan.n_rounds` rounds (at least 1, more only within ``plan.budget_s`` per implementation
+    unless ``plan.rounds`` asks for exactly that many), so a change in the machine's load hits all
+    of them alike and the ratios stay fair. Peak memory is the resident-set growth over the first
+    timed run of each implementation.
     """
     runs = {impl: _step_fn(m, w, plan.d) for impl, m in models.items()}
-    cells = {impl: Cell() for impl in models}
+    group = next(_GROUPS)
+    cells = {impl: Cell(group=group) for impl in models}
     for m in models.values():  # warm-up: allocator, kernel selection, caches
         _step_fn(m, w, plan.d, w.warmup_length)()
     start = time.perf_counter()
     budget = plan.budget_s * len(runs)
-    for r in range(min(plan.repeats, w.repeats)):
-        if r >= 1 and time.perf_counter() - start > budget:
+    for r in range(plan.n_rounds(w)):
+        if r >= 1 and not plan.rounds and time.perf_counter() - start > budget:
             break
         for impl, run in runs.items():
             with PeakGrowth() if r == 0 else contextlib.nullcontext() as mem:  # memory: first round
@@ -199,7 +163,8 @@ def measure_group(models: dict[str, torch.nn.Module], w: Workload, plan: Plan) -
                 cells[impl].peak_mb = mem.mb
     for cell in cells.values():
         med = statistics.median(cell.times)
-        cell.tokens_s = w.batch * w.length / med
+        cell.stat = plan.stat
+        cell.tokens_s = w.batch * w.length / (min(cell.times) if plan.stat == "min" else med)
         cell.spread = (max(cell.times) - min(cell.times)) / med
     return cells
 
@@ -257,69 +222,8 @@ def data_throughput(seconds: float, seq_len: int = 512, batch: int = 8) -> tuple
         return 0.0, f"failed: {exc}"
 
 
-# ----------------------------------------------------------------------------- table
-def fmt_rate(c: Cell) -> str:
-    if c.tokens_s is None:
-        return c.note
-    return f"{c.tokens_s / 1e3:.2f}k ±{100 * c.spread:.0f}% n={len(c.times)} · {c.peak_mb:.0f} MB"
-
-
-def ratio(a: Cell, b: Cell | None) -> str:
-    if b is None or a.tokens_s is None or b.tokens_s is None:
-        return "–"
-    return f"{a.tokens_s / b.tokens_s:.2f}×"
-
-
-def best_xt(row: dict[str, Cell]) -> Cell | None:
-    got = [row[i] for i in ("xt", "xt-flash") if i in row and row[i].tokens_s is not None]
-    return max(got, key=lambda c: c.tokens_s) if got else None
-
-
-def render(results: dict, plan: Plan, peak: float, header: list[str], data_line: str) -> str:
-    out = header + [f"Measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s.", "", data_line, ""]
-    for w in plan.workloads:
-        if not any(k[2] == w for k in results):
-            continue
-        what = "training: forward + backward + AdamW step" if w.mode == "train" else "inference"
-        out += [f"### {w.name} ({what})",
-                "", "| scheme | posenc | x-transformers | x-transformers flash | hand SDPA | "
-                "posenc / best xt | posenc / hand SDPA | posenc / NoPE hand SDPA | posenc MFU |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        for s in plan.schemes:
-            row = {i: results[(i, s, w)] for i in (*plan.impls, NOPE_REF) if (i, s, w) in results}
-            nope_ref = row.get(NOPE_REF, row.get("sdpa") if s == "NoPE" else None)
-            p = row.get("posenc", Cell(note="–"))
-            flops = forward_flops(plan.d, plan.layers, w.batch * w.length, w.length)
-            flops *= 3 if w.mode == "train" else 1  # backward ≈ 2 forwards
-            mfu = f"{100 * flops / (w.batch * w.length / p.tokens_s) / peak:.0f}%" if p.tokens_s else "–"
-            cells = [fmt_rate(row[i]) if i in row else "–" for i in IMPLS]
-            out.append(f"| {s} | " + " | ".join(cells) + f" | {ratio(p, best_xt(row))} | "
-                       f"{ratio(p, row.get('sdpa'))} | {ratio(p, nope_ref)} | {mfu} |")
-        out.append("")
-    out.append("Cells: median tokens/s, spread (max − min)/median over the timed runs, peak RSS growth. "
-               "NoPE hand SDPA: timed in the same rounds as the row's scheme.")
-    out.append(f"x-transformers has no flash path for {', '.join(sorted(XT_NO_FLASH))}; "
-               "'n/a': no such scheme in that implementation.")
-    return "\n".join(out) + "\n"
-
-
-def machine_header(argv: list[str]) -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return ["# posenc benchmark", "",
-            f"Command: `python -m pipelines.bench.run {' '.join(argv)}`".replace("bench `", "bench`"),
-            f"Machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads); load average at start {load:.2f}; "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]
-
-
 def run(plan: Plan, argv: list[str], out_path: str | None, log=print) -> str:
-    header = machine_header(argv)
+    header = machine_header(argv, plan)
     peak = matmul_peak(1.0 if plan.repeats <= 2 else 3.0)
     rate, err = data_throughput(plan.data_seconds)
     results: dict = {}
@@ -329,21 +233,38 @@ def run(plan: Plan, argv: list[str], out_path: str | None, log=print) -> str:
             for impl, cell in run_group(s, w, plan).items():
                 results[(impl, s, w)] = cell
                 log(f"{w.name:>16} {s:>14} {impl:>9}: {fmt_rate(cell)}", file=sys.stderr)
-            text = render(results, plan, peak, header, _data_line(rate, err, results, plan))
+            text = render(results, plan, peak, header, data_line(rate, err, results, plan))
             if out_path:  # rewritten after every group: an interrupted run keeps what it measured
                 with open(out_path, "w") as f:
                     f.write(text)
     return text
 
 
-def _data_line(rate: float, err: str, results: dict, plan: Plan) -> str:
-    if err:
-        return f"DNA datamodule: {err}"
-    w = next((w for w in plan.workloads if w.mode == "train"), plan.workloads[0])  # what data must feed
-    nope = results.get(("posenc", "NoPE", w))
-    need = (f"; posenc NoPE {w.name} consumes {nope.tokens_s / w.length:.1f} windows/s"
-            if nope and nope.tokens_s else "")
-    return f"DNA datamodule (E. coli, 8×512 windows, 0 workers): {rate:.0f} windows/s{need}."
+def parse_cpus(spec: str) -> tuple[int, ...]:
+    """``"0,2-3"`` → (0, 2, 3); ``ValueError`` naming the spec when it is not such a list."""
+    cpus: set[int] = set()
+    try:
+        for part in spec.split(","):
+            lo, _, hi = part.strip().partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise ValueError(f"--pin {spec!r}: expected CPU numbers like 0,1 or 0-3") from None
+    if not cpus:
+        raise ValueError(f"--pin {spec!r}: no CPU named")
+    return tuple(sorted(cpus))
+
+
+def pin_cpus(cpus: tuple[int, ...]) -> None:
+    """Bind this process and every thread it has (torch's pool included) to ``cpus``, as
+    ``taskset -c`` would, and run one torch thread per CPU."""
+    allowed = os.sched_getaffinity(0)
+    if not set(cpus) <= allowed:
+        raise ValueError(f"--pin: CPUs {sorted(set(cpus) - allowed)} are not available to this "
+                         f"process (it may use {sorted(allowed)})")
+    for tid in os.listdir("/proc/self/task"):  # threads that already exist keep their own mask
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cpus)
+    torch.set_num_threads(len(cpus))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -355,20 +276,35 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--impls", nargs="*", choices=IMPLS, help="subset of implementations")
     ap.add_argument("--mem-cap-gb", type=float, help="skip configurations needing more L×L memory")
     ap.add_argument("--max-length", type=int, help="only workloads up to this length")
+    ap.add_argument("--rounds", type=int, help="exactly this many timed rounds per group (no time budget)")
+    ap.add_argument("--pin", help="bind to these CPUs (e.g. 0,1 or 1), one torch thread each")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="cells and ratios from the median or the fastest timed run (noisy host: min)")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else Plan()
     if args.schemes:
         unknown = sorted(set(args.schemes) - set(SCHEMES))
         if unknown:
             ap.error(f"unknown scheme(s) {unknown}; choose from {list(SCHEMES)}")
-        plan = Plan(**{**plan.__dict__, "schemes": tuple(args.schemes)})
+        plan = replace(plan, schemes=tuple(args.schemes))
     if args.impls:
-        plan = Plan(**{**plan.__dict__, "impls": tuple(args.impls)})
+        plan = replace(plan, impls=tuple(args.impls))
     if args.max_length is not None:
-        kept = tuple(w for w in plan.workloads if w.length <= args.max_length)
-        plan = Plan(**{**plan.__dict__, "workloads": kept})
+        plan = replace(plan, workloads=tuple(w for w in plan.workloads if w.length <= args.max_length))
     if args.mem_cap_gb is not None:
-        plan = Plan(**{**plan.__dict__, "mem_cap_gb": args.mem_cap_gb})
+        plan = replace(plan, mem_cap_gb=args.mem_cap_gb)
+    plan = replace(plan, stat=args.stat)
+    if args.rounds is not None:
+        if args.rounds < 1:
+            ap.error(f"--rounds must be >= 1, got {args.rounds}")
+        plan = replace(plan, rounds=args.rounds)
+    if args.pin is not None:
+        try:
+            cpus = parse_cpus(args.pin)
+            pin_cpus(cpus)
+        except ValueError as exc:
+            ap.error(str(exc))
+        plan = replace(plan, pin=cpus)
     print(run(plan, argv, args.out or None))
 
 

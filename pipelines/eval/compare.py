@@ -23,10 +23,11 @@ from typing import Any
 import yaml
 
 from pipelines.eval.compare_report import Child, figure, markdown, rows, write_csvs
-from pipelines.eval.evaluate import ExtrapolationEval, import_class, load_config
+from pipelines.eval.evaluate import ExtrapolationEval, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, adapter_for, check_factors, with_lengths
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
 from posenc import PosencError
+from posenc.registry import import_class
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,7 +140,7 @@ def sweep_callbacks(config: dict[str, Any], factors: list[float] | None) -> list
     out, found = [], False
     for cb in (config.get("trainer") or {}).get("callbacks") or []:
         path = cb.get("class_path", "") if isinstance(cb, dict) else ""
-        if path and issubclass(import_class(path), ExtrapolationEval):
+        if path and issubclass(import_class(path, what="callback class"), ExtrapolationEval):
             found = True
             if factors is not None:
                 cb = {

@@ -1,4 +1,4 @@
-"""Evaluate a trained model at many test lengths: an after-fit callback and ``python -m pipelines.eval.evaluate``.
+"""Evaluate a trained model at many test lengths: an after-fit callback and a command.
 
 Usage::
 
@@ -6,17 +6,16 @@ Usage::
     python -m pipelines.eval.evaluate <mlflow-run-id> --factors 1 2 4 8 16
     make evaluate CKPT=<checkpoint path or run id> [CONFIG=...]
 
-A run id is resolved to the run's logged checkpoint (``*.ckpt`` artifact, ``best`` preferred) and
-config (``config.yaml``), and the results are logged into that run; a checkpoint path gets a new
-run ``<Model>-<Scheme>-extrapolation``. See :mod:`pipelines.eval.extrapolation` for what is measured.
+The checkpoint is found by :mod:`pipelines.inference.resolve` (a path, a run id, ``runs:/`` or
+``models:/`` URIs). When the source names a run, its ``config.yaml`` supplies the datamodule and the
+results are logged into that run; a checkpoint path gets a new run ``<Model>-<Scheme>-extrapolation``.
+See :mod:`pipelines.eval.extrapolation` for what is measured.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,10 +32,14 @@ from pipelines.eval.extrapolation import (
     check_factors,
     check_lengths,
     evaluate,
+    init_args,
 )
 from pipelines.eval.report import format_table, log_to_mlflow, save_all
+from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
+from pipelines.inference.resolve import resolve
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
 from posenc import PosencError
+from posenc.registry import import_class
 
 
 @contextmanager
@@ -110,9 +113,6 @@ class ExtrapolationEval(L.Callback):
 
 
 # ----------------------------------------------------------------------------- standalone
-RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-
-
 def load_config(paths: Sequence[str]) -> dict[str, Any]:
     """Deep-merge YAML configs in order (later files win), like repeated ``--config``."""
     merged: dict[str, Any] = {}
@@ -137,91 +137,23 @@ def _merge(a: dict, b: dict) -> dict:
     return out
 
 
-def resolve_checkpoint(ref: str, client: Any, workdir: Path) -> tuple[Path, str | None, Path | None]:
-    """(checkpoint file, run id or None, the run's config.yaml or None) for a path or run id."""
-    if Path(ref).is_file():
-        return Path(ref), None, None
-    if not RUN_ID.match(ref):
-        raise PosencError(f"{ref}: neither a checkpoint file nor an MLflow run id")
-    from mlflow.exceptions import MlflowException
-
-    try:
-        client.get_run(ref)
-    except MlflowException:
-        raise PosencError(f"{ref}: no such MLflow run in {client.tracking_uri}") from None
-    ckpts = sorted(_artifacts(client, ref, ""), key=lambda p: ("best" not in Path(p).stem, p))
-    ckpts = [p for p in ckpts if p.endswith(".ckpt")]
-    if not ckpts:
-        raise PosencError(
-            f"MLflow run {ref} has no checkpoint artifact (*.ckpt); was it trained with log_model?"
-        )
-    path = Path(client.download_artifacts(ref, ckpts[0], str(workdir)))
-    names = {Path(p).name: p for p in _artifacts(client, ref, "")}
-    config = (
-        Path(client.download_artifacts(ref, names["config.yaml"], str(workdir)))
-        if "config.yaml" in names
-        else None
-    )
-    return path, ref, config
-
-
-def _artifacts(client: Any, run_id: str, path: str) -> list[str]:
-    out = []
-    for a in client.list_artifacts(run_id, path or None):
-        out.extend(_artifacts(client, run_id, a.path) if a.is_dir else [a.path])
-    return out
-
-
-def task_class(task: str | None) -> type:
-    """The TaskModule subclass whose ``task_name`` is ``task`` (as saved in the checkpoint)."""
-    import pipelines  # noqa: F401 - registers every task class
-    from pipelines.tasks.base import TaskModule
-
-    todo, found = list(TaskModule.__subclasses__()), {}
-    while todo:
-        cls = todo.pop()
-        found.setdefault(cls.task_name, cls)
-        todo.extend(cls.__subclasses__())
-    if task not in found:
-        raise PosencError(f"checkpoint task {task!r} is unknown; known tasks: {sorted(found)}")
-    return found[task]
-
-
-def import_class(class_path: str) -> type:
-    import importlib
-
-    module, _, name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        raise PosencError(f"cannot import {class_path!r}") from None
-
-
 def build_from_checkpoint(
-    ckpt: Path, config: dict[str, Any]
+    ckpt: dict[str, Any], config: dict[str, Any], source: str
 ) -> tuple[L.LightningModule, L.LightningDataModule]:
-    """The model (weights loaded) and its datamodule, from the checkpoint and an optional config."""
-    try:
-        raw = torch.load(ckpt, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is a user error here
-        raise PosencError(f"{ckpt}: not a readable checkpoint ({type(exc).__name__})") from None
-    model_cfg, data_cfg = config.get("model") or {}, config.get("data") or {}
-    model_cls = (
-        import_class(model_cfg["class_path"])
-        if "class_path" in model_cfg
-        else task_class(raw.get("posenc_task"))
-    )
-    module = model_cls.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
-    from pipelines.eval.extrapolation import adapter_for, init_args
-
-    dm_cls = import_class(data_cfg.get("class_path") or adapter_for(module).default_datamodule)
-    dm_args = {**init_args(raw.get("datamodule_hyper_parameters")), **(data_cfg.get("init_args") or {})}
+    """The model (weights loaded; its class from the checkpoint's task) and its datamodule (the
+    config's ``data`` over the checkpoint's saved datamodule arguments; class: the config's or the
+    task's default)."""
+    module = model_from_checkpoint(ckpt, source)
+    data_cfg = config.get("data") or {}
+    dm_path = data_cfg.get("class_path") or type(module).default_datamodule
+    dm_cls = import_class(dm_path, L.LightningDataModule, "datamodule class")
+    dm_args = {**init_args(ckpt.get("datamodule_hyper_parameters")), **(data_cfg.get("init_args") or {})}
     return module, dm_cls(**dm_args)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pipelines.eval.evaluate", description=__doc__.splitlines()[0])
-    p.add_argument("ckpt", help="checkpoint file or MLflow run id")
+    p.add_argument("ckpt", help="checkpoint file, MLflow run id, or runs:/… / models:/… URI")
     p.add_argument("--config", action="append", default=[], help="training config(s), layered in order")
     g = p.add_mutually_exclusive_group()
     g.add_argument(
@@ -254,12 +186,12 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     args = parse_args(argv)
     check_lengths(args.lengths) if args.lengths is not None else check_factors(args.factors)
     client = mlflow.MlflowClient(tracking_uri())
-    with tempfile.TemporaryDirectory() as tmp:
-        ckpt, run_id, run_config = resolve_checkpoint(args.ckpt, client, Path(tmp))
-        config = load_config(args.config or ([str(run_config)] if run_config else []))
-        module, dm = build_from_checkpoint(ckpt, config)
+    with resolve(args.ckpt, tracking_uri(), with_config=True) as found:
+        ckpt, run_id, stem = read_checkpoint(found.checkpoint), found.run_id, found.checkpoint.stem
+        config = load_config(args.config or ([str(found.config)] if found.config else []))
+    module, dm = build_from_checkpoint(ckpt, config, args.ckpt)
     result = evaluate(module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches)
-    name = run_id or ckpt.stem
+    name = run_id or stem
     out = Path(args.out or Path("outputs") / "extrapolation" / name)
     files = save_all(result, out)
     print(format_table(result))

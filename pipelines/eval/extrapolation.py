@@ -29,20 +29,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pipelines.eval.adapters import (  # noqa: F401 - re-exported
-    LN2,
-    ForecastAdapter,
-    LMAdapter,
-    MLMAdapter,
-    TaskAdapter,
-    adapter_for,
-)
+from pipelines.tasks.base import TaskAdapter
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, build_encoding
 
 TRAINED = "trained"  # the scheme exactly as trained
 #: inference-time RoPE variants → the ``scaling`` option of :class:`posenc.RoPE` they use
 ROPE_VARIANTS: dict[str, str] = {"pi": "linear", "ntk": "ntk", "dynamic_ntk": "dynamic_ntk", "yarn": "yarn"}
 DEFAULT_FACTORS = (1, 2, 4, 8, 16)
+
+
+def adapter_for(module: Any) -> TaskAdapter:
+    """The task's extrapolation adapter (``TaskModule.adapter``), or a clear error if it has none."""
+    adapter = getattr(type(module), "adapter", None)
+    if adapter is None:
+        raise PosencError(f"length extrapolation is not defined for {type(module).__name__} "
+                          "(its task declares no adapter)")
+    return adapter
 
 
 # ----------------------------------------------------------------------------- pure arithmetic

@@ -1,4 +1,4 @@
-"""Per-task predictors behind ``model.predict(...)``: DNA records in, pandas DataFrames out.
+"""The DNA tasks' predictors (each task names its own as ``predictor``): records in, DataFrames out.
 
 DNA input (``data``): a sequence string, a list of strings, ``{id: sequence}``, a list of
 ``(id, sequence)`` pairs or Biopython ``SeqRecord``s, a DataFrame with ``sequence`` (and optionally
@@ -13,7 +13,6 @@ offsets of each token's first base in its record (for single-base tokens: the ba
 * ``dna_segment``: per base the label (0 non-coding, 1–3 + strand frame 0–2, 4–6 − strand), its name
   and probability; :func:`label_intervals` turns labels into CDS intervals (GFF/BED).
 * ``dna_classify``: per record the class probabilities (mean over windows for long records).
-* ``ts_forecast``: see :mod:`pipelines.inference.forecast`.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from torch import Tensor
 
 from datamodules.dna.fasta import EncodeReport, encode_bases, iter_records
 from datamodules.dna.tokenize import KmerTokenizer
-from pipelines.inference.loading import check_window, inference_meta, run_windows, window_starts
+from pipelines.inference.windows import check_window, inference_meta, run_windows, window_starts
 from posenc import PosencError
 
 LN2 = math.log(2.0)
@@ -155,18 +154,21 @@ def _predict_lm_like(model, data, fn_for, causal: bool, *, window=None, overlap=
     return pd.concat(frames, ignore_index=True)
 
 
-def predict_lm(model, data, **kwargs) -> pd.DataFrame:
-    """Causal LM predictions (see the module docstring); kwargs: window, overlap, batch_size,
-    per_base, progress."""
-    return _predict_lm_like(model, data, lambda tok: lm_window_fn(model), True, **kwargs)
+def predict_lm(model, data, *, window=None, overlap=None, batch_size=32, per_base=True,
+               progress=None) -> pd.DataFrame:
+    """Causal LM predictions (see the module docstring)."""
+    return _predict_lm_like(model, data, lambda tok: lm_window_fn(model), True, window=window,
+                            overlap=overlap, batch_size=batch_size, per_base=per_base, progress=progress)
 
 
-def predict_mlm(model, data, *, mask_every: int = 7, **kwargs) -> pd.DataFrame:
+def predict_mlm(model, data, *, mask_every: int = 7, window=None, overlap=None, batch_size=32, per_base=True,
+                progress=None) -> pd.DataFrame:
     """Masked-LM predictions, every token scored while masked (see the module docstring)."""
     if mask_every < 1:
         raise PosencError(f"mask_every must be ≥ 1, got {mask_every}")
     return _predict_lm_like(model, data, lambda tok: mlm_window_fn(model, tok.mask_id, mask_every), False,
-                            **kwargs)
+                            window=window, overlap=overlap, batch_size=batch_size, per_base=per_base,
+                            progress=progress)
 
 
 # ----------------------------------------------------------------------------------------- segmentation
@@ -255,15 +257,3 @@ def predict_classify(model, data, *, window=None, overlap=None, batch_size=32, p
         table[f"p_{name}"] = probs[:, c]
     table["predicted"] = np.asarray(names, dtype=object)[probs.argmax(1)]
     return table
-
-
-def predict_forecast(model, data, **kwargs) -> pd.DataFrame:
-    from pipelines.inference.forecast import predict_forecast as run
-
-    return run(model, data, **kwargs)
-
-
-PREDICTORS: dict[str, Callable[..., pd.DataFrame]] = {
-    "dna_lm": predict_lm, "dna_mlm": predict_mlm, "dna_segment": predict_segment,
-    "dna_classify": predict_classify, "ts_forecast": predict_forecast,
-}

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from datamodules.timeseries.parse import calendar_features, parse_series, read_table
-from pipelines.inference.loading import inference_meta
+from datamodules.timeseries.parse import calendar_features, fit_scaler, parse_series, read_table
+from pipelines.inference.windows import inference_meta
 from posenc import PosencError
 
 
@@ -132,3 +132,33 @@ def _rows(s: Any, cfg: dict, tau: int, y: np.ndarray, names: list[str], H: int) 
         actual[ok] = s.targets[idx[ok], c]
         table[f"{name}_actual"] = actual
     return table
+
+
+def describe_series(dm: Any) -> dict[str, Any]:
+    """Columns, cleaning, calendar and the training-row scalers of a TimeSeriesDataModule."""
+    hp, s = dm.hparams, dm.series
+    cov = fit_scaler(s.covariates, s.cov_observed, dm.n_train, s.covariate_cols)  # as the datamodule did
+    has_cov = s.covariates.shape[1] > 0
+    data = {"time_col": hp.get("time_col", "Time"), "target_cols": list(s.target_cols),
+            "covariate_cols": list(s.covariate_cols), "time_format": hp.get("time_format"),
+            "timezone": hp.get("timezone"), "calendar": list(hp.get("calendar") or []),
+            "nan_policy": hp.get("nan_policy", "interpolate"), "fill_gaps": bool(hp.get("fill_gaps", False)),
+            "positions": dm.positions, "lookback": int(dm.lookback), "horizon": int(dm.horizon),
+            "patch_len": int(dm.patch_len)}
+    scaler = {"target_loc": dm.target_loc.tolist(), "target_scale": dm.target_scale.tolist(),
+              "cov_loc": cov.mean_.tolist() if has_cov else [],
+              "cov_scale": cov.scale_.tolist() if has_cov else []}
+    return {"data": data, "scaler": scaler, "source": str(dm.source)}
+
+
+def example_table(model: Any, dm: Any) -> pd.DataFrame:
+    """The last lookback rows of the training table (original units): the forecaster's input example
+    for the MLflow signature."""
+    s, data = dm.series, inference_meta(model)["data"]
+    rows = slice(len(s) - int(data["lookback"]), len(s))
+    time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
+            else s.time[rows] * s.report.step)
+    table = {data["time_col"]: np.asarray(time)}
+    table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
+    table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
+    return pd.DataFrame(table)

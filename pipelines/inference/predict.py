@@ -40,7 +40,8 @@ INTERVAL_SUFFIXES = (".gff", ".gff3", ".bed")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pipelines.inference.predict", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pipelines.inference.predict",
+                                description=__doc__.splitlines()[0])
     add = p.add_argument
     add("--ckpt", required=True, help="checkpoint path, MLflow run id, or runs:/… / models:/… URI")
     add("--input", required=True, help="FASTA/GenBank (DNA tasks) or CSV/parquet (forecasting)")
@@ -127,21 +128,27 @@ def progress_bar(total: int | None, desc: str, enabled: bool, unit: str = "tok")
                 leave=False, file=sys.stderr)
 
 
+def predictor_options(model: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The command's options that the model's task predictor takes (by its signature)."""
+    import inspect
+
+    params = inspect.signature(type(model).predictor).parameters
+    return {k: v for k, v in options.items() if k in params}
+
+
 def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
     """Stream the records of a FASTA/GenBank file through the model into ``out``."""
     from datamodules.dna.fasta import EncodeReport, iter_records
 
     kind, sep = output_kind(out)
-    task = model.task_name
-    if kind != "table" and task != "dna_segment":
-        raise PosencError(f"{out}: GFF/BED output is for segmentation models; this model's task is {task!r}")
-    opts: dict[str, Any] = {"window": args.window, "overlap": args.overlap, "batch_size": args.batch_size}
-    if task in ("dna_lm", "dna_mlm"):
-        opts["per_base"] = args.level == "base"
-    if task == "dna_mlm":
-        opts["mask_every"] = args.mask_every
+    if kind != "table" and not model.writes_intervals:
+        raise PosencError(f"{out}: GFF/BED output is for segmentation models; this model's task is "
+                          f"{model.task_name!r}")
+    opts = predictor_options(model, {"window": args.window, "overlap": args.overlap,
+                                     "batch_size": args.batch_size, "per_base": args.level == "base",
+                                     "mask_every": args.mask_every})
     records = iter_records(args.input, EncodeReport())
-    if task == "dna_classify":  # many short records: batched together
+    if model.batch_records:  # many short records: batched together
         records = [list(records)]
     else:
         records = ([r] for r in records)
@@ -187,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
         model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
         out = Path(args.output)
-        run = predict_table if model.task_name == "ts_forecast" else predict_dna
+        run = predict_table if model.predict_input == "table" else predict_dna
         print(run(model, args, out), file=sys.stderr)
     except PosencError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,19 +1,70 @@
-"""What every task's LightningModule shares: the backbone, the encoding, the optimizer."""
+"""What every task shares, and what each task declares about itself.
+
+A task is one module under ``pipelines/tasks/``: a :class:`TaskModule` subclass that owns its
+extension points, declared on the class so nothing else in the project names tasks:
+
+* ``task_name``: its key in checkpoints (``posenc_task``) and in :data:`TASKS`, the registry that
+  loading a checkpoint consults. Defining a subclass with a ``task_name`` registers it.
+* ``adapter``: how the length-extrapolation sweep scores it (a :class:`TaskAdapter`), or ``None``.
+* ``predictor``: the function behind ``model.predict(data)`` (records/table in, DataFrame out).
+* ``default_datamodule``: the datamodule class path used when a checkpoint is evaluated without a config.
+* :meth:`TaskModule.describe_data` / :meth:`TaskModule.input_example`: what inference needs besides
+  the weights (saved in every checkpoint) and the input example of the MLflow signature.
+* ``predict_input`` / ``writes_intervals`` / ``batch_records``: how ``pipelines.inference.predict``
+  reads inputs and writes outputs for it.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import lightning as L
+import numpy as np
 import torch
 from torch import Tensor
 
-from pipelines.model.transformer import Transformer
+from pipelines.model import Transformer
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, build_encoding
+from posenc.registry import EncodingFactory
 
-EncodingFactory = Callable[[int, int], PositionalEncoding]
+#: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
+#: looks tasks up after importing the built-in ones).
+TASKS: dict[str, type[TaskModule]] = {}
+
+
+class TaskAdapter:
+    """How the length-extrapolation sweep scores one task (``TaskModule.adapter``): which datamodule
+    option sets the test lengths, how a batch is scored, how many positions the model sees."""
+
+    metric = "loss"
+    higher_is_better = False
+    length_key = "eval_lengths"  # datamodule argument listing the test lengths
+    length_unit = "tokens"
+    position_label = "position in window"
+
+    def train_length(self, dm: Any) -> int:
+        raise NotImplementedError
+
+    def n_positions(self, module: Any, length: int) -> int:
+        """Number of positions the model sees for a window of ``length`` (sets RoPE scale factors)."""
+        return length
+
+    def score(self, module: Any, batch: Any) -> tuple[float, float, Tensor, Tensor]:
+        """(metric numerator, denominator, per-position numerator (P,), per-position count (P,))."""
+        raise NotImplementedError
+
+    def finish(self, total: float, count: float) -> float:
+        return total / count
+
+    def baselines(self, dm: Any) -> dict[str, float]:
+        """Reference values of the metric on the same test data (no model), e.g. a Markov chain."""
+        return {}
+
+    def finish_curve(self, total: Tensor, count: Tensor) -> np.ndarray:
+        c = count.double().numpy()
+        return np.where(c > 0, total.double().numpy() / np.where(c > 0, c, 1.0), np.nan)
 
 
 class TaskModule(L.LightningModule):
@@ -36,8 +87,22 @@ class TaskModule(L.LightningModule):
         warmup_steps: linear warm-up steps before cosine decay.
     """
 
-    causal: bool = False
-    task_name: str = "task"
+    task_name: ClassVar[str] = ""
+    causal: ClassVar[bool] = False
+    adapter: ClassVar[TaskAdapter | None] = None
+    predictor: ClassVar[Callable[..., Any] | None] = None
+    default_datamodule: ClassVar[str] = ""
+    predict_input: ClassVar[Literal["sequences", "table"]] = "sequences"
+    writes_intervals: ClassVar[bool] = False  # per-base labels that can be written as GFF/BED intervals
+    batch_records: ClassVar[bool] = False  # many short records scored together (classification)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("task_name")
+        if name:
+            if name in TASKS and TASKS[name].__qualname__ != cls.__qualname__:
+                raise PosencError(f"task name {name!r} is taken by {TASKS[name].__qualname__}")
+            TASKS[name] = cls
 
     def __init__(
         self,
@@ -61,6 +126,7 @@ class TaskModule(L.LightningModule):
         encoding = build_encoding(pe, d_model, n_heads)
         self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout,
                                     causal=self.causal, scale_embedding=scale_embedding)
+        self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:
         """Save all hyperparameters, the encoding as its primitive spec (call once, from the task)."""
@@ -74,12 +140,33 @@ class TaskModule(L.LightningModule):
     def pe(self) -> PositionalEncoding:
         return self.backbone.pe
 
+    @property
+    def d_model(self) -> int:
+        """The model width D (of the backbone, its embeddings and its outputs)."""
+        return int(self._base_hparams["d_model"])
+
+    # ------------------------------------------------------------------ inference hooks
+    def describe_data(self, dm: Any) -> dict[str, Any]:
+        """A primitive (``weights_only``-loadable) description of the training data that inference
+        needs (tokenizer, class names, columns and scalers); stored in every checkpoint."""
+        return {}
+
+    def input_example(self, dm: Any) -> Any:
+        """A small input for the MLflow model signature (what ``predict`` takes)."""
+        raise NotImplementedError(f"{type(self).__name__} gives no input example")
+
     def predict(self, data: Any, **kwargs: Any) -> Any:
-        """The task's predictions on new data as a DataFrame (see :mod:`pipelines.inference.dna`)."""
-        from pipelines.inference.loading import predict
+        """The task's predictions on new data as a DataFrame (its ``predictor``), in eval mode."""
+        if type(self).predictor is None:
+            raise PosencError(f"task {self.task_name!r} has no predictor")
+        was_training = self.training
+        self.eval()
+        try:
+            return type(self).predictor(self, data, **kwargs)
+        finally:
+            self.train(was_training)
 
-        return predict(self, data, **kwargs)
-
+    # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
         decay = [p for n, p in self.named_parameters() if p.dim() >= 2 and "pe." not in n]
         rest = [p for n, p in self.named_parameters() if not (p.dim() >= 2 and "pe." not in n)]
@@ -113,4 +200,5 @@ def positions(length: int, device: torch.device) -> Tensor:
     return torch.arange(length, device=device)
 
 
-__all__ = ["EncodingFactory", "PositionOutOfRange", "TaskModule", "check_task", "positions"]
+__all__ = ["TASKS", "EncodingFactory", "PositionOutOfRange", "TaskAdapter", "TaskModule", "check_task",
+           "positions"]

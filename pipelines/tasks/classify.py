@@ -13,7 +13,9 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
+from pipelines.inference.dna import predict_classify
 from pipelines.tasks.per_length import PerLengthTest, token_positions
+from posenc import PosencError
 
 
 class SequenceClassifier(PerLengthTest):
@@ -29,16 +31,16 @@ class SequenceClassifier(PerLengthTest):
 
     causal = False
     task_name = "dna_classify"
+    predictor = staticmethod(predict_classify)
+    default_datamodule = "datamodules.ClassificationDataModule"
+    batch_records = True
 
     def __init__(self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = 2, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if num_classes < 2:
-            from posenc import PosencError
-
             raise PosencError(f"model.num_classes must be at least 2, got {num_classes}")
-        d_model = self.backbone.ln_f.normalized_shape[0]
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.head = nn.Linear(d_model, num_classes)
+        self.embedding = self.embed_tokens(vocab_size)
+        self.head = nn.Linear(self.d_model, num_classes)
         self.pad_id, self.num_classes = pad_id, num_classes
         self.val_metrics = self.make_metrics()
         self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, num_classes=num_classes)
@@ -50,12 +52,17 @@ class SequenceClassifier(PerLengthTest):
             "auroc": MulticlassAUROC(n, average="macro"),
         })
 
+    def describe_data(self, dm: Any) -> dict[str, Any]:
+        """The DNA description plus the class names of the labels."""
+        out = super().describe_data(dm)
+        if out and hasattr(dm, "class_names"):
+            out["class_names"] = [str(c) for c in dm.class_names]
+        return out
+
     def forward(self, tokens: Tensor) -> Tensor:
         """Class logits (B, C) for tokens (B, T): mean of the encoder outputs over non-PAD tokens."""
-        pad = tokens == self.pad_id
-        mask = pad if pad.any() else None
-        h = self.backbone(self.embedding(tokens), token_positions(tokens), mask)  # (B, T, D)
-        keep = (~pad).float().unsqueeze(-1)  # (B, T, 1)
+        h = self.backbone(self.embedding(tokens), token_positions(tokens), self.padding(tokens))  # (B, T, D)
+        keep = (tokens != self.pad_id).float().unsqueeze(-1)  # (B, T, 1)
         pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)  # (B, D)
         return self.head(pooled)
 

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from pipelines.tasks.forecast_metrics import (
-    ForecastErrors,
-    forecast_figure,
-    horizon_table,
-    log_lookback_metrics,
-    lookback_table,
-    to_original,
-)
-from pipelines.tasks.base import TaskModule
+from pipelines.inference.forecast import describe_series, example_table, predict_forecast
+from pipelines.tasks.base import TaskAdapter, TaskModule
+from pipelines.tasks.forecast_metrics import ForecastErrors, ForecastReport, log_lookback_metrics, to_original
 from posenc import PosencError, PositionOutOfRange
 
 Head = Literal["query", "last", "mean"]
@@ -86,6 +79,36 @@ class RevIN(nn.Module):
         return y * sd + mu
 
 
+class ForecastAdapter(TaskAdapter):
+    """Forecaster in the length sweep: MSE in the data's units over every lookback; the curve is
+    MSE per forecast step; baselines are seasonal naive and ridge on the same windows."""
+
+    metric = "mse"
+    length_key = "eval_lookbacks"
+    length_unit = "lookback steps"
+    position_label = "forecast step (MSE)"
+
+    def train_length(self, dm: Any) -> int:
+        return int(dm.lookback)
+
+    def n_positions(self, module: Any, length: int) -> int:
+        return length // module.patch_len + int(module.query is not None)  # patches + forecast token
+
+    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+        pred = module.to_original(module.predict_batch(batch), batch)  # (B, H, C)
+        err = pred - module.to_original(batch["y"], batch)  # (B, H, C)
+        m = batch["y_mask"].to(err.dtype)  # (B, H, C)
+        per_step = ((err**2) * m).sum(dim=(0, 2)).double()  # (H,)
+        count = m.sum(dim=(0, 2)).double()  # (H,)
+        return float(per_step.sum()), float(count.sum()), per_step.cpu(), count.cpu()
+
+    def baselines(self, dm: Any) -> dict[str, float]:
+        from pipelines.tasks.forecast_baselines import ForecastBaselines
+
+        found = ForecastBaselines().compute(dm)  # same test windows at every lookback
+        return {name: found[f"{name}_mse"] for name in ("seasonal_naive", "linear")}
+
+
 class Forecaster(TaskModule):
     """Forecast the next ``horizon`` steps from a lookback window with a non-causal Transformer.
 
@@ -103,8 +126,8 @@ class Forecaster(TaskModule):
     training lookback, per horizon step (``test/mse_by_horizon`` with step = h and a
     ``horizon_metrics.csv`` artifact), and at every test lookback (``test/mse_by_lookback`` with
     step = lookback, ``test/mse_L{lookback}``); lookbacks the scheme does not define (learned PE
-    past ``max_len``) are recorded as undefined. A figure of a few test forecasts
-    (``forecast.png``) is logged when the logger is MLflow.
+    past ``max_len``) are recorded as undefined. Its :class:`ForecastReport` callback logs the
+    tables and a figure of a few test forecasts (``forecast.png``) to MLflow.
 
     Args:
         n_targets: target channels C (linked from the datamodule).
@@ -125,6 +148,10 @@ class Forecaster(TaskModule):
 
     causal = False
     task_name = "ts_forecast"
+    adapter = ForecastAdapter()
+    predictor = staticmethod(predict_forecast)
+    default_datamodule = "datamodules.TimeSeriesDataModule"
+    predict_input: ClassVar[str] = "table"
 
     def __init__(
         self,
@@ -151,7 +178,7 @@ class Forecaster(TaskModule):
         for name, v in (("n_targets", n_targets), ("horizon", horizon), ("patch_len", patch_len)):
             if v < 1:
                 raise PosencError(f"model.{name} must be ≥ 1, got {v}")
-        d_model = self.backbone.ln_f.normalized_shape[0]
+        d_model = self.d_model
         self.n_targets, self.n_covariates, self.horizon = n_targets, n_covariates, horizon
         self.patch_len, self.channel_independent = patch_len, channel_independent
         self.head_kind, self.loss_kind, self.plot_examples = head, loss, plot_examples
@@ -214,7 +241,7 @@ class Forecaster(TaskModule):
 
     @staticmethod
     def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        """Scaled (B, T, C) → the data's original units (see :func:`pipelines.tasks.forecast_metrics.to_original`)."""
+        """Scaled (B, T, C) → the data's original units (see :func:`to_original`)."""
         return to_original(values, batch)
 
     def _loss(self, pred: Tensor, y: Tensor, mask: Tensor) -> Tensor:
@@ -238,55 +265,42 @@ class Forecaster(TaskModule):
         self.log("val/mae", (err.abs() * m).sum() / n, batch_size=n)
 
     # ------------------------------------------------------------------ test at every lookback
+    def configure_callbacks(self) -> list:
+        return [ForecastReport(self.plot_examples)]
+
+    def describe_data(self, dm: Any) -> dict[str, Any]:
+        return describe_series(dm) if dm is not None and hasattr(dm, "series") else {}
+
+    def input_example(self, dm: Any) -> Any:
+        return example_table(self, dm)
+
     def _reset_test_state(self) -> None:
         self.test_errors: dict[int, ForecastErrors | None] = {}
         self.scored_starts: list[int] = []  # first target rows scored at the training lookback
-        self._examples: list[dict] = []
-        self._wanted: set[int] | None = None
 
     def on_test_epoch_start(self) -> None:
         self._reset_test_state()
 
-    def _datamodule(self):
-        return getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+    def train_lookback(self) -> int | None:
+        """The datamodule's training lookback while attached to a trainer, else ``None``."""
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        return getattr(dm, "lookback", None)
 
-    def _train_lookback(self) -> int | None:
-        return getattr(self._datamodule(), "lookback", None)
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict | None:
+        """Accumulate errors at this batch's lookback; returns the forecast in the data's units."""
         lookback = batch["x"].shape[1]
         if lookback in self.test_errors and self.test_errors[lookback] is None:
-            return  # undefined at this length
+            return None  # undefined at this length
         try:
             pred = self.predict_batch(batch)
         except PositionOutOfRange:
             self.test_errors[lookback] = None
-            return
+            return None
         pred_o, y_o = to_original(pred, batch), to_original(batch["y"], batch)
         self.test_errors.setdefault(lookback, ForecastErrors(self.horizon)).add(pred_o, y_o, batch["y_mask"])
-        if lookback == (self._train_lookback() or lookback):
+        if lookback == (self.train_lookback() or lookback):
             self.scored_starts.extend(batch["start"].tolist())
-            if self.plot_examples > 0:
-                self._keep_examples(batch, pred_o, y_o, dataloader_idx)
-
-    def _keep_examples(self, batch, pred_o: Tensor, y_o: Tensor, dataloader_idx: int) -> None:
-        if self._wanted is None:  # evenly spread over the test windows the loader will serve
-            loaders = self.trainer.test_dataloaders
-            loader = loaders[dataloader_idx] if isinstance(loaders, (list, tuple)) else loaders
-            limit = self.trainer.num_test_batches[dataloader_idx]
-            starts = np.asarray(loader.dataset.starts)[: int(min(limit, 1e12)) * loader.batch_size]
-            pick = np.linspace(0, len(starts) - 1, min(self.plot_examples, len(starts))).round().astype(int)
-            self._wanted = {int(starts[i]) for i in pick}
-        x_o = to_original(batch["x"], batch)
-        stamps = getattr(getattr(self._datamodule(), "series", None), "timestamps", None)
-        for i, tau in enumerate(batch["start"].tolist()):
-            if tau in self._wanted:
-                when = f" ({stamps[tau]})" if stamps is not None else ""
-                self._examples.append({
-                    "start": tau, "title": f"test window: forecast from row {tau}{when}",
-                    "x": x_o[i].detach().cpu().numpy(), "y": y_o[i].detach().cpu().numpy(),
-                    "pred": pred_o[i].detach().cpu().numpy(), "mask": batch["y_mask"][i].cpu().numpy(),
-                })
+        return {"pred": pred_o, "truth": y_o}
 
     def lookback_results(self) -> dict[int, dict[str, float]]:
         """``{lookback: {"mse": …, "mae": …}}`` from the last test epoch (undefined lookbacks omitted)."""
@@ -300,8 +314,7 @@ class Forecaster(TaskModule):
         defined = {n: e for n, e in self.test_errors.items() if e is not None}
         if not defined:
             return
-        main = self._train_lookback()
-        main = main if main in defined else min(defined)
+        main = self.main_lookback()
         self.log("test/mse", defined[main].mse)
         self.log("test/mae", defined[main].mae)
         if self.logger is None:
@@ -312,18 +325,9 @@ class Forecaster(TaskModule):
                 self.logger.log_metrics({"test/mse_by_horizon": float(per_step["mse"][h]),
                                          "test/mae_by_horizon": float(per_step["mae"][h])}, step=h + 1)
         log_lookback_metrics(self.logger, self.test_errors)
-        self._log_artifacts(main)
 
-    def _log_artifacts(self, main: int) -> None:
-        from lightning.pytorch.loggers import MLFlowLogger
-
-        if not isinstance(self.logger, MLFlowLogger):
-            return
-        client, run_id = self.logger.experiment, self.logger.run_id
-        client.log_text(run_id, horizon_table(self.test_errors[main]), "horizon_metrics.csv")
-        client.log_text(run_id, lookback_table(self.test_errors), "lookback_metrics.csv")
-        if self._examples:
-            names = getattr(getattr(self._datamodule(), "series", None), "target_cols", None) or [""]
-            fig = forecast_figure(sorted(self._examples, key=lambda e: e["start"]), self.horizon, main,
-                                  ylabel=str(names[0]))
-            client.log_figure(run_id, fig, "forecast.png")
+    def main_lookback(self) -> int:
+        """The lookback the headline metrics are at: the training one if scored, else the shortest."""
+        defined = [n for n, e in self.test_errors.items() if e is not None]
+        main = self.train_lookback()
+        return main if main in defined else min(defined)

@@ -5,7 +5,8 @@ the *same* test target windows with lookbacks L, 2L, 4L, 8L (the datamodule's ``
 Two ways in, one accumulator:
 
 - inside ``trainer.test``: :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
-  :class:`ForecastErrors` per lookback and logs them with :func:`log_lookback_metrics`;
+  :class:`ForecastErrors` per lookback and logs them with :func:`log_lookback_metrics`; its
+  :class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts;
 - without a trainer: :func:`evaluate_lookbacks` (model, datamodule, lookbacks) → ``{lookback:
   ForecastErrors | None}``, ``None`` where the scheme is undefined at that length (e.g. a learned
   table shorter than the lookback). The extrapolation harness calls this.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from posenc import PosencError, PositionOutOfRange
@@ -162,3 +164,64 @@ def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: 
     axes[0].legend(loc="upper left", fontsize=8, ncol=3)
     axes[-1].set_xlabel(f"steps from forecast start (lookback {lookback}, last {context} shown)")
     return fig
+
+
+class ForecastReport(Callback):
+    """A Forecaster's test artifacts in MLflow: ``horizon_metrics.csv`` and ``lookback_metrics.csv``
+    (from the module's accumulated errors) and ``forecast.png``, a figure of ``examples`` test
+    forecasts spread evenly over the test windows at the training lookback. Added by
+    ``Forecaster.configure_callbacks``; does nothing without an MLflow logger.
+
+    Args:
+        examples: test windows drawn in the figure (0: no figure).
+    """
+
+    def __init__(self, examples: int = 4) -> None:
+        self.examples = examples
+        self._wanted: set[int] | None = None
+        self._picked: list[dict] = []
+
+    def on_test_epoch_start(self, trainer, pl_module) -> None:
+        self._wanted, self._picked = None, []
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if not outputs or self.examples <= 0 or batch["x"].shape[1] != pl_module.train_lookback():
+            return
+        if self._wanted is None:
+            self._wanted = self._spread_starts(trainer, dataloader_idx)
+        x_o = to_original(batch["x"], batch)  # (B, L, C)
+        stamps = getattr(getattr(trainer.datamodule, "series", None), "timestamps", None)
+        for i, tau in enumerate(batch["start"].tolist()):
+            if tau in self._wanted:
+                when = f" ({stamps[tau]})" if stamps is not None else ""
+                self._picked.append({
+                    "start": tau, "title": f"test window: forecast from row {tau}{when}",
+                    "x": x_o[i].cpu().numpy(), "y": outputs["truth"][i].cpu().numpy(),
+                    "pred": outputs["pred"][i].cpu().numpy(), "mask": batch["y_mask"][i].cpu().numpy(),
+                })
+
+    def _spread_starts(self, trainer, dataloader_idx: int) -> set[int]:
+        """First target rows of ``examples`` windows evenly spread over what the loader will serve."""
+        loaders = trainer.test_dataloaders
+        loader = loaders[dataloader_idx] if isinstance(loaders, (list, tuple)) else loaders
+        limit = trainer.num_test_batches[dataloader_idx]
+        starts = np.asarray(loader.dataset.starts)[: int(min(limit, 1e12)) * loader.batch_size]
+        pick = np.linspace(0, len(starts) - 1, min(self.examples, len(starts))).round().astype(int)
+        return {int(starts[i]) for i in pick}
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        from pipelines.tracking.store import mlflow_loggers
+
+        errors = pl_module.test_errors
+        if not any(e is not None for e in errors.values()):
+            return
+        main = pl_module.main_lookback()
+        for logger in mlflow_loggers(trainer):
+            client, run_id = logger.experiment, logger.run_id
+            client.log_text(run_id, horizon_table(errors[main]), "horizon_metrics.csv")
+            client.log_text(run_id, lookback_table(errors), "lookback_metrics.csv")
+            if self._picked:
+                names = getattr(getattr(trainer.datamodule, "series", None), "target_cols", None) or [""]
+                fig = forecast_figure(sorted(self._picked, key=lambda e: e["start"]), pl_module.horizon, main,
+                                      ylabel=str(names[0]))
+                client.log_figure(run_id, fig, "forecast.png")

@@ -8,13 +8,41 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipelines.tasks.base import TaskModule, positions
+from pipelines.inference.dna import predict_lm
+from pipelines.tasks.base import TaskAdapter, positions
+from pipelines.tasks.dna import DNATask
 from posenc import PositionOutOfRange
 
 LN2 = math.log(2.0)
 
 
-class DNALanguageModel(TaskModule):
+class LMAdapter(TaskAdapter):
+    """Causal DNA LM in the length sweep: bits per base; the curve is bits of the next base at each
+    window position; baselines are Markov chains fitted on the train region."""
+
+    metric = "bits_per_base"
+    length_unit = "tokens of context"
+    position_label = "position in window (bits/base of the next base)"
+
+    def train_length(self, dm: Any) -> int:
+        return int(dm.seq_len)
+
+    def score(self, module: Any, batch: Tensor) -> tuple[float, float, Tensor, Tensor]:
+        x, y = batch[:, :-1], batch[:, 1:]  # (B, T) inputs and next-token targets
+        logits = module(x)  # (B, T, V)
+        nll = F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
+        keep = (y != module.pad_id).to(nll.dtype)  # (B, T)
+        per_pos = (nll * keep).sum(0) / LN2  # (T,) bits
+        return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
+
+    def baselines(self, dm: Any) -> dict[str, float]:
+        from pipelines.tasks.markov import MarkovModel
+
+        train, test = dm.region_codes("train"), dm.region_codes("test", dm.eval_span)
+        return {f"markov{k}": MarkovModel(k).fit(train).bits_per_base(test) for k in (0, 5)}
+
+
+class DNALanguageModel(DNATask):
     """Next-base prediction over windows of a genome; metric: bits per base.
 
     The test loaders (one per evaluation length) give the per-length extrapolation check:
@@ -29,12 +57,14 @@ class DNALanguageModel(TaskModule):
 
     causal = True
     task_name = "dna_lm"
+    adapter = LMAdapter()
+    predictor = staticmethod(predict_lm)
+    default_datamodule = "datamodules.DNADataModule"
 
     def __init__(self, vocab_size: int = 6, pad_id: int = 5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        d_model = self.backbone.ln_f.normalized_shape[0]
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.head = nn.Linear(d_model, vocab_size)
+        self.embedding = self.embed_tokens(vocab_size)
+        self.head = nn.Linear(self.d_model, vocab_size)
         self.pad_id = pad_id
         self._save_hparams(vocab_size=vocab_size, pad_id=pad_id)
         self._test_sums: dict[int, list[float]] = {}
@@ -43,8 +73,7 @@ class DNALanguageModel(TaskModule):
     def forward(self, tokens: Tensor, pos: Tensor | None = None) -> Tensor:
         """Logits (B, T, V) for tokens (B, T) at positions ``pos`` (default 0..T-1)."""
         pos = positions(tokens.shape[1], tokens.device) if pos is None else pos
-        pad = tokens == self.pad_id
-        h = self.backbone(self.embedding(tokens), pos, pad if pad.any() else None)  # (B, T, D)
+        h = self.backbone(self.embedding(tokens), pos, self.padding(tokens))  # (B, T, D)
         return self.head(h)
 
     def _nll(self, window: Tensor) -> tuple[Tensor, Tensor]:

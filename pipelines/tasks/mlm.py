@@ -10,7 +10,26 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from datamodules.dna.tokenize import IGNORE_INDEX
+from pipelines.inference.dna import predict_mlm
+from pipelines.tasks.lm import LMAdapter
 from pipelines.tasks.per_length import LN2, NatsToBits, PerLengthTest, token_positions
+
+
+class MLMAdapter(LMAdapter):
+    """Masked DNA LM in the length sweep: bits per base on the masked tokens; the curve is bits at
+    each window position; the Markov baselines of the causal LM."""
+
+    position_label = "position in window (bits/base at masked positions)"
+
+    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+        logits = module(batch["input"])  # (B, T, V)
+        target = batch["target"]  # (B, T), IGNORE_INDEX where not masked
+        nll = F.cross_entropy(
+            logits.transpose(1, 2).float(), target, ignore_index=IGNORE_INDEX, reduction="none"
+        )  # (B, T), 0 where ignored
+        keep = (target != IGNORE_INDEX).to(nll.dtype)  # (B, T)
+        per_pos = (nll * keep).sum(0) / LN2 / module.bases_per_token  # (T,) bits per base
+        return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
 
 
 class MaskedDNAModel(PerLengthTest):
@@ -29,12 +48,14 @@ class MaskedDNAModel(PerLengthTest):
 
     causal = False
     task_name = "dna_mlm"
+    adapter = MLMAdapter()
+    predictor = staticmethod(predict_mlm)
+    default_datamodule = "datamodules.MaskedDNADataModule"
 
     def __init__(self, vocab_size: int = 7, pad_id: int = 5, bases_per_token: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        d_model = self.backbone.ln_f.normalized_shape[0]
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.head = nn.Linear(d_model, vocab_size)
+        self.embedding = self.embed_tokens(vocab_size)
+        self.head = nn.Linear(self.d_model, vocab_size)
         self.pad_id, self.vocab_size, self.bases_per_token = pad_id, vocab_size, bases_per_token
         self.val_metrics = self.make_metrics()
         self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, bases_per_token=bases_per_token)
@@ -47,8 +68,7 @@ class MaskedDNAModel(PerLengthTest):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """Logits (B, T, V) for (corrupted) tokens (B, T) at positions 0..T-1."""
-        pad = tokens == self.pad_id
-        h = self.backbone(self.embedding(tokens), token_positions(tokens), pad if pad.any() else None)
+        h = self.backbone(self.embedding(tokens), token_positions(tokens), self.padding(tokens))
         return self.head(h)  # (B, T, V)
 
     def _scored(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -17,7 +17,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.aggregation import MeanMetric
 
-from pipelines.tasks.base import TaskModule
+from pipelines.tasks.dna import DNATask
 from posenc import PositionOutOfRange
 
 LN2 = 0.6931471805599453
@@ -46,8 +46,8 @@ def flatten(values: dict[str, Tensor], class_names: list[str] | None) -> dict[st
     return out
 
 
-class PerLengthTest(TaskModule):
-    """A :class:`TaskModule` whose test pass keeps one metric collection per evaluation length.
+class PerLengthTest(DNATask):
+    """A DNA task whose test pass keeps one metric collection per evaluation length.
 
     Subclasses implement :meth:`make_metrics` (a fresh ``MetricCollection``), optionally
     :meth:`update_metrics`, and call :meth:`update_length` from ``test_step``.

@@ -10,6 +10,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from datamodules.dna.annotation import LABEL_NAMES, N_LABELS
+from pipelines.inference.dna import predict_segment
 from pipelines.tasks.per_length import PerLengthTest, token_positions
 
 
@@ -33,15 +34,17 @@ class FrameSegmenter(PerLengthTest):
 
     causal = False
     task_name = "dna_segment"
+    predictor = staticmethod(predict_segment)
+    default_datamodule = "datamodules.SegmentationDataModule"
+    writes_intervals = True
     class_names = LABEL_NAMES
 
     def __init__(
         self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = N_LABELS, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        d_model = self.backbone.ln_f.normalized_shape[0]
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.head = nn.Linear(d_model, num_classes)
+        self.embedding = self.embed_tokens(vocab_size)
+        self.head = nn.Linear(self.d_model, num_classes)
         self.pad_id, self.num_classes = pad_id, num_classes
         if num_classes != len(LABEL_NAMES):
             self.class_names = [str(i) for i in range(num_classes)]
@@ -65,8 +68,7 @@ class FrameSegmenter(PerLengthTest):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """Class logits (B, T, C) for tokens (B, T) at positions 0..T-1."""
-        pad = tokens == self.pad_id
-        h = self.backbone(self.embedding(tokens), token_positions(tokens), pad if pad.any() else None)
+        h = self.backbone(self.embedding(tokens), token_positions(tokens), self.padding(tokens))
         return self.head(h)  # (B, T, C)
 
     def _step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:

@@ -17,7 +17,7 @@ class PosencPyfunc(mlflow.pyfunc.PythonModel):
     """Wraps the checkpoint stored as the model's ``checkpoint`` artifact."""
 
     def load_context(self, context: Any) -> None:
-        from pipelines.inference.loading import load_model
+        from pipelines.inference import load_model
 
         self.model = load_model(context.artifacts["checkpoint"], device="cpu")
 

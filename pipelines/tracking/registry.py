@@ -3,10 +3,10 @@ trained model registered in MLflow so ``models:/<name>/<version>`` loads it.
 
 :class:`RegisterModel` is a Lightning callback (the CLI adds it as ``--register.*``):
 
-* from ``setup`` on it keeps a primitive description of the datamodule on the module
-  (``posenc_inference``: tokenizer k-mer/stride and training length, class names, or for time
-  series the columns, calendar features and the scalers fitted on the training rows) and writes it
-  into every checkpoint (``checkpoint["posenc_inference"]``);
+* from ``setup`` on it keeps the task's primitive description of the datamodule on the module
+  (``posenc_inference``, from ``TaskModule.describe_data``: tokenizer k-mer/stride and training
+  length, class names, or for time series the columns, calendar features and the scalers fitted on
+  the training rows) and writes it into every checkpoint (``checkpoint["posenc_inference"]``);
 * after fit (``register: true``, an MLflow logger present) it logs the best checkpoint, stripped of
   optimizer state, as an MLflow pyfunc model with a signature, an input example and explicit pip
   requirements (no environment inference, so logging is fast) and registers it under ``name``
@@ -22,68 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 
-from pipelines.inference.loading import META_KEY
+from pipelines.inference.loading import META_KEY, load_model
 
 log = logging.getLogger(__name__)
 KEEP_KEYS = ("state_dict", "hyper_parameters", "posenc_task", META_KEY, "epoch", "global_step",
              "pytorch-lightning_version", "datamodule_hyper_parameters")
-
-
-def describe_data(dm: Any) -> dict[str, Any]:
-    """A primitive (``weights_only``-loadable) description of a datamodule for inference."""
-    if dm is None:
-        return {}
-    if hasattr(dm, "tokenizer"):  # DNA datamodules
-        out: dict[str, Any] = {"data": {"kmer": dm.tokenizer.k, "kmer_stride": dm.tokenizer.stride,
-                                        "seq_len": int(dm.seq_len)},
-                               "source": str(getattr(dm, "fasta", "") or "")}
-        if hasattr(dm, "class_names"):
-            out["class_names"] = [str(c) for c in dm.class_names]
-        return out
-    if hasattr(dm, "series") and hasattr(dm, "target_scaler"):
-        return describe_timeseries(dm)
-    return {}
-
-
-def describe_timeseries(dm: Any) -> dict[str, Any]:
-    """Columns, cleaning, calendar and the training-row scalers of a TimeSeriesDataModule."""
-    from datamodules.timeseries.parse import fit_scaler
-
-    hp, s = dm.hparams, dm.series
-    cov = fit_scaler(s.covariates, s.cov_observed, dm.n_train, s.covariate_cols)  # as the datamodule did
-    has_cov = s.covariates.shape[1] > 0
-    data = {"time_col": hp.get("time_col", "Time"), "target_cols": list(s.target_cols),
-            "covariate_cols": list(s.covariate_cols), "time_format": hp.get("time_format"),
-            "timezone": hp.get("timezone"), "calendar": list(hp.get("calendar") or []),
-            "nan_policy": hp.get("nan_policy", "interpolate"), "fill_gaps": bool(hp.get("fill_gaps", False)),
-            "positions": dm.positions, "lookback": int(dm.lookback), "horizon": int(dm.horizon),
-            "patch_len": int(dm.patch_len)}
-    scaler = {"target_loc": dm.target_loc.tolist(), "target_scale": dm.target_scale.tolist(),
-              "cov_loc": cov.mean_.tolist() if has_cov else [],
-              "cov_scale": cov.scale_.tolist() if has_cov else []}
-    return {"data": data, "scaler": scaler, "source": str(dm.source)}
-
-
-def input_example(model: Any, dm: Any) -> Any:
-    """A small input for the MLflow signature: a DNA sequence, or the last lookback rows of the
-    training table (original units) for a forecaster."""
-    import pandas as pd
-
-    meta = getattr(model, "posenc_inference", {}) or {}
-    if model.task_name != "ts_forecast":
-        k = int(meta.get("data", {}).get("kmer", 1))
-        return pd.DataFrame({"id": ["example"], "sequence": ["ACGTTGCA" * max(4, k)]})
-    s, data = dm.series, meta["data"]
-    rows = slice(len(s) - int(data["lookback"]), len(s))
-    time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
-            else s.time[rows] * s.report.step)
-    table = {data["time_col"]: np.asarray(time)}
-    table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
-    table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
-    return pd.DataFrame(table)
 
 
 def slim_checkpoint(path: str | Path, out: Path) -> Path:
@@ -138,7 +83,7 @@ class RegisterModel(L.Callback):
         self.log_seconds: float | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        meta = describe_data(getattr(trainer, "datamodule", None))
+        meta = pl_module.describe_data(getattr(trainer, "datamodule", None))
         if meta or not getattr(pl_module, "posenc_inference", None):
             pl_module.posenc_inference = meta
 
@@ -159,8 +104,6 @@ class RegisterModel(L.Callback):
 
     def register_best(self, trainer: L.Trainer, logger: Any) -> None:
         """Log the best checkpoint (slimmed) as a pyfunc model of the run and register it."""
-        from pipelines.inference.loading import load_model
-
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="posenc-register-") as tmp:
             best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
@@ -171,7 +114,7 @@ class RegisterModel(L.Callback):
             slim_checkpoint(best, ckpt)
             name = self.name or logger.experiment.get_run(logger.run_id).info.run_name
             model = load_model(ckpt, device="cpu")
-            example = input_example(model, getattr(trainer, "datamodule", None))
+            example = model.input_example(getattr(trainer, "datamodule", None))
             output = model.predict(example)
             logging_start = time.perf_counter()
             info = log_pyfunc(ckpt, logger.run_id, logger._tracking_uri, name, example, output)

@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamodules.dna.fasta import N_CODE, PAD_CODE, decode_bases, encode_bases
-from datamodules.dna.tokenize import IGNORE_INDEX, KmerTokenizer, hash_uniform, mask_tokens, reverse_complement
+from datamodules.dna.tokenize import (
+    IGNORE_INDEX,
+    KmerTokenizer,
+    hash_uniform,
+    mask_tokens,
+    reverse_complement,
+)
 from posenc import PosencError
 
 bases = st.text(alphabet="ACGTN", min_size=1, max_size=80)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from pipelines.eval import diagnose
 from pipelines.model.transformer import Transformer
 from posenc import ALiBi, Learned, PeriodicRoPE, PositionalEncoding, RoPE, Sinusoidal, build_encoding
 from posenc import diagnostic_plots as plots
@@ -140,7 +141,7 @@ def readable_png(path: Path) -> None:
 def test_cli_writes_readable_figures(tmp_path, capsys, name, expected):
     cfg = ROOT / "configs" / "posenc" / f"{name}.yaml"
     args = [str(cfg), "--out", str(tmp_path), "--d_model", "32", "--n_heads", "2", "--length", "96"]
-    assert dg.main(args) == 0
+    assert diagnose.main(args) == 0
     written = {Path(p).stem for p in capsys.readouterr().out.split()}
     assert written == expected == {p.stem for p in tmp_path.glob("*.png")}
     for p in tmp_path.glob("*.png"):
@@ -160,8 +161,8 @@ def test_attention_distance_figure_of_a_model(tmp_path):
 def test_cli_bad_config_is_one_line_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  init_args:\n    pe:\n      class_path: posenc.NoSuchScheme\n")
-    assert dg.main([str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert diagnose.main([str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "NoSuchScheme" in err and "\n" not in err
-    assert dg.main([str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")]) == 2
+    assert diagnose.main([str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "o").exists()

@@ -1,0 +1,131 @@
+"""Statistics for comparisons across seeds: means with Student-t intervals, paired differences, calls,
+and retained gain — the extrapolation measure that means the same on every task.
+
+Seeds are the unit of replication: one number per seed (a trained model's metric at one length).
+Schemes compared with the same seeds are *paired* (same data order and initialisation seed), so a
+difference is judged on the per-seed differences, not on two independent means.
+
+Retained gain (for a metric m, a trivial baseline b and the training length L₀)::
+
+    retained(L) = (b − m(L)) / (b − m(L₀))       lower-is-better metrics
+    retained(L) = (m(L) − b) / (m(L₀) − b)       higher-is-better metrics
+
+1 = the whole gain over the trivial baseline kept at length L, 0 = none of it, < 0 = worse than the
+baseline. It is undefined when the model does not beat the baseline at L₀.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+LEVEL = 0.95
+SYMBOLS = {1: "▲", -1: "▼", 0: "·"}  # better than the reference / worse / not called
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Mean, sample standard deviation and a two-sided Student-t interval of ``n`` values."""
+
+    mean: float
+    std: float
+    n: int
+    lo: float
+    hi: float
+
+    @property
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies entirely on one side of 0 (NaN bounds: never)."""
+        return bool(self.lo > 0 or self.hi < 0)
+
+    def text(self, digits: int = 4) -> str:
+        """``mean ± half-width`` (``mean`` alone for one value)."""
+        if self.n < 2 or not math.isfinite(self.hi - self.lo):
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {(self.hi - self.lo) / 2:.{digits}f}"
+
+
+def estimate(values: Sequence[float], level: float = LEVEL) -> Estimate:
+    """Mean ± Student-t ``level`` interval of ``values`` (NaN interval for fewer than two values)."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no values to estimate from")
+    mean = float(x.mean())
+    if x.size < 2:
+        return Estimate(mean, math.nan, 1, math.nan, math.nan)
+    std = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1)) * std / math.sqrt(x.size)
+    return Estimate(mean, std, int(x.size), mean - half, mean + half)
+
+
+def paired_difference(values: Sequence[float], reference: Sequence[float], level: float = LEVEL) -> Estimate:
+    """Estimate of ``values[i] − reference[i]`` over pairs (same seed), Student-t interval."""
+    a, b = np.asarray(values, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need the same seeds: {a.size} vs {b.size} values")
+    return estimate(a - b, level)
+
+
+def call(difference: Estimate, higher_is_better: bool) -> int:
+    """+1 if the difference (scheme − reference) is called *better*, −1 *worse*, 0 not called
+    (its interval includes 0, or there are fewer than two pairs)."""
+    if not difference.excludes_zero:
+        return 0
+    better = difference.mean > 0 if higher_is_better else difference.mean < 0
+    return 1 if better else -1
+
+
+def retained_gain(metric: float, at_train: float, baseline: float, higher_is_better: bool) -> float:
+    """(b − m(L)) / (b − m(L₀)) (sign flipped for higher-is-better); NaN when there is no gain at L₀."""
+    sign = 1.0 if higher_is_better else -1.0
+    gain0 = sign * (at_train - baseline)
+    if not gain0 > 0:
+        return math.nan
+    return sign * (metric - baseline) / gain0
+
+
+def beats_baseline(at_train: Sequence[float], baseline: float, higher_is_better: bool,
+                   level: float = LEVEL) -> bool:
+    """Whether the model beats the trivial baseline at the training length by a margin: the interval
+    of its gain over the seeds lies above 0 (one seed: its gain is positive)."""
+    sign = 1.0 if higher_is_better else -1.0
+    gain = estimate([sign * (m - baseline) for m in at_train], level)
+    return gain.lo > 0 if gain.n >= 2 else gain.mean > 0
+
+
+def retained_ratio(curves: dict[int, Sequence[float]], train_length: int, baseline: float,
+                   higher_is_better: bool, retain: float = 0.9, level: float = LEVEL
+                   ) -> tuple[int | None, dict[int, Estimate]]:
+    """The extrapolation ratio on retained gain: the largest tested length L up to which the lower
+    ``level`` bound of retained gain (over seeds) stays ≥ ``retain`` at every tested length, and the
+    per-length estimates of retained gain.
+
+    Args:
+        curves: ``{length: [metric per seed]}`` (same seed order at every length; NaN = undefined).
+        train_length: L₀ (must be in ``curves``).
+        baseline: the trivial baseline's metric on the same test data.
+
+    Returns:
+        ``(None, {})`` when the model does not beat the baseline at L₀ (no ratio is reported).
+    """
+    at_train = list(curves[train_length])
+    if not beats_baseline(at_train, baseline, higher_is_better, level):
+        return None, {}
+    per_length: dict[int, Estimate] = {}
+    for length in sorted(curves):
+        gains = [retained_gain(m, m0, baseline, higher_is_better)
+                 for m, m0 in zip(curves[length], at_train, strict=True)]
+        if all(math.isfinite(g) for g in gains):
+            per_length[length] = estimate(gains, level)
+    best = train_length
+    for length in sorted(n for n in curves if n > train_length):
+        found = per_length.get(length)
+        if found is None or (found.lo if found.n >= 2 else found.mean) < retain:
+            break
+        best = length
+    return best, per_length

@@ -1,0 +1,89 @@
+"""Models saved before ``pipelines/`` became sub-packages still load and predict identically.
+
+``tests/fixtures/legacy`` holds an MLflow store (sqlite + artifacts) with a tiny DNA LM and a tiny
+forecaster, trained and registered by the code of commit c6c898e, and the predictions that code gave
+(``make_fixture.sh`` and ``expected.py`` say how). The store is copied into ``tmp_path`` and its
+absolute root rewritten, as a user moving a store to another folder would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipelines import load_model
+
+FIXTURE = Path(__file__).parent / "fixtures" / "legacy"
+OLD_ROOT = "/tmp/posenc-legacy-root"
+
+
+def relocate(store: Path) -> None:
+    """Replace the store's old absolute root by ``store`` in every text column of every table."""
+    with sqlite3.connect(store / "mlflow.db") as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            for col in [r[1] for r in con.execute(f"PRAGMA table_info({table})") if "CHAR" in r[2].upper()
+                        or "TEXT" in r[2].upper()]:
+                con.execute(f"UPDATE {table} SET {col} = replace({col}, ?, ?) WHERE {col} LIKE ?",
+                            (OLD_ROOT, str(store), f"%{OLD_ROOT}%"))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("legacy-store")
+    shutil.copytree(FIXTURE / "mlruns", root / "mlruns")
+    with gzip.open(FIXTURE / "mlflow.db.gz") as src, open(root / "mlflow.db", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    relocate(root)
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
+def expected(name: str) -> pd.DataFrame:
+    return pd.read_csv(FIXTURE / name)
+
+
+def same(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    got = pd.read_csv(__import__("io").StringIO(got.to_csv(index=False, float_format="%.6g")))
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-5)
+
+
+def test_registered_dna_lm_predicts_as_before(store):
+    model = load_model("models:/legacy-dna-lm/1", "cpu", tracking_uri=store)
+    same(model.predict(FIXTURE / "input.fa"), expected("expected_lm.csv"))
+
+
+def test_legacy_run_checkpoint_predicts_as_before(store):
+    ckpts = sorted((FIXTURE / "mlruns" / "1").glob("*/artifacts/best/best.ckpt"))  # full checkpoints
+    tasks = set()
+    for ckpt in ckpts:
+        model = load_model(ckpt, "cpu")
+        tasks.add(model.task_name)
+        if model.task_name == "dna_lm":
+            same(model.predict(FIXTURE / "input.fa"), expected("expected_lm.csv"))
+        else:
+            same(model.predict(FIXTURE / "input_ts.csv", every=24), expected("expected_forecast.csv"))
+    assert tasks == {"dna_lm", "ts_forecast"}
+
+
+def test_registered_forecaster_predicts_as_before(store):
+    model = load_model("models:/legacy-forecaster/1", "cpu", tracking_uri=store)
+    same(model.predict(FIXTURE / "input_ts.csv", every=24), expected("expected_forecast.csv"))
+
+
+def test_legacy_pyfunc_loads_through_mlflow(store):
+    import mlflow
+
+    before = mlflow.get_tracking_uri()  # MLflow's own loader reads the store from its global setting
+    mlflow.set_tracking_uri(store)
+    try:
+        pyfunc = mlflow.pyfunc.load_model("models:/legacy-dna-lm/1")
+    finally:
+        mlflow.set_tracking_uri(before)
+    seq = "".join(line.strip() for line in (FIXTURE / "input.fa").read_text().splitlines()[1:])
+    out = pyfunc.predict(pd.DataFrame({"id": ["legacy1"], "sequence": [seq]}))
+    same(out, expected("expected_lm.csv"))
