@@ -143,8 +143,8 @@ def describe_series(dm: Any) -> dict[str, Any]:
             "covariate_cols": list(s.covariate_cols), "time_format": hp.get("time_format"),
             "timezone": hp.get("timezone"), "calendar": list(hp.get("calendar") or []),
             "nan_policy": hp.get("nan_policy", "interpolate"), "fill_gaps": bool(hp.get("fill_gaps", False)),
-            "positions": dm.positions, "lookback": int(dm.lookback), "horizon": int(dm.horizon),
-            "patch_len": int(dm.patch_len)}
+            "duplicates": hp.get("duplicates", "error"), "positions": dm.positions,
+            "lookback": int(dm.lookback), "horizon": int(dm.horizon), "patch_len": int(dm.patch_len)}
     scaler = {"target_loc": dm.target_loc.tolist(), "target_scale": dm.target_scale.tolist(),
               "cov_loc": cov.mean_.tolist() if has_cov else [],
               "cov_scale": cov.scale_.tolist() if has_cov else []}
@@ -158,7 +158,7 @@ def example_table(model: Any, dm: Any) -> pd.DataFrame:
     rows = slice(len(s) - int(data["lookback"]), len(s))
     time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
             else s.time[rows] * s.report.step)
-    table = {data["time_col"]: np.asarray(time)}
+    table = {data["time_col"]: np.asarray(time)} if data["time_col"] is not None else {}  # None: row order
     table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
     table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
     return pd.DataFrame(table)

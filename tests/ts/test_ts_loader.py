@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from datamodules.timeseries.calendar import auto_calendar, calendar_features
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
@@ -181,3 +182,26 @@ def test_periods_calendar_gives_the_cycles_of_the_step(tmp_path, freq, patch_len
     dm = TimeSeriesDataModule(**dm_kwargs(path, lookback=336, patch_len=patch_len, eval_lookbacks=[336, 672],
                                           periods="calendar"))
     assert dm.periods == expected and dm.pe_periods == [p / patch_len for p in expected]
+
+
+def test_row_order_series_forecasts_from_a_table_without_a_time_column(tmp_path):
+    from pipelines import Forecaster
+    from pipelines.inference.forecast import example_table
+
+    df = seasonal_frame().drop(columns="when")
+    dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "s.csv", df), time_col=None,
+                                          duplicates="mean", calendar="auto"))
+    torch.manual_seed(0)
+    tiny = {"d_model": 16, "n_heads": 2, "n_layers": 2}
+    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=6, patch_len=4, **tiny).eval()
+    model.posenc_inference = model.describe_data(dm)
+    assert model.posenc_inference["data"]["time_col"] is None
+    assert model.posenc_inference["data"]["duplicates"] == "mean"
+    assert list(example_table(model, dm).columns) == ["load", "temp"]
+    item = dm.dataset("test")[0]
+    tau = int(item["start"])
+    with torch.no_grad():
+        want = model(item["x"][None], item["cov"][None], item["pos"][None])[0, :, 0].numpy()
+    got = model.predict(df.iloc[:tau])  # the rows up to the forecast origin
+    np.testing.assert_allclose(got["load"], want * dm.target_scale[0] + dm.target_loc[0], rtol=1e-5)
+    assert list(got["time"]) == [float(tau + h) for h in range(6)]  # times are row numbers
