@@ -15,9 +15,12 @@ Forecaster's checkpoint is), and scored on the test windows the Forecaster was s
 
 from __future__ import annotations
 
+import warnings
+
 import lightning as L
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
+from scipy.linalg import LinAlgWarning
 from sklearn.linear_model import Ridge
 
 from datamodules.timeseries.parse import estimate_period, format_step, gather_windows
@@ -53,7 +56,9 @@ class LinearBaseline:
             raise PosencError("no training window has fully observed targets for the linear baseline")
         self.out_shape = y.shape[1:]
         n = int(keep.sum())
-        self.model.fit(x[keep].reshape(n, -1), y[keep].reshape(n, -1))  # (n, L·F) → (n, H·C)
+        with warnings.catch_warnings():  # lagged calendar features are collinear: the penalty handles it
+            warnings.simplefilter("ignore", LinAlgWarning)
+            self.model.fit(x[keep].reshape(n, -1), y[keep].reshape(n, -1))  # (n, L·F) → (n, H·C)
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
