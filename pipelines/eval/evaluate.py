@@ -25,6 +25,7 @@ import lightning as L
 import torch
 import yaml
 
+from pipelines.console import add_console_args, configure
 from pipelines.eval.extrapolation import (
     DEFAULT_FACTORS,
     ROPE_VARIANTS,
@@ -177,6 +178,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-mlflow", action="store_true", help="write files only, log nothing to MLflow")
     p.add_argument("--experiment", default="posenc", help="MLflow experiment for checkpoint-path runs")
+    add_console_args(p)
     return p.parse_args(argv)
 
 
@@ -184,6 +186,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     import mlflow
 
     args = parse_args(argv)
+    configure(args.verbose, args.progress)
     check_lengths(args.lengths) if args.lengths is not None else check_factors(args.factors)
     client = mlflow.MlflowClient(tracking_uri())
     with resolve(args.ckpt, tracking_uri(), with_config=True) as found:
