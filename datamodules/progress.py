@@ -86,7 +86,7 @@ class LineProgress:
     def _line(self) -> None:
         from tqdm import tqdm
 
-        meter = tqdm.format_meter(self.n, self.total, time.monotonic() - self._start, ncols=80,
+        meter = tqdm.format_meter(self.n, self.total, time.monotonic() - self._start,
                                   prefix=self.desc, unit=self.unit, unit_scale=self.unit_scale,
                                   postfix=self.postfix or None)
         print(meter, file=sys.stderr, flush=True)

@@ -72,7 +72,7 @@ class PosencCLI(LightningCLI):
         return {name: {*skip, "verbose"} for name, skip in LightningCLI.subcommands().items()}
 
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
-        self.command = command or command_line()
+        self.command = command or command_line(kwargs.get("args"))
         super().__init__(*args, **kwargs)
 
     def before_instantiate_classes(self) -> None:
