@@ -18,7 +18,7 @@ unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui clean evaluate compare bench
+.PHONY: help install train test test-all lint ui clean evaluate compare bench figures
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ evaluate: $(STAMP) ## Score CKPT (checkpoint or MLflow run id) at 1-16x its trai
 compare: $(STAMP) ## Train CONFIG once per scheme in SCHEMES="..." [SEEDS="0 1"], compare at every length
 	@test -n "$(SCHEMES)" || { echo "error: set SCHEMES=\"none rope alibi ...\" (names in configs/posenc/)" >&2; exit 2; }
 	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
+
+figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train runs (DNA LM, forecaster)
+	$(PY) -m pipelines.eval.figures --out docs/figures $(ARGS)
 
 test: $(STAMP) ## Run the fast test suite (what CI runs)
 	$(PY) -m pytest -q $(ARGS)

@@ -206,3 +206,24 @@ def test_ui_url_names_the_training_experiment_and_the_latest_comparison(register
     exp = cli.trainer.logger.experiment_id
     assert f"http://127.0.0.1:5123/#/experiments/{exp}/runs" in err.splitlines()[0]  # posenc, not newest
     assert f"#/experiments/{other}/runs/{parent}" in err
+
+
+# ----------------------------------------------------------------------------------------- figures
+@pytest.mark.slow
+def test_make_figures_draws_the_runs_it_finds_and_names_the_command_for_the_others(registered, capsys):
+    from PIL import Image
+
+    from pipelines.eval.figures import main
+
+    tmp, cli, _ = registered
+    with in_dir(tmp):
+        assert main(["--out", "figs", "--progress", "false"]) == 0
+    captured = capsys.readouterr()
+    names = sorted(p.name for p in (tmp / "figs").glob("*.png"))
+    assert names == ["dna_lm_attention_distance.png", "dna_lm_extrapolation.png",
+                     "periodic_rope_aliasing.png", "periodic_rope_bands.png"]
+    for name in names:
+        with Image.open(tmp / "figs" / name) as img:
+            assert 300 <= img.width <= 800 and img.height <= 600, (name, img.size)
+    assert "no finished Forecaster-RoPE run (make train CONFIG=configs/ts_forecast.yaml)" in captured.err
+    assert str(Path("figs") / "dna_lm_extrapolation.png") in captured.out
