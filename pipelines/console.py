@@ -34,6 +34,10 @@ WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     # Lightning 2.6 builds torch's deprecated LeafSpec; fixed upstream, nothing to do on our side.
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning,
      r"lightning\.pytorch\.utilities\._pytree"),
+    # ``make compare`` runs each training through the CLI in-process (args given while sys.argv
+    # holds compare's own): intended, and said once per training with the whole argument list.
+    (r"LightningCLI's args parameter is intended to run from within Python", UserWarning,
+     r"lightning\.pytorch\.cli"),
 )
 
 #: logger name → message regexes: library log lines with nothing to act on.

@@ -180,7 +180,7 @@ def make_all(out: Path) -> list[Path]:
     if dna is None:
         print(f"skipped the DNA LM figures: no finished {DNA_RUN} run (make train)", file=sys.stderr)
     else:
-        written.append(extrapolation(dna, (1, 2, 4, 8, 16), f"{DNA_RUN}: held-out E. coli region",
+        written.append(extrapolation(dna, (1, 2, 4, 8, 16), f"{DNA_RUN}: held-out test region",
                                      out / "dna_lm_extrapolation.png"))
         written.append(attention_distances(dna, out / "dna_lm_attention_distance.png"))
     ts = newest_run(client, FORECAST_RUN)
@@ -188,7 +188,7 @@ def make_all(out: Path) -> list[Path]:
         print(f"skipped the forecaster figures: no finished {FORECAST_RUN} run "
               "(make train CONFIG=configs/ts_forecast.yaml)", file=sys.stderr)
     else:
-        written.append(extrapolation(ts, (1, 2, 4, 8), f"{FORECAST_RUN}: vic_elec test split",
+        written.append(extrapolation(ts, (1, 2, 4, 8), f"{FORECAST_RUN}: test split",
                                      out / "ts_forecast_extrapolation.png"))
         written.append(forecast_examples(ts, out / "ts_forecast_examples.png"))
     return written
