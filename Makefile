@@ -24,11 +24,17 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  variables: CONFIG=$(CONFIG) TORCH_SPEC=$(TORCH_SPEC) TORCH_INDEX_URL=$(TORCH_INDEX_URL)"
 
+# pip's own output goes to $(VENV)/install.log (its last lines are shown if it fails).
+INSTALL_LOG := $(VENV)/install.log
 $(STAMP): pyproject.toml requirements.lock
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
-	$(PIP_INSTALL) -c requirements.lock -e ".[dev]"
-	touch $@
+	@echo "make: installing $(TORCH_SPEC), then posenc and its dependencies into $(VENV)" \
+	  "(about a minute; pip's log: $(INSTALL_LOG))"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP_INSTALL) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)" \
+	  > $(INSTALL_LOG) 2>&1 || { tail -n 30 $(INSTALL_LOG); exit 1; }
+	@$(PIP_INSTALL) -c requirements.lock -e ".[dev]" >> $(INSTALL_LOG) 2>&1 \
+	  || { tail -n 30 $(INSTALL_LOG); exit 1; }
+	@touch $@
 
 install: $(STAMP) ## Create .venv and install torch, then the project (skipped when up to date)
 
