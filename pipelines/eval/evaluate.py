@@ -39,6 +39,7 @@ from pipelines.eval.report import format_table, log_to_mlflow, save_all
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class
 
@@ -213,6 +214,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
         else:
             log_to_mlflow(result, client, run_id)
         print(f"MLflow run {run_id} in {client.tracking_uri}")
+        print(f"see it: make ui, then {run_url(client.get_run(run_id).info.experiment_id, run_id)}")
     return result
 
 
