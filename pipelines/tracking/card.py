@@ -39,7 +39,7 @@ class ModelCard:
     metrics: dict[str, float] = field(default_factory=dict)
 
     def tags(self) -> dict[str, str]:
-        """Searchable tags (``tags.task = 'dna_lm'`` in the MLflow search box)."""
+        """Searchable tags (e.g. ``tags.task = '<task name>'`` in the MLflow search box)."""
         return {"task": self.task, "scheme": self.scheme, "data": self.data,
                 "train_length": self.train_length, "model_class": self.model}
 
