@@ -18,17 +18,23 @@ unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui clean evaluate compare bench
+.PHONY: help install train test test-all lint ui clean evaluate compare bench figures
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  variables: CONFIG=$(CONFIG) TORCH_SPEC=$(TORCH_SPEC) TORCH_INDEX_URL=$(TORCH_INDEX_URL)"
 
+# pip's own output goes to $(VENV)/install.log (its last lines are shown if it fails).
+INSTALL_LOG := $(VENV)/install.log
 $(STAMP): pyproject.toml requirements.lock
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
-	$(PIP_INSTALL) -c requirements.lock -e ".[dev]"
-	touch $@
+	@echo "make: installing $(TORCH_SPEC), then posenc and its dependencies into $(VENV)" \
+	  "(about a minute; pip's log: $(INSTALL_LOG))"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP_INSTALL) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)" \
+	  > $(INSTALL_LOG) 2>&1 || { tail -n 30 $(INSTALL_LOG); exit 1; }
+	@$(PIP_INSTALL) -c requirements.lock -e ".[dev]" >> $(INSTALL_LOG) 2>&1 \
+	  || { tail -n 30 $(INSTALL_LOG); exit 1; }
+	@touch $@
 
 install: $(STAMP) ## Create .venv and install torch, then the project (skipped when up to date)
 
@@ -42,6 +48,9 @@ evaluate: $(STAMP) ## Score CKPT (checkpoint or MLflow run id) at 1-16x its trai
 compare: $(STAMP) ## Train CONFIG once per scheme in SCHEMES="..." [SEEDS="0 1"], compare at every length
 	@test -n "$(SCHEMES)" || { echo "error: set SCHEMES=\"none rope alibi ...\" (names in configs/posenc/)" >&2; exit 2; }
 	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
+
+figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train runs (DNA LM, forecaster)
+	$(PY) -m pipelines.eval.figures --out docs/figures $(ARGS)
 
 test: $(STAMP) ## Run the fast test suite (what CI runs)
 	$(PY) -m pytest -q $(ARGS)

@@ -26,13 +26,21 @@ from posenc import PosencError
 log = logging.getLogger(__name__)
 
 
+_REPORTED: set[str] = set()  # genomes already reported by this process
+
+
 def report_genome(genome: Genome) -> None:
-    """One line on what was read and what encoding changed (Lightning's logger, rank 0 only)."""
+    """One line on what was read and what encoding changed (Lightning's logger, rank 0 only), once
+    per process: a datamodule rebuilt with other test lengths reads the same genome again."""
     from lightning.pytorch.utilities import rank_zero_info
 
-    rank_zero_info(f"{genome.source}: {len(genome.ids)} record(s), {len(genome.codes)} bases "
-                   f"({'genome cache hit' if genome.cache_hit else 'encoded'}: {genome.cache_path}); "
-                   f"{genome.report.summary()}")
+    line = (f"{genome.source}: {len(genome.ids)} record(s), {len(genome.codes)} bases "
+            f"({'genome cache hit' if genome.cache_hit else 'encoded'}: {genome.cache_path}); "
+            f"{genome.report.summary()}")
+    key = f"{genome.source}:{len(genome.codes)}"
+    if key not in _REPORTED:
+        _REPORTED.add(key)
+        rank_zero_info(line)
 
 __all__ = ["DNADataModule", "GenomeDataModule", "MaskedDNADataModule", "default_genome", "packaged_file"]
 

@@ -22,10 +22,13 @@ from typing import Any
 
 import yaml
 
+from datamodules.progress import progress_bar
+from pipelines.console import add_console_args, configure
 from pipelines.eval.compare_report import Child, figure, markdown, rows, write_csvs
 from pipelines.eval.evaluate import ExtrapolationEval, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, adapter_for, check_factors, with_lengths
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class
 
@@ -96,8 +99,9 @@ def train_child(
         "--config",
         str(overlay),
     ]
+    command = " ".join(["python -m pipelines.train", *args[:-2], f"--seed_everything={seed}"])
     try:
-        cli = cli_main(args)
+        cli = cli_main(args, command=command)  # the card: how to retrain this child alone
     except SystemExit as exc:  # a config error, already printed as one line by the CLI
         return Child(scheme, seed, None, None, f"exit status {exc.code}")
     run_id = next((lg.run_id for lg in mlflow_loggers(cli.trainer)), None)
@@ -131,6 +135,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--test-after-fit", action="store_true", help="also run the task's own test pass per child"
     )
+    add_console_args(p)
     return p.parse_args(argv)
 
 
@@ -166,6 +171,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, list[Child], Path]:
     import mlflow
 
     args = parse_args(argv)
+    configure(args.verbose, args.progress)  # the children's trainings inherit both
     config = load_config(args.config)
     for name in args.schemes:
         scheme_file(name)  # fail before anything is trained
@@ -183,7 +189,8 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, list[Child], Path]:
     client.log_param(parent, "schemes", " ".join(args.schemes))
     client.log_param(parent, "seeds", " ".join(map(str, args.seeds)))
     children: list[Child] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    n_runs = len(args.seeds) * len(args.schemes)
+    with tempfile.TemporaryDirectory() as tmp, progress_bar(n_runs, "compare", "run", live=False) as bar:
         for seed in args.seeds:
             for scheme in args.schemes:
                 print(f"[compare] training {scheme} (seed {seed})", file=sys.stderr)
@@ -199,6 +206,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, list[Child], Path]:
                         args.test_after_fit,
                     )
                 )
+                bar.update(1)  # a line per run: runs done, elapsed, time to go
     ok = [c for c in children if c.result is not None]
     if not ok:
         client.set_terminated(parent, "FAILED")
@@ -243,6 +251,7 @@ def finish(client: Any, parent: str, children: list[Child], out: Path) -> None:
     client.set_terminated(parent, "FINISHED" if not failed else "FAILED")
     print(md.read_text())
     print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {client.tracking_uri}")
+    print(f"see it: make ui, then {run_url(client.get_run(parent).info.experiment_id, parent)}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -25,6 +25,7 @@ import lightning as L
 import torch
 import yaml
 
+from pipelines.console import add_console_args, configure
 from pipelines.eval.extrapolation import (
     DEFAULT_FACTORS,
     ROPE_VARIANTS,
@@ -38,6 +39,7 @@ from pipelines.eval.report import format_table, log_to_mlflow, save_all
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class
 
@@ -177,6 +179,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-mlflow", action="store_true", help="write files only, log nothing to MLflow")
     p.add_argument("--experiment", default="posenc", help="MLflow experiment for checkpoint-path runs")
+    add_console_args(p)
     return p.parse_args(argv)
 
 
@@ -184,6 +187,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     import mlflow
 
     args = parse_args(argv)
+    configure(args.verbose, args.progress)
     check_lengths(args.lengths) if args.lengths is not None else check_factors(args.factors)
     client = mlflow.MlflowClient(tracking_uri())
     with resolve(args.ckpt, tracking_uri(), with_config=True) as found:
@@ -210,6 +214,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
         else:
             log_to_mlflow(result, client, run_id)
         print(f"MLflow run {run_id} in {client.tracking_uri}")
+        print(f"see it: make ui, then {run_url(client.get_run(run_id).info.experiment_id, run_id)}")
     return result
 
 

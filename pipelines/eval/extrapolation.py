@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from datamodules.progress import progress
 from pipelines.tasks.base import TaskAdapter
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, build_encoding
 
@@ -280,7 +281,7 @@ def evaluate(
     was_training = module.training
     module.eval()
     try:
-        for length, loader in length_loaders(dm, adapter, todo):
+        for length, loader in progress(length_loaders(dm, adapter, todo), "scoring lengths", unit="length"):
             scale = adapter.n_positions(module, length) / adapter.n_positions(module, train)
             specs = {
                 TRAINED: None,

@@ -199,7 +199,7 @@ class ResumeCheckpoint(L.Callback):
             return
         path = self.run_dir / LAST
         tmp = path.with_name(f".{LAST}.tmp-{os.getpid()}")
-        trainer.save_checkpoint(tmp)
+        trainer.save_checkpoint(tmp, weights_only=False)  # the full state: optimizer, loops, callbacks
         if trainer.is_global_zero:
             os.replace(tmp, path)
 
