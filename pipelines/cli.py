@@ -14,6 +14,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from pipelines.tasks.distributed import end_process_group
 from pipelines.tracking.failure import (
     FailedRunGuard,
     StopOnNonFiniteLoss,
@@ -90,7 +91,7 @@ class PosencCLI(LightningCLI):
         if cfg.get("test_after_fit", True):
             ckpt = "best" if getattr(trainer.checkpoint_callback, "best_model_path", "") else None
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
-        for logger in mlflow_loggers(trainer):
+        for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:  # DDP: the run is rank 0's
             print(run_summary(logger) + "\n  see it: make ui", file=sys.stderr)
 
 
@@ -129,13 +130,15 @@ def make_cli(args: list[str] | None = None, run: bool = True) -> PosencCLI:
 def main(args: list[str] | None = None) -> PosencCLI | None:
     """Run the CLI; a user mistake ends as one ``error: …`` line on stderr and exit status 2."""
     try:
-        return make_cli(args)
+        cli = make_cli(args)
     except Exception as exc:  # a user mistake, or a broken environment (unwritable folder, bad MLflow store)
         message = user_error(exc) or environment_error(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
+    end_process_group()  # DDP: every rank exits cleanly (a live gloo group aborts the interpreter)
+    return cli
 
 
 def user_error(exc: BaseException) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from pipelines.eval.compare_child import launches_processes, run_in_subprocess
 from pipelines.eval.compare_report import Child, figure, markdown, rows, write_csvs
 from pipelines.eval.evaluate import ExtrapolationEval, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, adapter_for, check_factors, with_lengths
@@ -96,6 +97,9 @@ def train_child(
         "--config",
         str(overlay),
     ]
+    merged = load_config([*configs, str(path), str(overlay)])
+    if launches_processes(merged):  # DDP re-runs the command per rank: the child gets its own command
+        return run_in_subprocess(scheme, seed, args, merged, workdir)
     try:
         cli = cli_main(args)
     except SystemExit as exc:  # a config error, already printed as one line by the CLI
