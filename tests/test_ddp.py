@@ -347,6 +347,30 @@ def test_ddp_resume_after_kill_of_the_launcher_matches_the_uninterrupted_run(ddp
 
 
 @pytest.mark.slow
+def test_resume_from_an_epoch_end_checkpoint_draws_the_next_epochs_windows(tmp_path, monkeypatch):
+    """One process, a crash at step 7 whose last checkpoint is the end of epoch 1 (step 6): the
+    resumed run must start epoch 2 with epoch 2's draw (the sampler's order depends on its epoch,
+    which Lightning sets only after the resumed iterator exists) and end like a clean run."""
+    from tests.test_faults import FAULT, final_metrics, in_dir, runs, tiny_setup
+
+    clean, broken = tmp_path / "clean", tmp_path / "broken"
+    for d in (clean, broken):
+        d.mkdir()
+        tiny_setup(d)
+    args = ["fit", "--config", "tiny.yaml", *FAULT[:1], "--trainer.callbacks.step=7"]
+    assert in_dir(clean, args)[0] == 0
+    monkeypatch.setenv("POSENC_FAULT", "1")
+    with pytest.raises(RuntimeError, match="injected fault at step 7"):
+        in_dir(broken, args)
+    monkeypatch.delenv("POSENC_FAULT")
+    ckpt = torch.load(next((broken / "outputs/runs").glob("*/last.ckpt")), weights_only=True)
+    assert ckpt["global_step"] == 6  # the epoch-end checkpoint
+    assert in_dir(broken, args)[0] == 0
+    (_, (resumed,)), (_, (reference,)) = runs(broken), runs(clean)
+    assert final_metrics(resumed) == final_metrics(reference)
+
+
+@pytest.mark.slow
 def test_compare_child_trains_with_ddp(tmp_path):
     """``compare`` with a DDP trainer: its child runs as its own command, whose ranks Lightning
     starts; the child run, its sweep and the comparison report all come back."""

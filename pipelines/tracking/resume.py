@@ -147,16 +147,14 @@ class ResumableLoader:
             if gen is not None and state.get("generator") is not None:
                 gen.set_state(state["generator"])
             by_epoch = self._epoch_sampler if state.get("epoch") is not None else None
-            if by_epoch is not None:  # Lightning sets the epoch only after this iterator exists
-                by_epoch.set_epoch(int(state["epoch"]))
             skip = int(state.get("batches", 0))
             if skip >= len(self.loader):  # saved at the end of an epoch: move past the whole epoch
-                if by_epoch is not None:
-                    by_epoch.set_epoch(by_epoch.epoch + 1)
-                else:
+                if by_epoch is None:  # (an epoch-ordered sampler draws lazily, after Lightning's set_epoch)
                     for _ in self.loader:
                         pass
                 skip = 0
+            elif by_epoch is not None:  # the skipped batches are drawn now, before Lightning sets the epoch
+                by_epoch.set_epoch(int(state["epoch"]))
         self._epoch_start = gen.get_state().clone() if gen is not None else None
         it = iter(self.loader)
         for _ in range(skip):
