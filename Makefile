@@ -65,7 +65,7 @@ ui: $(STAMP) ## Serve the MLflow UI on $(UI_HOST):$(UI_PORT) (loopback unless UI
 tracking-server: $(STAMP) ## Shared MLflow server: BACKEND_URI=postgresql://… ARTIFACTS=<dir|s3://…> [UI_HOST/UI_PORT]
 	@test -n "$(BACKEND_URI)" -a -n "$(ARTIFACTS)" || { echo "usage: make tracking-server \
 	  BACKEND_URI=postgresql://user:password@host:5432/mlflow ARTIFACTS=/shared/mlartifacts [UI_HOST=0.0.0.0]" >&2; exit 2; }
-	@$(PY) -c "import psycopg2" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[postgres]"
+	@$(PY) -c "import psycopg" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[postgres]"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri "$(BACKEND_URI)" \
 	  --artifacts-destination "$(ARTIFACTS)" --host $(UI_HOST) --port $(UI_PORT)
 

@@ -76,6 +76,8 @@ class PosencCLI(LightningCLI):
         mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
         with new_store_lock(logger.init_args.get("tracking_uri") if mlflow else None):
             super().instantiate_classes()
+        for lg in mlflow_loggers(self.trainer):  # tags as strings: jsonargparse turns '0' into 0, which
+            lg.tags = {str(k): str(v) for k, v in (lg.tags or {}).items()} or None  # a server rejects
 
     def before_fit(self) -> None:
         if getattr(self, "resume_dir", None) is not None:

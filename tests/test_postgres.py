@@ -5,7 +5,7 @@ The test starts its own throwaway PostgreSQL cluster (``initdb`` + ``pg_ctl`` fr
 points ``MLFLOW_TRACKING_URI`` at the server and runs, through the real commands: a tiny ``fit``
 that registers its model, ``evaluate`` and ``predict`` by run id / model URI, and two ``compare``
 commands at the same time. It checks runs, metrics, artifacts and the registered model, then stops
-both servers. Needs ``apt-get install postgresql`` and the ``postgres`` extra (psycopg2)::
+both servers. Needs ``apt-get install postgresql`` and the ``postgres`` extra (psycopg 3)::
 
     apt-get install -y postgresql && .venv/bin/pip install -e ".[postgres]" && make test-all
 """
@@ -44,9 +44,9 @@ def _why_skip() -> str | None:
     if pg_bin("initdb") is None or pg_bin("pg_ctl") is None:
         return "PostgreSQL is not installed (initdb/pg_ctl not found): apt-get install -y postgresql"
     try:
-        import psycopg2  # noqa: F401
+        import psycopg  # noqa: F401
     except ImportError:
-        return "no PostgreSQL driver: pip install -e '.[postgres]' (psycopg2-binary)"
+        return "no PostgreSQL driver: pip install -e '.[postgres]' (psycopg 3)"
     if os.geteuid() == 0:
         try:
             import pwd
@@ -57,7 +57,24 @@ def _why_skip() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_skip() is not None, reason=_why_skip() or "")]
+needs_postgres = pytest.mark.skipif(_why_skip() is not None, reason=_why_skip() or "")
+
+
+def test_logger_tags_reach_mlflow_as_strings(tmp_path):
+    """A tracking server's REST API takes string tag values only, but jsonargparse reads the
+    quoted seed tag of a compare child (``'0'``) as the integer 0: the CLI turns tags back into
+    strings (found by the PostgreSQL test below, where ``compare`` failed on the server)."""
+    from tests.helpers import in_dir
+    from tests.test_faults import tiny_setup
+
+    with in_dir(tmp_path):
+        from pipelines.cli import make_cli
+
+        tiny_setup(tmp_path)
+        (tmp_path / "tags.yaml").write_text("trainer:\n  logger:\n    class_path: lightning.pytorch.loggers."
+                                            "MLFlowLogger\n    init_args:\n      tags: {seed: '0', n: 3}\n")
+        cli = make_cli(["--config", "tiny.yaml", "--config", "tags.yaml"], run=False)
+        assert cli.trainer.logger.tags == {"seed": "0", "n": "3"}
 
 
 def free_port() -> int:
@@ -74,7 +91,7 @@ def as_postgres() -> dict:
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[str]:
     """A throwaway cluster on 127.0.0.1:<free port>; yields the SQLAlchemy URI of database ``mlflow``."""
-    import psycopg2
+    import psycopg
 
     home = Path(tempfile.mkdtemp(prefix="posenc-pg-"))
     if os.geteuid() == 0:
@@ -86,10 +103,9 @@ def postgres() -> Iterator[str]:
     subprocess.run([pg_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l", str(home / "server.log"), "-w",
                     "start"], check=True, capture_output=True, **as_postgres())
     try:
-        conn = psycopg2.connect(host="127.0.0.1", port=port, user="posenc", dbname="postgres")
-        conn.autocommit = True
-        conn.cursor().execute("CREATE DATABASE mlflow")
-        conn.close()
+        with psycopg.connect(host="127.0.0.1", port=port, user="posenc", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute("CREATE DATABASE mlflow")
         yield f"postgresql://posenc@127.0.0.1:{port}/mlflow"
     finally:
         subprocess.run([pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True,
@@ -121,13 +137,22 @@ def server(postgres, tmp_path_factory) -> Iterator[tuple[str, Path]]:
             time.sleep(1)
         yield uri, artifacts
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         log.close()
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """End the process group we started (the server and its workers): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def command(uri: str, cwd: Path, *args: str) -> subprocess.Popen:
@@ -142,6 +167,8 @@ def finish(proc: subprocess.Popen, timeout: int = 900) -> str:
     return out + err
 
 
+@pytest.mark.slow
+@needs_postgres
 def test_fit_evaluate_predict_and_two_compares_share_one_postgres_server(server, tmp_path):
     import mlflow
 
