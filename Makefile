@@ -12,13 +12,18 @@ CONFIG ?= configs/dna_lm.yaml
 MLFLOW_DB ?= mlflow.db
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 5000
+# TRACKING_URI=http://<server>:5000 sends train/compare/evaluate/predict to a shared tracking server
+# (it sets MLFLOW_TRACKING_URI, which they all read); unset, they use the sqlite store $(MLFLOW_DB).
+ifdef TRACKING_URI
+export MLFLOW_TRACKING_URI := $(TRACKING_URI)
+endif
 # The machines here set PYTHONDONTWRITEBYTECODE=1 and pip runs with --no-compile: unset it for our
 # commands so .pyc files get written once, lazily, instead of every process recompiling torch/lightning.
 unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui clean evaluate compare bench figures
+.PHONY: help install train test test-all lint ui tracking-server clean evaluate compare bench figures
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -65,6 +70,13 @@ ui: $(STAMP) ## Serve the MLflow UI on $(UI_HOST):$(UI_PORT) (loopback unless UI
 	@$(PY) -m pipelines.tracking.ui_url --db $(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server \
 	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT) --workers 1
+
+tracking-server: $(STAMP) ## Shared MLflow server: BACKEND_URI=postgresql://… ARTIFACTS=<dir|s3://…> [UI_HOST/UI_PORT]
+	@test -n "$(BACKEND_URI)" -a -n "$(ARTIFACTS)" || { echo "usage: make tracking-server \
+	  BACKEND_URI=postgresql://user:password@host:5432/mlflow ARTIFACTS=/shared/mlartifacts [UI_HOST=0.0.0.0]" >&2; exit 2; }
+	@$(PY) -c "import psycopg" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[postgres]"
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri "$(BACKEND_URI)" \
+	  --artifacts-destination "$(ARTIFACTS)" --host $(UI_HOST) --port $(UI_PORT)
 
 clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 	rm -rf outputs mlruns mlartifacts $(MLFLOW_DB) .pytest_cache .ruff_cache

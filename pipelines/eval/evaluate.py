@@ -108,9 +108,10 @@ class ExtrapolationEval(L.Callback):
                 self.tolerance,
                 self.max_batches,
             )
-        for logger in mlflow_loggers(trainer):
-            log_to_mlflow(result, logger.experiment, logger.run_id)
-        print(format_table(result), file=sys.stderr)
+        if trainer.is_global_zero:  # under DDP every rank sweeps (same weights, same result); rank 0 logs
+            for logger in mlflow_loggers(trainer):
+                log_to_mlflow(result, logger.experiment, logger.run_id)
+            print(format_table(result), file=sys.stderr)
         return result
 
 

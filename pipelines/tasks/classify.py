@@ -78,7 +78,7 @@ class SequenceClassifier(PerLengthTest):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, probs, target = self._step(batch)
-        self.log("val/loss", loss, batch_size=len(target))
+        self.val_means.add("val/loss", loss * len(target), len(target))  # logged at epoch end
         self.val_metrics.update(probs, target)
 
     def on_validation_epoch_end(self) -> None:
@@ -116,6 +116,8 @@ class KmerBaseline(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = trainer.datamodule
+        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
+            return
         if dm is None or not hasattr(dm, "sets"):
             return
         from sklearn.linear_model import LogisticRegression

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from pipelines.inference.dna import predict_lm
 from pipelines.tasks.base import TaskAdapter, positions
+from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna import DNATask
 from posenc import PositionOutOfRange
 
@@ -69,6 +70,7 @@ class DNALanguageModel(DNATask):
         self._save_hparams(vocab_size=vocab_size, pad_id=pad_id)
         self._test_sums: dict[int, list[float]] = {}
         self._undefined: set[int] = set()
+        self._val = EpochMeans()  # Σ bits / Σ bases over every rank's shard (exact under DDP)
 
     def forward(self, tokens: Tensor, pos: Tensor | None = None) -> Tensor:
         """Logits (B, T, V) for tokens (B, T) at positions ``pos`` (default 0..T-1)."""
@@ -93,8 +95,10 @@ class DNALanguageModel(DNATask):
 
     def validation_step(self, batch: Tensor, batch_idx: int) -> None:
         total, count = self._nll(batch)
-        self.log("val/bits_per_base", total / count / LN2, prog_bar=True,
-                 reduce_fx="mean", batch_size=int(count))
+        self._val.add("val/bits_per_base", total / LN2, count)
+
+    def on_validation_epoch_end(self) -> None:
+        self._val.log(self, prog_bar=True)
 
     # ------------------------------------------------------------------ per-length test
     def on_test_epoch_start(self) -> None:
@@ -114,6 +118,8 @@ class DNALanguageModel(DNATask):
         acc[1] += float(count)
 
     def on_test_epoch_end(self) -> None:
+        self._test_sums = sum_tables(self._test_sums)  # every rank's shard (DDP): sums, then ratios
+        self._undefined = union(self._undefined)
         results = self.length_results()
         if not results:
             return

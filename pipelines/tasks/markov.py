@@ -70,6 +70,8 @@ class MarkovBaselines(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = trainer.datamodule
+        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
+            return
         if dm is None or not hasattr(dm, "region_codes"):
             return
         train = dm.region_codes("train")

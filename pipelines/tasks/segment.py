@@ -85,7 +85,7 @@ class FrameSegmenter(PerLengthTest):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, pred, target = self._step(batch)
-        self.log("val/loss", loss, batch_size=target.numel())
+        self.val_means.add("val/loss", loss * target.numel(), target.numel())  # logged at epoch end
         self.update_metrics(self.val_metrics, pred, target)
 
     def on_validation_epoch_end(self) -> None:
