@@ -201,6 +201,13 @@ class GenomeDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._tiled("val", self.seq_len)
 
+    def eval_dataloader(self, split: str, length: int) -> DataLoader:
+        """Windows of ``length`` tokens tiling the evaluated span of ``split`` ("val" or "test"),
+        e.g. to choose an inference setting on validation windows as long as the test's."""
+        if split not in ("val", "test"):
+            raise PosencError(f"eval_dataloader: split must be 'val' or 'test', got {split!r}")
+        return self._tiled(split, length, max(self.eval_lengths) * self.tokenizer.stride)
+
     def test_dataloader(self) -> list[DataLoader]:
         """One loader per evaluation length, all over the same span of the test split."""
         align = max(self.eval_lengths) * self.tokenizer.stride  # every length tiles the same bases
