@@ -162,16 +162,20 @@ class GenomeDataModule(L.LightningDataModule):
         """Cache key of the genome (prefix for derived caches), ``None`` without a cache."""
         return self.genome.cache_path.stem if self.genome.cache_path is not None else None
 
-    def region_codes(self, name: str, max_tokens: int | None = None) -> list:
-        """The encoded bases of region ``name`` as views per segment; with ``max_tokens`` (bases), the
-        spans the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the
-        bases every test length covers)."""
+    def region_spans(self, name: str, max_tokens: int | None = None) -> list[tuple[int, int]]:
+        """The (start, end) genome offsets of region ``name``; with ``max_tokens`` (bases), the spans
+        the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the bases
+        every test length covers)."""
         spans = self.regions[name]
         if max_tokens is not None:
             longest = max(self.eval_lengths)
             tail = self.tokenizer.n_bases(longest + int(self.next_token)) - longest * self.tokenizer.stride
             spans = aligned_spans(spans, max_tokens, longest * self.tokenizer.stride, tail)
-        return [self.genome.codes[a:b] for a, b in spans]
+        return list(spans)
+
+    def region_codes(self, name: str, max_tokens: int | None = None) -> list:
+        """The encoded bases of :meth:`region_spans` as views per segment."""
+        return [self.genome.codes[a:b] for a, b in self.region_spans(name, max_tokens)]
 
     def make_item(self, tokens: int, train: bool) -> WindowItem:
         """What a window start becomes (subclasses add labels or masking)."""
