@@ -8,6 +8,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from pipelines.inference.dna import predict_lm
@@ -210,7 +211,12 @@ class SelectContext(L.Callback):
         longest = max(dm.eval_lengths)
         if longest <= dm.seq_len:
             return
-        loader = dm.eval_dataloader("val", longest)
+        try:
+            loader = dm.eval_dataloader("val", longest)
+        except PosencError as exc:  # a validation region shorter than the longest test window
+            rank_zero_warn(f"SelectContext: no validation window of {longest} tokens ({exc}); "
+                           "testing with the model's context as configured")
+            return
         pl_module.eval()
         self.scores = {}
         for c in self.candidates(dm.seq_len, longest):

@@ -69,3 +69,18 @@ def test_select_context_uses_validation_windows_only():
     assert set(select.scores) == {None, 16, 32}  # 8× is past the longest length: the whole window
     assert select.chosen == min(select.scores, key=select.scores.get)
     assert model.context == select.chosen and model.hparams["context"] == select.chosen
+
+
+def test_select_context_skips_when_validation_is_too_short():
+    model = tiny(context=None)
+
+    class DM:
+        seq_len, eval_lengths = 16, [16, 64]
+
+        def eval_dataloader(self, split, length):
+            raise PosencError("the evaluation region is shorter than one window of 65 bases")
+
+    select = SelectContext()
+    with pytest.warns(UserWarning, match="no validation window of 64"):
+        select.on_test_start(SimpleNamespace(datamodule=DM(), loggers=[]), model)
+    assert model.context is None and select.chosen is None
