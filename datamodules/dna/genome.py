@@ -171,16 +171,20 @@ class GenomeDataModule(L.LightningDataModule):
         """Cache key of the genome (prefix for derived caches), ``None`` without a cache."""
         return self.genome.cache_path.stem if self.genome.cache_path is not None else None
 
-    def region_codes(self, name: str, max_tokens: int | None = None) -> list:
-        """The encoded bases of region ``name`` as views per segment; with ``max_tokens`` (bases), the
-        spans the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the
-        bases every test length covers)."""
+    def region_spans(self, name: str, max_tokens: int | None = None) -> list[tuple[int, int]]:
+        """The (start, end) genome offsets of region ``name``; with ``max_tokens`` (bases), the spans
+        the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the bases
+        every test length covers)."""
         spans = self.regions[name]
         if max_tokens is not None:
             longest = max(self.eval_lengths)
             tail = self.tokenizer.n_bases(longest + int(self.next_token)) - longest * self.tokenizer.stride
             spans = aligned_spans(spans, max_tokens, longest * self.tokenizer.stride, tail)
-        return [self.genome.codes[a:b] for a, b in spans]
+        return list(spans)
+
+    def region_codes(self, name: str, max_tokens: int | None = None) -> list:
+        """The encoded bases of :meth:`region_spans` as views per segment."""
+        return [self.genome.codes[a:b] for a, b in self.region_spans(name, max_tokens)]
 
     def make_item(self, tokens: int, train: bool) -> WindowItem:
         """What a window start becomes (subclasses add labels or masking)."""
@@ -211,6 +215,13 @@ class GenomeDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._tiled("val", self.seq_len)
+
+    def eval_dataloader(self, split: str, length: int) -> DataLoader:
+        """Windows of ``length`` tokens tiling the evaluated span of ``split`` ("val" or "test"),
+        e.g. to choose an inference setting on validation windows as long as the test's."""
+        if split not in ("val", "test"):
+            raise PosencError(f"eval_dataloader: split must be 'val' or 'test', got {split!r}")
+        return self._tiled(split, length, max(self.eval_lengths) * self.tokenizer.stride)
 
     def test_dataloader(self) -> list[DataLoader]:
         """One loader per evaluation length, all over the same span of the test split."""

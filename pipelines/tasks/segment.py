@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning as L
+import numpy as np
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
@@ -93,3 +95,59 @@ class FrameSegmenter(PerLengthTest):
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self.update_length(batch["tokens"].shape[1], lambda: self._step(batch)[1:])
+
+
+def label_scores(pred: np.ndarray, target: np.ndarray, n_classes: int) -> dict[str, float]:
+    """Per-base accuracy, macro F1 (classes present in either array) and coding-vs-non-coding
+    accuracy of predicted labels against target labels."""
+    pred, target = np.asarray(pred, np.int64), np.asarray(target, np.int64)
+    f1 = []
+    for c in range(n_classes):
+        tp = float(((pred == c) & (target == c)).sum())
+        denom = float((pred == c).sum() + (target == c).sum())
+        if denom > 0:
+            f1.append(2 * tp / denom)
+    return {"acc": float((pred == target).mean()), "f1_macro": float(np.mean(f1)) if f1 else float("nan"),
+            "coding_acc": float(((pred > 0) == (target > 0)).mean())}
+
+
+class SegmentBaselines(L.Callback):
+    """After testing, log references on the test span the model was scored on:
+
+    * ``baseline/majority_<metric>``: every base labelled with the most frequent class of the train
+      region (the trivial baseline);
+    * ``baseline/pyrodigal_<metric>``, only when the labels come from an annotation file: the frame
+      labels of pyrodigal's gene calls on the genome (what a practitioner would run instead). With
+      the default labels (pyrodigal's own calls) the model's metrics already *are* its agreement
+      with pyrodigal, which would score 1 against itself, so nothing is logged.
+
+    Metrics: ``acc``, ``f1_macro`` (over the classes present), ``coding_acc``.
+    """
+
+    def __init__(self) -> None:
+        self.results: dict[str, float] = {}
+
+    def compute(self, dm: Any) -> dict[str, float]:
+        labels = np.asarray(dm.labels)
+        spans = dm.region_spans("test", dm.eval_span)
+        target = np.concatenate([labels[a:b] for a, b in spans])
+        train = np.concatenate([labels[a:b] for a, b in dm.region_spans("train")])
+        majority = int(np.bincount(train, minlength=dm.num_classes).argmax())
+        out = {f"baseline/majority_{k}": v
+               for k, v in label_scores(np.full_like(target, majority), target, dm.num_classes).items()}
+        if getattr(dm, "annotation", None) is not None:
+            from datamodules.dna.annotation import call_genes, frame_labels, genes_to_cds
+
+            called = frame_labels(dm.genome, genes_to_cds(call_genes(dm.genome)))
+            pred = np.concatenate([called[a:b] for a, b in spans])
+            scores = label_scores(pred, target, dm.num_classes)
+            out.update({f"baseline/pyrodigal_{k}": v for k, v in scores.items()})
+        return out
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if dm is None or not hasattr(dm, "labels") or not hasattr(dm, "region_spans"):
+            return
+        self.results = self.compute(dm)
+        for logger in trainer.loggers:
+            logger.log_metrics(self.results)
