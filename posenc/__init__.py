@@ -23,11 +23,18 @@ from posenc.rotary import RoPE, apply_rotation, rope_angles, rope_inv_freq
 
 # [catalogue: absolute and rotary schemes]
 # isort: split
-from posenc.content import ConditionalPE, ConvPE
+from posenc.content import ConditionalLearnedPE, ConditionalPE, ConvPE
 from posenc.discrete import Binary, GrayCode, Integer
 from posenc.periods import periods_from_data
 from posenc.rotary_variants import PeriodicRoPE, XPos
-from posenc.spectral import ComplexExponential, GaussianRBF, Hybrid, RandomFourier, TrainableSinusoidal
+from posenc.spectral import (
+    ComplexExponential,
+    GaussianRBF,
+    Hybrid,
+    RandomFourier,
+    SinusoidalOffset,
+    TrainableSinusoidal,
+)
 
 # [/catalogue: absolute and rotary schemes]
 

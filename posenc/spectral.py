@@ -1,6 +1,10 @@
 """Input-side encodings built from smooth functions of the position: sinusoids with learned parts,
 complex exponentials, random Fourier features and Gaussian radial basis functions.
 
+Two trainable sinusoids live here and are not interchangeable: :class:`TrainableSinusoidal` learns
+the frequencies (a function of the position, defined everywhere) and :class:`SinusoidalOffset`
+learns a free correction per position (a table, undefined past ``max_len``).
+
 Each class is an :class:`~posenc.absolute.AbsoluteEncoding` (add or concat integration) and only
 implements ``table``. Position × frequency products are formed in float64 and the table is cast
 to float32 (float64 when the positions are float64, which the tests use for exact references).
@@ -84,6 +88,13 @@ class TrainableSinusoidal(AbsoluteEncoding):
     :class:`~posenc.Sinusoidal`. The learned part is a map of the features, not a per-position
     table, so the scheme is defined at every real position.
 
+    Which trainable sinusoid is which: this one keeps the sinusoid's functional form and learns
+    its frequencies (Wang et al.'s "learnable sinusoidal APE"), so it takes float timestamps and
+    any test length. :class:`~posenc.SinusoidalOffset` is the other reading of "trainable
+    sinusoid", a sinusoid plus a learned offset per position (P = S + δ), as free as
+    :class:`~posenc.Learned` and like it undefined past ``max_len``. Both are kept so a comparison
+    can tell learning a few frequencies apart from learning every position.
+
     Args:
         base: initial wavelength base.
         learn_frequencies: learn the ω_j (the paper's learnable sinusoid) as well as W.
@@ -116,6 +127,59 @@ class TrainableSinusoidal(AbsoluteEncoding):
     def table(self, pos: Tensor) -> Tensor:
         s = fourier_pairs(pos, self.frequencies())  # (B', T, Dp)
         return s + self.offset(s.to(self.offset.weight.dtype)).to(s.dtype)
+
+
+class SinusoidalOffset(AbsoluteEncoding):
+    """Sinusoid plus a learned offset per position: P[p] = S(p) + δ[p], δ from zero (no single
+    source paper; a learned table started at the sinusoid).
+
+    S is the fixed table of "Attention Is All You Need" (Vaswani et al., 2017) and δ a learned
+    (``max_len`` × Dp) table like that of "Convolutional Sequence to Sequence Learning" (Gehring
+    et al., 2017), initialised to zero, so at initialisation P equals :class:`~posenc.Sinusoidal`.
+    The gradient of P and of δ coincide and the tasks do not weight-decay encoding parameters, so
+    training it is training a :class:`~posenc.Learned` table initialised at the sinusoid; keeping
+    S outside the parameters makes δ (what training changed) readable on its own. Like
+    :class:`~posenc.Learned` it is undefined at positions ``>= max_len`` (and at fractional ones):
+    asking for one raises :class:`~posenc.base.PositionOutOfRange` naming both numbers.
+
+    Which trainable sinusoid is which: this is the per-position reading (δ_ij for every position
+    i and feature j); :class:`~posenc.TrainableSinusoidal` learns the frequencies instead (Wang et
+    al., 2021, "On Position Embeddings in BERT") and stays defined at every real position. Both
+    are kept so a comparison can tell learning every position apart from learning a few frequencies.
+
+    Args:
+        max_len: number of positions in the offset table.
+        base: wavelength base of the sinusoid (10000 in Vaswani et al.).
+    """
+
+    meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("input",), extrapolates=False)
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        max_len: int = 1024,
+        base: float = 10000.0,
+        integration: Integration = "add",
+        table_dim: int | None = None,
+    ) -> None:
+        super().__init__(d_model, n_heads, integration=integration, table_dim=table_dim)
+        if self.table_dim % 2:
+            raise PosencError(f"SinusoidalOffset needs an even table width, got {self.table_dim}")
+        if int(max_len) != max_len or max_len < 1:
+            raise PosencError(f"SinusoidalOffset max_len must be a positive integer, got {max_len!r}")
+        if base <= 1:
+            raise PosencError(f"SinusoidalOffset base must be > 1, got {base}")
+        self.max_len, self.base = int(max_len), base
+        self.freqs = geometric_frequencies(self.table_dim // 2, self.table_dim, base)  # (Dp/2,) float64
+        self.delta = nn.Parameter(torch.zeros(self.max_len, self.table_dim))  # (max_len, Dp)
+
+    def table(self, pos: Tensor) -> Tensor:
+        require_integers(pos, "SinusoidalOffset")
+        self.check_positions(pos)
+        s = fourier_pairs(pos, self.freqs)  # (B', T, Dp)
+        return s + self.delta[pos.long()]  # (B', T, Dp), in the wider of the two dtypes
 
 
 class Hybrid(AbsoluteEncoding):

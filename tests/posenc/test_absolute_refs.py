@@ -18,6 +18,7 @@ from pipelines.model.transformer import Transformer
 from posenc import (
     Binary,
     ComplexExponential,
+    ConditionalLearnedPE,
     ConditionalPE,
     ConvPE,
     GaussianRBF,
@@ -29,6 +30,7 @@ from posenc import (
     PositionOutOfRange,
     RandomFourier,
     Sinusoidal,
+    SinusoidalOffset,
     TrainableSinusoidal,
 )
 
@@ -57,6 +59,11 @@ def vaswani(p: float, dim: int, base: float = 10000.0) -> list[float]:
         w = 1.0 / base ** (2 * i / dim)
         out += [math.sin(p * w), math.cos(p * w)]
     return out
+
+
+def sinusoidal_rows(n: int, dim: int) -> torch.Tensor:
+    """The Vaswani table for positions 0..n−1 as float64 (n, dim), from the Python reference."""
+    return torch.tensor([vaswani(p, dim) for p in range(n)], dtype=torch.float64)
 
 
 def close(got: torch.Tensor, ref, atol: float = 1e-9) -> None:
@@ -124,6 +131,45 @@ def test_trainable_sinusoidal_starts_as_sinusoidal_and_matches_reference():
 def test_trainable_sinusoidal_frequencies_learn_only_when_asked():
     assert TrainableSinusoidal(D, H).log_freq_offset.requires_grad
     assert not TrainableSinusoidal(D, H, learn_frequencies=False).log_freq_offset.requires_grad
+
+
+def test_sinusoidal_offset_starts_as_sinusoidal_and_matches_reference():
+    pos = torch.tensor([0.0, 1.0, 5.0, 17.0, 29.0], dtype=torch.float64)
+    pe = SinusoidalOffset(D, H, max_len=30, base=500.0).double()
+    close(table(pe, pos), table(Sinusoidal(D, H, base=500.0), pos), atol=1e-15)  # δ = 0
+    pe = perturbed(pe)
+    delta = pe.delta.detach()
+    assert delta.abs().min() > 0  # every offset moved, so the reference reads real values
+    ref = [[s + delta[int(p), a].item() for a, s in enumerate(vaswani(p, D, 500.0))] for p in pos.tolist()]
+    close(table(pe, pos), ref, atol=1e-12)
+
+
+def test_sinusoidal_offset_is_undefined_past_max_len_and_between_positions():
+    pe = SinusoidalOffset(D, H, max_len=6)
+    with pytest.raises(PositionOutOfRange, match="SinusoidalOffset defines positions 0..5.*6"):
+        pe.embed(torch.zeros(1, 7, D), torch.arange(7))
+    with pytest.raises(PosencError, match="integer"):
+        table(pe, torch.tensor([1.5]))
+
+
+def test_sinusoidal_offset_trains_like_a_learned_table_started_at_the_sinusoid():
+    """P = S + δ: without weight decay an optimiser step moves it exactly as it moves a Learned
+    table whose rows start at S (the two differ only in what the checkpoint stores)."""
+    pos = torch.tensor([0.0, 3.0, 3.0, 7.0], dtype=torch.float64)  # float64: S is not rounded to float32
+    x, every = torch.randn(2, 4, D, dtype=torch.float64), torch.arange(8, dtype=torch.float64)
+    offset = SinusoidalOffset(D, H, max_len=8).double()
+    learned = Learned(D, H, max_len=8).double()
+    with torch.no_grad():
+        learned.weight.copy_(sinusoidal_rows(8, D))
+    target = torch.randn(2, 4, D, dtype=torch.float64)
+    for pe in (offset, learned):
+        opt = torch.optim.AdamW(pe.parameters(), lr=0.1, weight_decay=0.0)
+        for _ in range(3):
+            opt.zero_grad()
+            ((pe.embed(x, pos) - target) ** 2).sum().backward()
+            opt.step()
+    close(table(offset, every), table(learned, every), atol=1e-12)
+    assert (table(offset, every) - sinusoidal_rows(8, D)).abs().max() > 0.1  # it did train
 
 
 def test_hybrid_reference_and_fallback_past_training_length():
@@ -262,21 +308,59 @@ def test_encodings_stay_within_their_claimed_bounds(name, positions):
 # ------------------------------------------------------------------------------ content-dependent
 
 
+def gated(x: torch.Tensor, pe, rows: list[list[float]]) -> list[list[list[float]]]:
+    """x + P ⊙ 2σ(W x + b), one Python float at a time, for tables ``rows`` (T × Dp) at each token."""
+    w, b = pe.gate.weight, pe.gate.bias
+    out = []
+    for n in range(x.shape[0]):
+        out.append([])
+        for t, row in enumerate(rows):
+            z = [b[a].item() + sum(w[a, c].item() * x[n, t, c].item() for c in range(D)) for a in range(D)]
+            out[-1].append([x[n, t, a].item() + row[a] * 2.0 / (1.0 + math.exp(-z[a])) for a in range(D)])
+    return out
+
+
 def test_conditional_pe_reference_and_identity_at_init():
     x = torch.randn(2, 5, D, dtype=torch.float64)
     pos = torch.tensor([0, 1, 2, 40, 41])
     pe = ConditionalPE(D, H).double()
     close(pe.embed(x, pos) - x, [[vaswani(p, D) for p in pos.tolist()]] * 2, atol=1e-6)
     pe = perturbed(pe)
-    w, b = pe.gate.weight, pe.gate.bias
-    got = pe.embed(x, pos)
-    for n in range(2):
-        for t, p in enumerate(pos.tolist()):
-            s = vaswani(p, D)
-            for a in range(D):
-                z = b[a].item() + sum(w[a, c].item() * x[n, t, c].item() for c in range(D))
-                ref = x[n, t, a].item() + s[a] * 2.0 / (1.0 + math.exp(-z))
-                assert got[n, t, a].item() == pytest.approx(ref, abs=1e-6)
+    close(pe.embed(x, pos), gated(x, pe, [vaswani(p, D) for p in pos.tolist()]), atol=1e-6)
+
+
+def test_conditional_learned_pe_starts_as_learned_and_matches_reference():
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 2, 8, 9])
+    pe = ConditionalLearnedPE(D, H, max_len=10).double()
+    close(pe.embed(x, pos) - x, pe.weight.detach()[pos].expand(2, -1, -1), atol=1e-15)  # f = 1 at init
+    pe = perturbed(pe)
+    rows = pe.weight.detach()[pos].tolist()
+    close(pe.embed(x, pos), gated(x, pe, rows), atol=1e-12)
+    other = torch.randn(2, 5, D, dtype=torch.float64)
+    assert not torch.allclose(pe.embed(x, pos) - x, pe.embed(other, pos) - other)  # content matters
+
+
+def test_conditional_learned_pe_is_undefined_past_max_len_and_between_positions():
+    pe = ConditionalLearnedPE(D, H, max_len=6)
+    with pytest.raises(PositionOutOfRange, match="ConditionalLearnedPE defines positions 0..5.*6"):
+        pe.embed(torch.zeros(1, 7, D), torch.arange(7))
+    with pytest.raises(PosencError, match="integer"):
+        pe.embed(torch.zeros(1, 1, D), torch.tensor([0.5]))
+
+
+def test_existing_specs_and_checkpoint_keys_are_unchanged():
+    """Saved configs and checkpoints name these arguments and parameters: the variants added beside
+    them must not have renamed anything."""
+    assert ConditionalPE(D, H).spec() == {
+        "class_path": "posenc.ConditionalPE",
+        "init_args": {"base": 10000.0, "integration": "add", "table_dim": None},
+    }
+    assert set(ConditionalPE(D, H).state_dict()) == {"gate.weight", "gate.bias"}
+    assert TrainableSinusoidal(D, H).spec()["init_args"] == {
+        "base": 10000.0, "learn_frequencies": True, "integration": "add", "table_dim": None,
+    }
+    assert set(TrainableSinusoidal(D, H).state_dict()) == {"log_freq_offset", "offset.weight"}
 
 
 @pytest.mark.parametrize("causal, kernel", [(False, 3), (False, 5), (True, 3), (True, 4)])
