@@ -112,6 +112,17 @@ def sweep_callbacks(config: dict[str, Any], factors: list[float] | None) -> list
     return out
 
 
+def with_baselines(callbacks: list[dict[str, Any]], on: bool) -> list[dict[str, Any]]:
+    """``callbacks`` with the ExtrapolationEval's ``baselines`` option set to ``on``."""
+    out = []
+    for cb in callbacks:
+        path = cb.get("class_path", "") if isinstance(cb, dict) else ""
+        if path and issubclass(import_class(path, what="callback class"), ExtrapolationEval):
+            cb = {"class_path": path, "init_args": {**(cb.get("init_args") or {}), "baselines": on}}
+        out.append(cb)
+    return out
+
+
 def check_args(args: argparse.Namespace) -> list[str]:
     """The scheme labels, after every check that can fail before anything is trained."""
     for name in args.schemes:
@@ -162,8 +173,10 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
 def train_all(args: argparse.Namespace, labels: list[str], client: Any, exp_id: str, parent: str,
               callbacks: list[dict[str, Any]], data_class: str | None) -> list[ChildRun]:
     """Every scheme × seed, seed by seed: reused when finished before, else trained; a scheme the
-    task cannot run is skipped for every seed after its first failure."""
+    task cannot run is skipped for every seed after its first failure. The first child trained also
+    scores the task's reference baselines (the same test data for all; slow for some tasks)."""
     children: list[ChildRun] = []
+    first = True
     skipped: dict[str, str] = {}
     layers = {lab: [*map(Path, args.config), scheme_file(name), *overrides(args.config, lab)]
               for name, lab in zip(args.schemes, labels, strict=True)}
@@ -184,10 +197,12 @@ def train_all(args: argparse.Namespace, labels: list[str], client: Any, exp_id: 
                     children.append(ChildRun(lab, seed, found, "reused"))
                     continue
                 print(f"[compare] training {lab} (seed {seed})", file=sys.stderr)
-                child = train_child(layers[lab], lab, seed, keys[lab], parent, args.experiment, callbacks,
+                sweep = with_baselines(callbacks, first)
+                child = train_child(layers[lab], lab, seed, keys[lab], parent, args.experiment, sweep,
                                     data_class, Path(tmp), args.test_after_fit)
                 if not child.ok:
                     skipped[lab] = child.error
+                first = first and not child.ok
                 children.append(child)
     return children
 

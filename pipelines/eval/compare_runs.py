@@ -31,7 +31,8 @@ from posenc.registry import import_class
 
 TAGS = {"key": "posenc.compare.key", "scheme": "posenc.compare.scheme", "seed": "posenc.compare.seed",
         "complete": "posenc.compare.complete", "note": "posenc.compare.note"}
-SUMMARY_ONLY = ("tolerance", "retain")  # ExtrapolationEval options that do not change the numbers
+#: ExtrapolationEval options that change no number of the child's sweep (so not part of its key)
+SUMMARY_ONLY = ("tolerance", "retain", "baselines")
 
 
 @dataclass

@@ -71,6 +71,8 @@ class ExtrapolationEval(L.Callback):
         tolerance: also report the older relative ratio (every length within ``tolerance`` of the
             metric at the training length, e.g. 0.05); ``null``: not reported.
         max_batches: score at most this many test batches per length (``null``: all).
+        baselines: also score the task's reference baselines on the test data (e.g. order-5 Markov,
+            ridge; the trivial baseline is always scored). ``make compare`` asks one run for them.
         use_best: evaluate the checkpoint callback's best model rather than the last weights.
     """
 
@@ -83,6 +85,7 @@ class ExtrapolationEval(L.Callback):
         tolerance: float | None = None,
         max_batches: int | None = None,
         use_best: bool = True,
+        baselines: bool = False,
     ) -> None:
         check_lengths(lengths) if lengths is not None else check_factors(factors)
         check_retain(retain, tolerance)
@@ -91,7 +94,7 @@ class ExtrapolationEval(L.Callback):
             raise PosencError(f"unknown RoPE variant(s) {sorted(bad)}; choose from {sorted(ROPE_VARIANTS)}")
         self.factors, self.lengths, self.rope_variants = list(factors), lengths, rope_variants
         self.retain, self.tolerance = retain, tolerance
-        self.max_batches, self.use_best = max_batches, use_best
+        self.max_batches, self.use_best, self.baselines = max_batches, use_best, baselines
         self.result: Extrapolation | None = None
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -112,6 +115,7 @@ class ExtrapolationEval(L.Callback):
                 self.tolerance,
                 self.max_batches,
                 retain=self.retain,
+                baselines=self.baselines,
             )
         for logger in mlflow_loggers(trainer):
             log_to_mlflow(result, logger.experiment, logger.run_id)
@@ -199,6 +203,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also report the relative-tolerance ratio (e.g. 0.05: every length within 5%% of the 1× metric)",
     )
     p.add_argument("--max-batches", type=int, default=None, help="test batches per length (default all)")
+    p.add_argument("--baselines", action="store_true",
+                   help="also score the task's reference baselines (e.g. order-5 Markov, ridge; can be slow)")
     p.add_argument(
         "--out", default=None, help="folder for tables and figure (default outputs/extrapolation/<name>)"
     )
@@ -219,7 +225,8 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
         config = load_config(args.config or ([str(found.config)] if found.config else []))
     module, dm = build_from_checkpoint(ckpt, config, args.ckpt)
     result = evaluate(
-        module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches, args.retain
+        module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches, args.retain,
+        args.baselines,
     )
     name = run_id or stem
     out = Path(args.out or Path("outputs") / "extrapolation" / name)
