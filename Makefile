@@ -50,9 +50,9 @@ evaluate: $(STAMP) ## Score CKPT (checkpoint or MLflow run id) at 1-16x its trai
 	@test -n "$(CKPT)" || { echo "error: set CKPT=<checkpoint path or MLflow run id>" >&2; exit 2; }
 	$(PY) -m pipelines.eval.evaluate $(CKPT) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(ARGS)
 
-compare: $(STAMP) ## Train CONFIG once per scheme in SCHEMES="..." [SEEDS="0 1"], compare at every length
+compare: $(STAMP) ## Train CONFIG per scheme in SCHEMES="..." and seed in SEEDS (default "0 1 2"; finished runs are reused), compare with CIs
 	@test -n "$(SCHEMES)" || { echo "error: set SCHEMES=\"none rope alibi ...\" (names in configs/posenc/)" >&2; exit 2; }
-	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
+	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) --seeds $(or $(SEEDS),0 1 2) $(ARGS)
 
 figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train runs (DNA LM, forecaster)
 	$(PY) -m pipelines.eval.figures --out docs/figures $(ARGS)

@@ -57,7 +57,8 @@ def test_run_is_logged_to_sqlite(trained):
     assert run.data.params["pe/class_path"] == "posenc.ALiBi"
     metrics = run.data.metrics
     for key in ("val/bits_per_base", "test/bits_per_base", "baseline/markov0_bits_per_base",
-                "baseline/markov_bits_per_base", "baseline/markov_order", "baseline/markov_bits_per_base_L32"):
+                "baseline/markov_bits_per_base", "baseline/markov_order",
+                "baseline/markov_bits_per_base_L32"):
         assert np.isfinite(metrics[key]), key
     steps = [m.step for m in client(tmp).get_metric_history(run.info.run_id, "test/bits_per_base_by_length")]
     assert steps == [32, 64, 128, 256]

@@ -5,15 +5,15 @@ other ranks by re-running the *current command* (``python -m <module> <argv>``) 
 child that would be the whole comparison, once more per rank. So when a child's trainer launches
 processes (:func:`launches_processes`), the comparison runs it as ``python -m
 pipelines.eval.compare_child --result <file> -- <fit arguments>``: a command whose re-runs are
-exactly the other ranks of that one fit. Rank 0 writes the MLflow run id, the length sweep of
-:class:`~pipelines.eval.evaluate.ExtrapolationEval` and the best checkpoint's path into ``<file>``;
-the comparison reads it back and rebuilds the model and its datamodule from the checkpoint (for the
-baselines), so the report is the same as with in-process children.
+exactly the other ranks of that one fit. Rank 0 runs the length sweep of
+:class:`~pipelines.eval.evaluate.ExtrapolationEval` (logged to the child's MLflow run, like any
+child's) and writes the run id into ``<file>``; the comparison reads the sweep back from MLflow, so
+the report is the same as with in-process children.
 """
 
 from __future__ import annotations
 
-import pickle
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -53,24 +53,20 @@ def launches_processes(config: dict[str, Any]) -> bool:
     return torch.cuda.device_count() > 1
 
 
-def run_in_subprocess(scheme: str, seed: int, fit_args: list[str], config: dict[str, Any], workdir: Path):
-    """Train one child as its own process group; returns a :class:`compare_report.Child`."""
-    from pipelines.eval.compare_report import Child
-    from pipelines.eval.evaluate import build_from_checkpoint
-    from pipelines.inference.loading import read_checkpoint
+def run_in_subprocess(fit_args: list[str], result: Path) -> tuple[str | None, str]:
+    """Train one child as its own process group: (its MLflow run id, "") or (None, the reason).
 
-    out = workdir / f"{scheme}-seed{seed}.result"
-    cmd = [sys.executable, "-m", "pipelines.eval.compare_child", "--result", str(out), "--", *fit_args]
+    The child's sweep (:class:`~pipelines.eval.evaluate.ExtrapolationEval`) is logged to that run
+    by rank 0, where the comparison reads it back like any other child's.
+    """
+    cmd = [sys.executable, "-m", "pipelines.eval.compare_child", "--result", str(result), "--", *fit_args]
     done = subprocess.run(cmd, check=False)
-    if done.returncode != 0 or not out.is_file():
-        return Child(scheme, seed, None, None, f"exit status {done.returncode}")
-    with open(out, "rb") as fh:
-        found = pickle.load(fh)  # written just now by our own child process
-    if found["result"] is None:
-        return Child(scheme, seed, found["run_id"], None, "training was interrupted")
-    ckpt = found["checkpoint"]
-    module, dm = build_from_checkpoint(read_checkpoint(Path(ckpt)), config, ckpt)
-    return Child(scheme, seed, found["run_id"], found["result"], module=module, datamodule=dm)
+    if done.returncode != 0 or not result.is_file():
+        return None, f"exit status {done.returncode}"
+    found = json.loads(result.read_text())
+    if not found["swept"]:
+        return None, "training was interrupted"
+    return found["run_id"], ""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,15 +84,12 @@ def main(argv: list[str] | None = None) -> None:
     if not trainer.is_global_zero:
         return
     hook = next(c for c in trainer.callbacks if isinstance(c, ExtrapolationEval))
-    best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
-    if not (best and Path(best).is_file()):
-        best = str(out.with_suffix(".ckpt"))
-        trainer.save_checkpoint(best, weights_only=True)  # the process group is gone: rank 0 alone
-    found = {"run_id": next((lg.run_id for lg in mlflow_loggers(trainer)), None),
-             "result": hook.result, "checkpoint": best}
+    if hook.result is None:
+        hook.run(trainer, cli.model)
+    run_id = next((lg.run_id for lg in mlflow_loggers(trainer)), None)
+    found = {"run_id": run_id, "swept": hook.result is not None}
     tmp = out.with_suffix(".tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump(found, fh)
+    tmp.write_text(json.dumps(found))
     tmp.replace(out)
 
 

@@ -115,6 +115,17 @@ class ForecastAdapter(TaskAdapter):
         found = ForecastBaselines().compute(dm)  # same test windows at every lookback
         return {name: found[f"{name}_mse"] for name in ("seasonal_naive", "linear")}
 
+    trivial_name = "seasonal naive"
+
+    def trivial_baseline(self, dm: Any) -> float:
+        """MSE of the seasonal-naive forecast on the test windows (period as :class:`ForecastBaselines`)."""
+        from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors, seasonal_naive
+
+        test = dm.windows("test")  # the same forecast windows at every lookback
+        orig = lambda a: a * dm.target_scale + dm.target_loc  # noqa: E731 - scaled → original units
+        naive = seasonal_naive(dm.targets, test["start"], dm.horizon, ForecastBaselines().period(dm))
+        return masked_errors(orig(naive), orig(test["y"]), test["y_mask"])["mse"]
+
 
 class Forecaster(TaskModule):
     """Forecast the next ``horizon`` steps from a lookback window with a non-causal Transformer.

@@ -45,6 +45,14 @@ class LMAdapter(TaskAdapter):
         train, test = dm.region_codes("train"), dm.region_codes("test", dm.eval_span)
         return {f"markov{k}": MarkovModel(k).fit(train).bits_per_base(test) for k in (0, 5)}
 
+    trivial_name = "order-0 Markov"  # base composition of the train region
+
+    def trivial_baseline(self, dm: Any) -> float:
+        from pipelines.tasks.markov import MarkovModel
+
+        test = dm.region_codes("test", dm.eval_span)
+        return MarkovModel(0).fit(dm.region_codes("train")).bits_per_base(test)
+
 
 class DNALanguageModel(DNATask):
     """Next-base prediction over windows of a genome; metric: bits per base.

@@ -13,7 +13,40 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from datamodules.dna.annotation import LABEL_NAMES, N_LABELS
 from pipelines.inference.dna import predict_segment
+from pipelines.tasks.base import TaskAdapter
 from pipelines.tasks.per_length import PerLengthTest, token_positions
+
+
+class SegmentAdapter(TaskAdapter):
+    """Segmentation in the length sweep: per-base accuracy (higher is better; = the test pass's
+    ``acc``); the curve is the accuracy at each window position; the trivial baseline always calls
+    the most frequent label of the train region."""
+
+    metric = "acc"
+    higher_is_better = True
+    length_unit = "bases of context"
+    position_label = "position in window (accuracy)"
+    trivial_name = "majority class"  # the train region's most frequent label
+
+    def train_length(self, dm: Any) -> int:
+        return int(dm.seq_len)
+
+    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+        tokens, labels = batch["tokens"], batch["labels"]  # (B, T) each
+        pred = module(tokens).argmax(-1)  # (B, T)
+        keep = (tokens != module.pad_id).double()  # (B, T)
+        per_pos = ((pred == labels).double() * keep).sum(0)  # (T,) correct calls
+        return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
+
+    def trivial_baseline(self, dm: Any) -> float:
+        train = np.concatenate([np.asarray(dm.labels[a:b]) for a, b in dm.regions["train"]])
+        majority = int(np.bincount(train).argmax())
+        hits = total = 0
+        for batch in dm.test_dataloader()[0]:  # every test length tiles the same bases
+            keep = batch["tokens"] != dm.pad_id  # (B, T)
+            hits += int(((batch["labels"] == majority) & keep).sum())
+            total += int(keep.sum())
+        return hits / max(total, 1)
 
 
 class FrameSegmenter(PerLengthTest):
@@ -36,6 +69,7 @@ class FrameSegmenter(PerLengthTest):
 
     causal = False
     task_name = "dna_segment"
+    adapter = SegmentAdapter()
     predictor = staticmethod(predict_segment)
     default_datamodule = "datamodules.SegmentationDataModule"
     writes_intervals = True
