@@ -30,8 +30,9 @@ from posenc import PosencError
 
 ROOT = Path(__file__).resolve().parents[3]
 EXPERIMENT = "posenc-claims"
-#: what ``--smoke`` lays over every child: two training batches, one batch of everything else
-SMOKE = {"trainer": {"limit_train_batches": 2, "limit_val_batches": 1, "limit_test_batches": 1,
+#: what ``--smoke`` lays over every child: two batches of everything (not 1: the CLI reads an
+#: integer 1 as the fraction 1.0, i.e. every batch)
+SMOKE = {"trainer": {"limit_train_batches": 2, "limit_val_batches": 2, "limit_test_batches": 2,
                      "max_epochs": 1}}
 
 

@@ -7,21 +7,20 @@ from pathlib import Path
 
 from pipelines.eval.claims.base import ClaimResult
 
-IDLE_THREADS = 1.9
-
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def summary_table(results: list[ClaimResult], wall: float, cpu: float, smoke: bool) -> str:
+def summary_table(results: list[ClaimResult], wall: float, cpu: float, smoke: bool,
+                  factor: float = 1.0, threads: int = 1) -> str:
     """One row per claim, with its command and its wall / CPU seconds, then the suite's totals."""
     head = ("| # | claim | setup | measured (mean ± 95 % CI over seeds) | holds? | command | wall s / CPU s |\n"
             "|---|---|---|---|---|---|---|\n")
     rows = [f"| {r.number} | {_cell(r.claim)} | {_cell(r.setup)} | {_cell(r.measured)} | **{r.holds}** | "
             f"`{r.command}` | {r.wall_s:.0f} / {r.cpu_s:.0f} |" for r in results]
-    note = (f"\nSuite: {len(results)} experiment(s), wall {wall:.0f} s, CPU {cpu:.0f} s "
-            f"(idle 2-core estimate CPU / {IDLE_THREADS} = {cpu / IDLE_THREADS:.0f} s)"
+    note = (f"\nSuite: {len(results)} experiment(s), {threads} torch thread(s), wall {wall:.0f} s, CPU {cpu:.0f} s "
+            f"(idle estimate CPU / {factor} = {cpu / factor:.0f} s)"
             + (" — SMOKE RUN: tiny budgets, the numbers mean nothing" if smoke else "") + ".\n")
     return head + "\n".join(rows) + "\n" + note
 
