@@ -129,10 +129,13 @@ def cli_fit(args: list[str], label: str) -> Any:
     """``pipelines.cli.main(["fit", *args])``; a failing child is a :class:`PosencError`."""
     from pipelines.cli import main as cli_main
 
+    argv, sys.argv = sys.argv, sys.argv[:1]  # the CLI must not see the runner's own options
     try:
         return cli_main(["fit", *args])
     except SystemExit as exc:  # the CLI already printed the one-line reason
         raise PosencError(f"training {label} failed (exit status {exc.code}); see the error above") from None
+    finally:
+        sys.argv = argv
 
 
 def resolve(path: str) -> Path:

@@ -100,6 +100,9 @@ def run_one(name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: b
         raise
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
     result.name, result.number, result.claim = name, number, type(experiment).claim
+    note = read_config(path).get("note")
+    if note:
+        result.details = f"{result.details}\n**Note.** {' '.join(str(note).split())}\n"
     result.command = f"make experiments ONLY={name}"
     result.children = [c for c in ctx.children if c]
     result.to_json(ctx.out / "result.json")
