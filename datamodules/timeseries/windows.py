@@ -48,7 +48,8 @@ def fit_scaler(values: np.ndarray, observed: np.ndarray, n_train: int, names: li
     train[~observed[:n_train]] = np.nan
     for j, name in enumerate(names):
         if np.isnan(train[:, j]).all():
-            raise PosencError(f"column {name!r} has no observed values in the training split")
+            raise PosencError(f"column {name!r} has no observed values in the training split (its first "
+                              f"{n_train} rows); change data.split or leave the column out")
     scaler = StandardScaler()
     if train.shape[1]:
         scaler.fit(train)  # sklearn ignores NaN when fitting

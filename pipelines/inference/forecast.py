@@ -39,15 +39,17 @@ def prepare(model: torch.nn.Module, data: pd.DataFrame | str | Path) -> tuple:
     s = parse_series(df, cfg["time_col"], list(cfg["target_cols"]), list(cfg["covariate_cols"]),
                      source=source, time_format=cfg.get("time_format"),
                      nan_policy=cfg.get("nan_policy", "interpolate"),
-                     fill_gaps=bool(cfg.get("fill_gaps", False)))
+                     fill_gaps=bool(cfg.get("fill_gaps", False)), duplicates=cfg.get("duplicates", "error"))
     x = (s.targets - np.asarray(cfg["target_loc"])) / np.asarray(cfg["target_scale"])  # (N, C)
     cov = s.covariates
     if cov.shape[1]:
         cov = (cov - np.asarray(cfg["cov_loc"])) / np.asarray(cfg["cov_scale"])  # (N, K0)
-    cal = calendar_features(s.timestamps, list(cfg.get("calendar") or []), cfg.get("timezone"))
+    cal = calendar_features(s.timestamps, list(cfg.get("calendar") or []), cfg.get("timezone"),
+                            n_rows=len(s), time_kind=s.report.time_kind)
     cov = np.concatenate([np.nan_to_num(cov, nan=0.0), cal], axis=1)  # (N, K)
     if s.timestamps is None:  # numeric time: keep the first value to write times in the column's units
-        cfg["_time0"] = float(pd.to_numeric(df[cfg["time_col"]]).min())
+        col = cfg["time_col"]  # None: row order, times are row numbers
+        cfg["_time0"] = float(pd.to_numeric(df[col]).min()) if col is not None else 0.0
     return s, np.nan_to_num(x, nan=0.0).astype(np.float32), cov.astype(np.float32), cfg
 
 
@@ -141,8 +143,8 @@ def describe_series(dm: Any) -> dict[str, Any]:
             "covariate_cols": list(s.covariate_cols), "time_format": hp.get("time_format"),
             "timezone": hp.get("timezone"), "calendar": list(hp.get("calendar") or []),
             "nan_policy": hp.get("nan_policy", "interpolate"), "fill_gaps": bool(hp.get("fill_gaps", False)),
-            "positions": dm.positions, "lookback": int(dm.lookback), "horizon": int(dm.horizon),
-            "patch_len": int(dm.patch_len)}
+            "duplicates": hp.get("duplicates", "error"), "positions": dm.positions,
+            "lookback": int(dm.lookback), "horizon": int(dm.horizon), "patch_len": int(dm.patch_len)}
     scaler = {"target_loc": dm.target_loc.tolist(), "target_scale": dm.target_scale.tolist(),
               "cov_loc": cov.mean_.tolist() if has_cov else [],
               "cov_scale": cov.scale_.tolist() if has_cov else []}
@@ -156,7 +158,7 @@ def example_table(model: Any, dm: Any) -> pd.DataFrame:
     rows = slice(len(s) - int(data["lookback"]), len(s))
     time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
             else s.time[rows] * s.report.step)
-    table = {data["time_col"]: np.asarray(time)}
+    table = {data["time_col"]: np.asarray(time)} if data["time_col"] is not None else {}  # None: row order
     table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
     table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
     return pd.DataFrame(table)

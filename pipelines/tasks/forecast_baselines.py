@@ -1,13 +1,32 @@
-"""Forecasting baselines scored on the model's own test windows: seasonal naive and a linear model."""
+"""Forecasting baselines scored on the model's own test windows: seasonal naive and ridge regressions.
+
+What a practitioner would use instead of the Transformer, given the same data:
+
+- ``seasonal_naive``: the value one season earlier, the period in steps of the data (the calendar
+  cycle its step implies, e.g. 24 for hourly data, or the training split's periodogram peak).
+- ``linear``: ridge regression from *the inputs the Forecaster gets* — the lookback's targets
+  (``x``) and its covariates and calendar features (``cov``) — to the whole horizon (a direct
+  multi-step linear model). The Forecaster sees no future covariates, so neither does this.
+- ``linear_ar``: the same ridge from the lookback's targets only (autoregressive).
+
+Both ridges are fitted on training windows, their penalty chosen on the validation windows (as the
+Forecaster's checkpoint is), and scored on the test windows the Forecaster was scored on.
+"""
 
 from __future__ import annotations
 
+import warnings
+
 import lightning as L
 import numpy as np
+from lightning.pytorch.utilities import rank_zero_info
+from scipy.linalg import LinAlgWarning
 from sklearn.linear_model import Ridge
 
-from datamodules.timeseries.parse import estimate_period, gather_windows
+from datamodules.timeseries.parse import estimate_period, format_step, gather_windows
 from posenc import PosencError
+
+RIDGE_ALPHAS = (0.1, 1.0, 10.0, 100.0, 1000.0)  # penalties tried on the validation windows
 
 
 def seasonal_naive(values: np.ndarray, starts: np.ndarray, horizon: int, period: int) -> np.ndarray:
@@ -24,22 +43,26 @@ def seasonal_naive(values: np.ndarray, starts: np.ndarray, horizon: int, period:
 
 
 class LinearBaseline:
-    """Ridge regression from the flattened lookback (L·C) to the flattened horizon (H·C)
+    """Ridge regression from the flattened lookback inputs (L·F) to the flattened horizon (H·C)
     (a DLinear-style direct multi-step linear model), fitted on training windows."""
 
     def __init__(self, alpha: float = 1.0) -> None:
         self.model = Ridge(alpha=alpha)
 
     def fit(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> LinearBaseline:
-        """x (n, L, C), y (n, H, C); windows with any unobserved target (``mask`` False) are dropped."""
+        """x (n, L, F), y (n, H, C); windows with any unobserved target (``mask`` False) are dropped."""
         keep = np.ones(len(x), dtype=bool) if mask is None else mask.reshape(len(mask), -1).all(axis=1)
         if not keep.any():
             raise PosencError("no training window has fully observed targets for the linear baseline")
         self.out_shape = y.shape[1:]
-        self.model.fit(x[keep].reshape(keep.sum(), -1), y[keep].reshape(keep.sum(), -1))
+        n = int(keep.sum())
+        with warnings.catch_warnings():  # lagged calendar features are collinear: the penalty handles it
+            warnings.simplefilter("ignore", LinAlgWarning)
+            self.model.fit(x[keep].reshape(n, -1), y[keep].reshape(n, -1))  # (n, L·F) → (n, H·C)
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        """x (n, L, F) → (n, H, C)."""
         return self.model.predict(x.reshape(len(x), -1)).reshape(len(x), *self.out_shape)
 
 
@@ -52,35 +75,88 @@ def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict
 
 
 class ForecastBaselines(L.Callback):
-    """After testing, score the seasonal-naive and linear baselines on exactly the test windows
-    the model was scored on at its training lookback (``Forecaster.scored_starts``; original
-    scale, observed targets only) and log ``baseline/seasonal_naive_{mse,mae}``,
-    ``baseline/linear_{mse,mae}``, the period used and ``baseline/n_windows``.
+    """After testing, score the baselines on exactly the test windows the model was scored on at its
+    training lookback (``Forecaster.scored_starts``; original scale, observed targets only) and log
+    ``baseline/{seasonal_naive,linear,linear_ar}_{mse,mae}``, ``baseline/season_period`` (steps),
+    ``baseline/n_windows`` and, as parameters, how the period was chosen
+    (``baseline/season_period_from``) and the data's step (``data/step``).
 
     Args:
-        season_period: seasonal-naive period in steps; ``None`` → the dominant period of the
-            training split's first target (periodogram), at most ``max_period`` steps.
-        max_period: longest period considered by the estimate (default: the lookback).
-        ridge_alpha: L2 penalty of the linear model.
-        max_train_windows: training windows used to fit the linear model (evenly subsampled).
+        season_period: seasonal-naive period in steps; ``None`` (default) → from the data: the
+            calendar cycle of its step (24 for hourly data, 48 half-hourly, 7 daily), or, without
+            a calendar (row order, numeric, irregular or sub-second time), the training split's
+            periodogram peak (see :meth:`TimeSeriesDataModule.season_period`).
+        max_period: longest period the periodogram may pick (default: the lookback).
+        ridge_alpha: L2 penalty of the linear models; ``None`` (default) → the one of
+            :data:`RIDGE_ALPHAS` with the lowest error on the validation windows (1.0 without
+            validation windows), logged as ``baseline/linear_alpha`` / ``baseline/linear_ar_alpha``.
+        max_train_windows: training windows used to fit the linear models (evenly subsampled).
+        max_train_values: further caps those windows so windows × lookback × features stays below it
+            (memory of the design matrix).
     """
 
     def __init__(
         self,
         season_period: int | None = None,
         max_period: int | None = None,
-        ridge_alpha: float = 1.0,
+        ridge_alpha: float | None = None,
         max_train_windows: int = 20000,
+        max_train_values: int = 20_000_000,
     ) -> None:
+        if season_period is not None and season_period < 1:
+            raise PosencError(f"ForecastBaselines.season_period must be ≥ 1 or null, got {season_period}")
         self.season_period, self.max_period = season_period, max_period
         self.ridge_alpha, self.max_train_windows = ridge_alpha, max_train_windows
+        self.max_train_values = max_train_values
         self.results: dict[str, float] = {}
+        self.period_from = ""
+        self._announced = False
+
+    def choose_period(self, dm) -> tuple[int, str]:
+        """(period in steps, how it was chosen)."""
+        if self.season_period is not None:
+            return int(self.season_period), "set by ForecastBaselines.season_period"
+        if hasattr(dm, "season_period"):
+            return dm.season_period(self.max_period)
+        train = dm.targets[: dm.n_train, 0]
+        max_period = min(self.max_period or dm.lookback, len(train) // 2)
+        return estimate_period(train, max_period), "periodogram peak of the training split"
 
     def period(self, dm) -> int:
-        if self.season_period is not None:
-            return int(self.season_period)
-        train = dm.targets[: dm.n_train, 0]
-        return estimate_period(train, min(self.max_period or dm.lookback, len(train) // 2))
+        """The seasonal-naive period in steps (see :meth:`choose_period`)."""
+        return self.choose_period(dm)[0]
+
+    def _train_starts(self, dm, n_inputs: int) -> np.ndarray:
+        """Training windows for the ridge fits, evenly subsampled to the caps."""
+        starts = dm.starts["train"]
+        cap = min(self.max_train_windows, max(1, self.max_train_values // max(dm.lookback * n_inputs, 1)))
+        if len(starts) > cap:
+            starts = starts[np.linspace(0, len(starts) - 1, cap).round().astype(int)]
+        return starts
+
+    @staticmethod
+    def _windows(dm, inputs: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lookback inputs (n, L, F), targets (n, H, C) and their observed mask at ``starts``."""
+        return (gather_windows(inputs, starts, dm.lookback, 0),
+                gather_windows(dm.targets, starts, 0, dm.horizon),
+                gather_windows(dm.series.observed, starts, 0, dm.horizon))
+
+    def _fit_ridge(self, dm, inputs: np.ndarray) -> tuple[LinearBaseline, float]:
+        """Ridge from ``inputs`` (N, F) over the lookback, fitted on training windows; its penalty
+        ``ridge_alpha`` or the best of :data:`RIDGE_ALPHAS` on the validation windows."""
+        train = self._windows(dm, inputs, self._train_starts(dm, inputs.shape[1]))
+        val = dm.starts.get("val", np.zeros(0, dtype=np.int64))
+        if self.ridge_alpha is not None or len(val) == 0:
+            alpha = 1.0 if self.ridge_alpha is None else float(self.ridge_alpha)
+            return LinearBaseline(alpha).fit(*train), alpha
+        xv, yv, mv = self._windows(dm, inputs, val)
+        best: tuple[float, float, LinearBaseline] | None = None
+        for alpha in RIDGE_ALPHAS:
+            lin = LinearBaseline(alpha).fit(*train)
+            err = masked_errors(lin.predict(xv), yv, mv)["mse"]
+            if best is None or err < best[0]:
+                best = (err, alpha, lin)
+        return best[2], best[1]
 
     def compute(self, dm, starts: np.ndarray | None = None) -> dict[str, float]:
         """Baseline errors on ``dm``'s test windows starting at ``starts`` (default: all of them);
@@ -89,24 +165,38 @@ class ForecastBaselines(L.Callback):
         loc, scale = dm.target_loc, dm.target_scale
         orig = lambda a: a * scale + loc  # noqa: E731 - scaled → original units
         truth = orig(test["y"])
-        period = self.period(dm)
+        period, self.period_from = self.choose_period(dm)
         naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
-        naive_err = masked_errors(orig(naive), truth, test["y_mask"])
-        results = {f"seasonal_naive_{k}": v for k, v in naive_err.items()}
-        train_starts = dm.starts["train"]
-        if len(train_starts) > self.max_train_windows:
-            pick = np.linspace(0, len(train_starts) - 1, self.max_train_windows).round().astype(int)
-            train_starts = train_starts[pick]
-        lin = LinearBaseline(self.ridge_alpha).fit(
-            gather_windows(dm.targets, train_starts, dm.lookback, 0),
-            gather_windows(dm.targets, train_starts, 0, dm.horizon),
-            gather_windows(dm.series.observed, train_starts, 0, dm.horizon),
-        )
-        linear = masked_errors(orig(lin.predict(test["x"])), truth, test["y_mask"])
-        results.update({f"linear_{k}": v for k, v in linear.items()})
+        errors = masked_errors(orig(naive), truth, test["y_mask"])
+        results = {f"seasonal_naive_{k}": v for k, v in errors.items()}
+        same_inputs = np.concatenate([dm.targets, dm.covariates], axis=1)  # (N, C + K): x and cov
+        for name, inputs in (("linear", same_inputs), ("linear_ar", dm.targets)):
+            if name == "linear_ar" and dm.covariates.shape[1] == 0:  # no covariates: the same model
+                results.update({f"linear_ar_{k}": results[f"linear_{k}"] for k in ("mse", "mae", "alpha")})
+                continue
+            lin, results[f"{name}_alpha"] = self._fit_ridge(dm, inputs)
+            pred = lin.predict(gather_windows(inputs, test["start"], dm.lookback, 0))  # (n, H, C)
+            errors = masked_errors(orig(pred), truth, test["y_mask"])
+            results.update({f"{name}_{k}": v for k, v in errors.items()})
         results["season_period"] = float(period)
         results["n_windows"] = float(len(test["start"]))
         return results
+
+    def describe_period(self, dm, period: int, how: str) -> str:
+        """``seasonal naive: period 24 steps = 1d (daily cycle of 1h data)``."""
+        step = getattr(dm, "step_seconds", None)
+        span = f" = {format_step(period * step)}" if step else ""
+        return f"seasonal naive: period {period} steps{span} ({how})"
+
+    def _announce(self, dm, period: int, how: str) -> None:
+        if not self._announced:
+            rank_zero_info(self.describe_period(dm, period, how))
+            self._announced = True
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if dm is not None and hasattr(dm, "windows"):  # say it early, before a long training
+            self._announce(dm, *self.choose_period(dm))
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = trainer.datamodule
@@ -115,5 +205,8 @@ class ForecastBaselines(L.Callback):
         scored = getattr(pl_module, "scored_starts", None)  # the windows the model was scored on
         starts = np.unique(np.asarray(scored, dtype=np.int64)) if scored else None
         self.results = self.compute(dm, starts)
+        self._announce(dm, int(self.results["season_period"]), self.period_from)
+        params = {"baseline/season_period_from": self.period_from, "data/step": getattr(dm, "freq", "")}
         for logger in trainer.loggers:
             logger.log_metrics({f"baseline/{k}": v for k, v in self.results.items()})
+            logger.log_hyperparams(params)

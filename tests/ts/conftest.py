@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.test_cli_errors import lightning_logs_to_current_stderr  # noqa: F401 - autouse: applies here
 
 
 def seasonal_frame(n: int = 960, period: int = 24, seed: int = 0, freq: str = "1h") -> pd.DataFrame:
@@ -37,3 +40,28 @@ def dm_kwargs(path: Path, **over) -> dict:
               lookback=24, horizon=6, patch_len=4, batch_size=16, split=(0.6, 0.1, 0.3))
     kw.update(over)
     return kw
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def lightning_log():
+    """The messages logged through Lightning (``rank_zero_info``: what a user sees on the terminal),
+    whether or not Lightning's logger propagates to the root logger that ``caplog`` watches."""
+    handler, logger = _Lines(), logging.getLogger("lightning.pytorch")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)

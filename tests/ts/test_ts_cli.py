@@ -4,8 +4,12 @@ input as one ``error:`` line with exit status 2, and every scheme config layered
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
@@ -72,6 +76,54 @@ def test_smoke_fit_logs_metrics_baselines_lookbacks_and_the_figure(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def users_hourly_file(tmp_path: Path) -> list[str]:
+    """Someone's own hourly ``temp,date`` CSV, and the only settings the default config needs for it:
+    the three data settings that name the file and its columns, plus a tiny model and budget."""
+    n = 2000
+    rng = np.random.default_rng(0)
+    t = np.arange(n)
+    temp = 15 + 5 * np.sin(2 * np.pi * (t - 6) / 24) + 2 * np.sin(2 * np.pi * t / 168) + rng.normal(0, 0.5, n)
+    dates = pd.date_range("2023-01-01", periods=n, freq="1h").strftime("%Y-%m-%d %H:%M:%S")
+    pd.DataFrame({"temp": temp, "date": dates}).to_csv(tmp_path / "x.csv", index=False)
+    data = ["--data.init_args.path=x.csv", "--data.init_args.time_col=date",
+            "--data.init_args.target_cols=[temp]"]
+    budget = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
+              "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+              "--trainer.enable_progress_bar=false"]
+    return ["fit", "--config", str(TS), *data, *budget]
+
+
+def check_users_run(tmp_path: Path, out: str) -> None:
+    """The log names the inferred step and the seasonal-naive period; both reach MLflow."""
+    assert "x.csv: 2000 rows, step 1h (median)" in out
+    assert "seasonal naive: period 24 steps = 1d (daily cycle of 1h data)" in out
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("posenc").experiment_id])
+    m, params = run.data.metrics, run.data.params
+    assert m["baseline/season_period"] == 24 and params["data/step"] == "1h"
+    assert params["baseline/season_period_from"] == "daily cycle of 1h data"
+    assert params["covariate_cols"] == "None" and params["calendar"] == "auto"  # as configured
+    for key in ("test/mse", "baseline/linear_mse", "baseline/linear_ar_mse", "baseline/seasonal_naive_mse"):
+        assert np.isfinite(m[key]), key
+
+
+def test_a_users_hourly_file_trains_with_only_path_time_col_and_target_cols(tmp_path, lightning_log):
+    assert run_main(tmp_path, users_hourly_file(tmp_path)) == 0
+    check_users_run(tmp_path, lightning_log.text)
+
+
+@pytest.mark.slow  # ~30 s: a fresh interpreter, as `make train` runs it
+def test_a_users_hourly_file_through_make_train_prints_step_and_period(tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.train", *users_hourly_file(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    check_users_run(tmp_path, out)  # on the terminal, not only in Python's logging
+
+
 @pytest.mark.parametrize(
     ("mutate", "extra", "message"),
     [
@@ -117,10 +169,10 @@ def test_every_scheme_config_layers_on_ts_forecast(tmp_path, scheme):
         assert torch.isfinite(model.predict_batch(batch)).all()
 
 
-def test_periodic_rope_config_pins_48_and_336_half_hours():
+def test_periodic_rope_config_pins_the_calendar_cycles():
     doc, base = yaml.safe_load(PERIODIC.read_text()), yaml.safe_load(TS.read_text())
     data = doc["data"]["init_args"]
-    assert data["periods"] == [48, 336]
+    assert data["periods"] == "calendar"  # 48 and 336 steps on half-hourly vic_elec, 24 and 168 hourly
     assert doc["model"]["init_args"]["pe"]["class_path"] == "posenc.PeriodicRoPE"
     # the rest is the default config: only the encoding, the periods and the patch length differ
     for key in ("periods", "patch_len"):
@@ -133,6 +185,8 @@ def test_periodic_rope_config_pins_48_and_336_half_hours():
 
 
 def test_periodic_rope_config_instantiates_with_token_periods(tmp_path):
+    cli = instantiate(tmp_path, PERIODIC, extra=("--data.patch_len=4",))  # hourly toy data: calendar cycles
+    assert cli.datamodule.periods == [24.0, 168.0] and cli.model.pe.periods == [6.0, 42.0]
     cli = instantiate(tmp_path, PERIODIC, extra=("--data.patch_len=4", "--data.periods=[24,96]"))
     assert cli.model.pe.periods == [6.0, 24.0]  # steps ÷ patch_len: positions count patches
     cli = instantiate(tmp_path, PERIODIC, extra=("--data.patch_len=2", "--data.periods=estimate",

@@ -106,7 +106,8 @@ def test_periods_estimated_from_the_training_split(tmp_path):
          r"load.csv: unparseable timestamp '31/02/2024 25:00' in column 'when' at row 3"),
         ({"lookback": 1000}, None, r"load.csv: the series has 960 rows, shorter than one window of lookback "
                                    r"\+ horizon = 1000 \+ 6 = 1006 rows"),
-        ({"lookback": 200}, None, r"the test split \(rows 672\.\.959\) holds no window of lookback 1600"),
+        ({"lookback": 200, "eval_lookbacks": [200, 1600]}, None,
+         r"the test split \(rows 672\.\.959\) holds no window of lookback 1600"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_column_or_row(tmp_path, over, mutate, pattern):
