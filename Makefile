@@ -81,6 +81,10 @@ tracking-server: $(STAMP) ## Shared MLflow server: BACKEND_URI=postgresql://… 
 clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 	rm -rf outputs mlruns mlartifacts $(MLFLOW_DB) .pytest_cache .ruff_cache
 
+.PHONY: experiments
+experiments: $(STAMP) ## Run the literature's claims with their controls (configs/experiments/) [ONLY=name] [ARGS=--smoke]
+	$(PY) -m pipelines.eval.claims $(if $(ONLY),--only $(ONLY)) $(ARGS)
+
 .PHONY: predict
 predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INPUT, write OUTPUT
 	@test -n "$(CKPT)" -a -n "$(INPUT)" -a -n "$(OUTPUT)" || \
