@@ -195,7 +195,8 @@ class DNALanguageModel(DNATask):
 class SelectContext(L.Callback):
     """Before testing, choose the causal LM's inference context (:meth:`DNALanguageModel.set_context`)
     on the **validation** split: every candidate scores validation windows as long as the longest
-    test length, and the lowest bits/base wins (ties: the earlier candidate). The test split is not
+    test length, and the lowest bits/base wins (ties: the earlier candidate); a candidate the
+    encoding does not define (positions past a learned table) is skipped. The test split is not
     consulted. Logged: ``inference/context`` (param; ``full`` = whole windows) and
     ``val/bits_per_base_context_<c>`` per candidate.
 
@@ -235,7 +236,13 @@ class SelectContext(L.Callback):
         self.scores = {}
         for c in self.candidates(dm.seq_len, longest):
             pl_module.set_context(c)
-            self.scores[c] = validation_bits(pl_module, loader)
+            try:
+                self.scores[c] = validation_bits(pl_module, loader)
+            except PositionOutOfRange:  # e.g. a learned table as long as the training windows
+                continue
+        if not self.scores:
+            pl_module.set_context(None)
+            return
         self.chosen = min(self.scores, key=self.scores.get)
         pl_module.set_context(self.chosen)
         pl_module.hparams["context"] = self.chosen
