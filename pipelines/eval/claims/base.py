@@ -78,6 +78,9 @@ def fmt(e: Estimate, digits: int = 3) -> str:
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A Markdown table (numbers already formatted by the caller)."""
-    out = ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out = [
+        "| " + " | ".join(h.replace("|", "\\|") for h in header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
     out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(out) + "\n"

@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parents[3]
 EXPERIMENT = "posenc-claims"
 #: what ``--smoke`` lays over every child: two batches of everything (not 1: the CLI reads an
 #: integer 1 as the fraction 1.0, i.e. every batch)
-SMOKE = {"trainer": {"limit_train_batches": 2, "limit_val_batches": 2, "limit_test_batches": 2,
-                     "max_epochs": 1}}
+SMOKE = {
+    "trainer": {"limit_train_batches": 2, "limit_val_batches": 2, "limit_test_batches": 2, "max_epochs": 1}
+}
 
 
 @dataclass
@@ -70,14 +71,24 @@ class Context:
         """The seeds to train (the first two under ``--smoke``, enough for an interval)."""
         return list(seeds[:2]) if self.smoke else list(seeds)
 
-    def train(self, task: str, scheme: str | dict | None, seed: int, label: str,
-              overrides: dict | None = None, test: bool = False) -> Trained:
+    def train(
+        self,
+        task: str,
+        scheme: str | dict | None,
+        seed: int,
+        label: str,
+        overrides: dict | None = None,
+        test: bool = False,
+    ) -> Trained:
         """Fit ``task`` (a YAML path) with ``scheme`` (a ``configs/posenc`` name, a YAML path or an
         encoding spec) and ``overrides`` (merged over the task), seed ``seed``; cached per suite run."""
         task_cfg = load_config([str(resolve(task))])
         pe = scheme_spec(scheme)
-        key = hashlib.sha256(json.dumps([task_cfg, pe, seed, overrides, test, self.smoke],
-                                        sort_keys=True, default=str).encode()).hexdigest()[:16]
+        key = hashlib.sha256(
+            json.dumps(
+                [task_cfg, pe, seed, overrides, test, self.smoke], sort_keys=True, default=str
+            ).encode()
+        ).hexdigest()[:16]
         if key in self.cache:
             return self._alias(self.cache[key], label)
         overlay = _merge(overrides or {}, {"model": {"init_args": {"pe": pe}}} if pe is not None else {})
@@ -92,31 +103,60 @@ class Context:
             cli = cli_fit(["--config", str(resolve(task)), "--config", str(path)], label)
         run_id = next((lg.run_id for lg in mlflow_loggers(cli.trainer)), None)
         hook = next((c for c in cli.trainer.callbacks if isinstance(c, ExtrapolationEval)), None)
-        found = Trained(label, seed, run_id, cli.model.eval(), cli.datamodule,
-                        hook.result if hook is not None else None, time.perf_counter() - start)
+        found = Trained(
+            label,
+            seed,
+            run_id,
+            cli.model.eval(),
+            cli.datamodule,
+            hook.result if hook is not None else None,
+            time.perf_counter() - start,
+        )
         self.cache[key] = found
         self.children.append(run_id)
         return found
 
     def _overlay(self, seed: int, label: str, test: bool) -> dict[str, Any]:
-        tags = {"mlflow.parentRunId": self.parent, "posenc.claims.experiment": self.name,
-                "posenc.claims.label": label, "posenc.claims.seed": str(seed)}
-        logger = {"class_path": "lightning.pytorch.loggers.MLFlowLogger",
-                  "init_args": {"experiment_name": EXPERIMENT, "tracking_uri": tracking_uri(),
-                                "run_name": f"{self.name}:{label}:seed{seed}", "log_model": False,
-                                "tags": tags}}
-        return {"seed_everything": seed, "test_after_fit": test, "resume": False,
-                "register": {"register": False},
-                "trainer": {"logger": logger, "enable_checkpointing": False,
-                            "default_root_dir": str(self.out / "lightning")}}
+        tags = {
+            "mlflow.parentRunId": self.parent,
+            "posenc.claims.experiment": self.name,
+            "posenc.claims.label": label,
+            "posenc.claims.seed": str(seed),
+        }
+        logger = {
+            "class_path": "lightning.pytorch.loggers.MLFlowLogger",
+            "init_args": {
+                "experiment_name": EXPERIMENT,
+                "tracking_uri": tracking_uri(),
+                "run_name": f"{self.name}:{label}:seed{seed}",
+                "log_model": False,
+                "tags": tags,
+            },
+        }
+        return {
+            "seed_everything": seed,
+            "test_after_fit": test,
+            "resume": False,
+            "register": {"register": False},
+            "trainer": {
+                "logger": logger,
+                "enable_checkpointing": False,
+                "default_root_dir": str(self.out / "lightning"),
+            },
+        }
 
     def _alias(self, source: Trained, label: str) -> Trained:
         """A run under this parent that records which earlier run trained this child."""
-        tags = {"mlflow.parentRunId": self.parent, "posenc.claims.experiment": self.name,
-                "posenc.claims.label": label, "posenc.claims.seed": str(source.seed),
-                "posenc.claims.trained_in": str(source.run_id)}
-        run = self.client.create_run(self.experiment_id, run_name=f"{self.name}:{label}:seed{source.seed}",
-                                     tags=tags).info.run_id
+        tags = {
+            "mlflow.parentRunId": self.parent,
+            "posenc.claims.experiment": self.name,
+            "posenc.claims.label": label,
+            "posenc.claims.seed": str(source.seed),
+            "posenc.claims.trained_in": str(source.run_id),
+        }
+        run = self.client.create_run(
+            self.experiment_id, run_name=f"{self.name}:{label}:seed{source.seed}", tags=tags
+        ).info.run_id
         if source.run_id:
             for k, v in self.client.get_run(source.run_id).data.metrics.items():
                 self.client.log_metric(run, k, v)

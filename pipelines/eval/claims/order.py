@@ -29,18 +29,27 @@ def swap_change(module, dm, max_batches: int | None = 4) -> float:
 
 class OrderTask(Experiment):
     """Args:
-        task: the task config (classifier + :class:`OrderDataModule`).
-        schemes: ``configs/posenc`` names; ``none`` is the no-position reference.
-        seeds: training seeds.
-        target: accuracy the position-aware schemes should reach.
+    task: the task config (classifier + :class:`OrderDataModule`).
+    schemes: ``configs/posenc`` names; ``none`` is the no-position reference.
+    seeds: training seeds.
+    target: accuracy the position-aware schemes should reach.
     """
 
-    claim = ("Without a position signal, (a,b) and (b,a) are the same input: a bidirectional encoder "
-             "without PE is at chance on an order task; sinusoidal / RoPE / ALiBi reach ≥ 95 %.")
+    claim = (
+        "Without a position signal, (a,b) and (b,a) are the same input: a bidirectional encoder "
+        "without PE is at chance on an order task; sinusoidal / RoPE / ALiBi reach ≥ 95 %."
+    )
 
-    def __init__(self, task: str, schemes: list[str], seeds: list[int], target: float = 0.95,
-                 reference: str = "none") -> None:
-        self.task, self.schemes, self.seeds, self.target, self.reference = task, schemes, seeds, target, reference
+    def __init__(
+        self, task: str, schemes: list[str], seeds: list[int], target: float = 0.95, reference: str = "none"
+    ) -> None:
+        self.task, self.schemes, self.seeds, self.target, self.reference = (
+            task,
+            schemes,
+            seeds,
+            target,
+            reference,
+        )
 
     def run(self, ctx) -> ClaimResult:
         acc: dict[str, list[float]] = {s: [] for s in self.schemes}
@@ -58,19 +67,29 @@ class OrderTask(Experiment):
         chance = ref.n < 2 or ref.lo <= 0.5 <= ref.hi or abs(ref.mean - 0.5) < 0.02
         blind = swap[self.reference] < 1e-5
         reach = {s: e[s].mean >= self.target for s in self.schemes if s != self.reference}
-        holds = "yes" if chance and blind and all(reach.values()) else (
-            "partly" if chance and blind and any(reach.values()) else "no")
+        holds = (
+            "yes"
+            if chance and blind and all(reach.values())
+            else ("partly" if chance and blind and any(reach.values()) else "no")
+        )
         missed = [s for s, ok in reach.items() if not ok]
-        measured = "test accuracy " + "; ".join(f"{s} {fmt(e[s])}" for s in self.schemes) + (
-            f"; swapping A and B changes {self.reference}'s logits by {swap[self.reference]:.1g}")
+        measured = (
+            "test accuracy "
+            + "; ".join(f"{s} {fmt(e[s])}" for s in self.schemes)
+            + (f"; swapping A and B changes {self.reference}'s logits by {swap[self.reference]:.1g}")
+        )
         if missed:
             measured += f"; below {self.target:.0%}: {', '.join(missed)}"
         return ClaimResult(
             setup=f"is k-mer {dm.kmers[0]} before {dm.kmers[1]}? {dm.seq_len} non-overlapping "
-                  f"{dm.tokenizer.k}-mer tokens of E. coli, two slots overwritten; bidirectional classifier, "
-                  f"{len(acc[self.reference])} seeds, test {dm.sizes['test']} windows",
-            measured=measured, holds=holds,
+            f"{dm.tokenizer.k}-mer tokens of E. coli, two slots overwritten; bidirectional classifier, "
+            f"{len(acc[self.reference])} seeds, test {dm.sizes['test']} windows",
+            measured=measured,
+            holds=holds,
             rule=f"yes if {self.reference} is at chance (interval covers 0.5) and blind to the swap (< 1e-5) "
-                 f"and every other scheme's mean accuracy ≥ {self.target:.0%}; partly if only some reach it",
-            details=md_table(["scheme", "test accuracy", "per seed", "max |Δ logits| under the A↔B swap"], rows),
-            metrics={f"{s}_acc": e[s].mean for s in self.schemes})
+            f"and every other scheme's mean accuracy ≥ {self.target:.0%}; partly if only some reach it",
+            details=md_table(
+                ["scheme", "test accuracy", "per seed", "max |Δ logits| under the A↔B swap"], rows
+            ),
+            metrics={f"{s}_acc": e[s].mean for s in self.schemes},
+        )

@@ -27,14 +27,17 @@ class OrderWindows(Dataset):
     """``size`` deterministic samples ``{"tokens": (T,), "label": ()}`` drawn from ``tokens`` (the
     region's token ids at every base offset, one row per offset phase) by seed and index."""
 
-    def __init__(self, codes: np.ndarray, tok: KmerTokenizer, pair: tuple[int, int], seq_len: int,
-                 size: int, seed: int) -> None:
+    def __init__(
+        self, codes: np.ndarray, tok: KmerTokenizer, pair: tuple[int, int], seq_len: int, size: int, seed: int
+    ) -> None:
         self.codes, self.tok, self.pair, self.seq_len = codes, tok, pair, seq_len
         self.size, self.seed = size, seed
         self.span = tok.n_bases(seq_len)
         if len(codes) < self.span:
-            raise PosencError(f"order task: a region of {len(codes)} bases is shorter than one window "
-                              f"of {self.span}; use a smaller data.seq_len")
+            raise PosencError(
+                f"order task: a region of {len(codes)} bases is shorter than one window "
+                f"of {self.span}; use a smaller data.seq_len"
+            )
 
     def __len__(self) -> int:
         return self.size
@@ -69,16 +72,27 @@ class OrderDataModule(L.LightningDataModule):
         seed: sampling seed.
     """
 
-    def __init__(self, fasta: str | None = None, kmer: int = 4, kmers: list[str] | None = None,
-                 seq_len: int = 32, batch_size: int = 64, samples_per_epoch: int = 8192,
-                 eval_samples: int = 2048, split: tuple[float, float, float] = (0.8, 0.1, 0.1),
-                 cache_dir: str | None = DEFAULT_CACHE_DIR, seed: int = 0) -> None:
+    def __init__(
+        self,
+        fasta: str | None = None,
+        kmer: int = 4,
+        kmers: list[str] | None = None,
+        seq_len: int = 32,
+        batch_size: int = 64,
+        samples_per_epoch: int = 8192,
+        eval_samples: int = 2048,
+        split: tuple[float, float, float] = (0.8, 0.1, 0.1),
+        cache_dir: str | None = DEFAULT_CACHE_DIR,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.tokenizer = KmerTokenizer(kmer, kmer)
         genome = load_genome(resolve_path(fasta) if fasta else default_genome(), cache_dir)
         regions = split_regions(genome, split)
-        self.codes = {n: np.concatenate([np.asarray(genome.codes[a:b]) for a, b in regions[n]]) for n in regions}
+        self.codes = {
+            n: np.concatenate([np.asarray(genome.codes[a:b]) for a, b in regions[n]]) for n in regions
+        }
         self.pair = self._pair(kmers)
         self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
         self.sizes = {"train": samples_per_epoch, "val": eval_samples, "test": eval_samples}
@@ -87,10 +101,16 @@ class OrderDataModule(L.LightningDataModule):
     def _pair(self, kmers: list[str] | None) -> tuple[int, int]:
         tok = self.tokenizer
         if kmers is None:
-            counts = np.bincount(KmerTokenizer(tok.k, 1).encode(self.codes["train"]), minlength=tok.vocab_size)
+            counts = np.bincount(
+                KmerTokenizer(tok.k, 1).encode(self.codes["train"]), minlength=tok.vocab_size
+            )
             rare = np.argsort(counts[: tok.n_kmers], kind="stable")[:2]
             return int(rare[0]), int(rare[1])
-        if len(kmers) != 2 or len(set(kmers)) != 2 or any(len(k) != tok.k or set(k) - set("ACGT") for k in kmers):
+        if (
+            len(kmers) != 2
+            or len(set(kmers)) != 2
+            or any(len(k) != tok.k or set(k) - set("ACGT") for k in kmers)
+        ):
             raise PosencError(f"data.kmers must be two different {tok.k}-mers of ACGT, got {kmers}")
         return tuple(int(tok.encode(np.array(["ACGT".index(c) for c in k]))[0]) for k in kmers)
 
@@ -111,8 +131,14 @@ class OrderDataModule(L.LightningDataModule):
         return 2
 
     def _loader(self, name: str, shuffle: bool = False) -> DataLoader:
-        ds = OrderWindows(self.codes[name], self.tokenizer, self.pair, self.seq_len, self.sizes[name],
-                          self.seed * 3 + SPLIT_SALT[name])
+        ds = OrderWindows(
+            self.codes[name],
+            self.tokenizer,
+            self.pair,
+            self.seq_len,
+            self.sizes[name],
+            self.seed * 3 + SPLIT_SALT[name],
+        )
         gen = torch.Generator().manual_seed(self.seed) if shuffle else None
         return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, generator=gen)
 

@@ -41,15 +41,22 @@ def leak(model, tokens: torch.Tensor, n_pad: int, pad_id: int, masked: bool) -> 
 
 class PaddingLeak(Experiment):
     """Args:
-        schemes: ``configs/posenc`` names.
-        model: arguments of :class:`pipelines.MaskedDNAModel` (d_model, n_heads, n_layers).
-        length: real tokens per window; n_pad: PAD tokens appended; windows: how many; seed: init/data seed.
+    schemes: ``configs/posenc`` names.
+    model: arguments of :class:`pipelines.MaskedDNAModel` (d_model, n_heads, n_layers).
+    length: real tokens per window; n_pad: PAD tokens appended; windows: how many; seed: init/data seed.
     """
 
     claim = "Without padding masks, padding leaks into real positions."
 
-    def __init__(self, schemes: list[str], model: dict, length: int = 64, n_pad: int = 50,
-                 windows: int = 8, seed: int = 0) -> None:
+    def __init__(
+        self,
+        schemes: list[str],
+        model: dict,
+        length: int = 64,
+        n_pad: int = 50,
+        windows: int = 8,
+        seed: int = 0,
+    ) -> None:
         self.schemes, self.model_args, self.length, self.n_pad = schemes, model, length, n_pad
         self.windows, self.seed = windows, seed
 
@@ -65,12 +72,17 @@ class PaddingLeak(Experiment):
             on[name] = leak(model, tokens, self.n_pad, 5, masked=True)
             rows.append([name, f"{off[name]:.3g}", f"{on[name]:.3g}"])
         holds = all(v > 1e-3 for v in off.values()) and all(v < 1e-5 for v in on.values())
-        measured = (f"max |Δ output| at real positions, 0 vs {self.n_pad} PAD: masks off "
-                    f"{min(off.values()):.2g}–{max(off.values()):.2g}, masks on {max(on.values()):.2g} at most")
+        measured = (
+            f"max |Δ output| at real positions, 0 vs {self.n_pad} PAD: masks off "
+            f"{min(off.values()):.2g}–{max(off.values()):.2g}, masks on {max(on.values()):.2g} at most"
+        )
         return ClaimResult(
-            setup=f"bidirectional encoder ({self.model_args}), {self.windows} real windows of {self.length} bases, "
-                  f"seeded initialisation (no training), schemes {', '.join(self.schemes)}",
-            measured=measured, holds="yes" if holds else "no",
+            setup=f"bidirectional encoder ({self.model_args}), {self.windows} real windows of "
+                f"{self.length} bases, "
+            f"seeded initialisation (no training), schemes {', '.join(self.schemes)}",
+            measured=measured,
+            holds="yes" if holds else "no",
             rule="yes if every scheme leaks (> 1e-3) with masks off and none does (< 1e-5) with masks on",
             details=md_table(["scheme", "masks off: max |Δ|", "masks on: max |Δ|"], rows),
-            metrics={**{f"{k}_off": v for k, v in off.items()}, **{f"{k}_on": v for k, v in on.items()}})
+            metrics={**{f"{k}_off": v for k, v in off.items()}, **{f"{k}_on": v for k, v in on.items()}},
+        )

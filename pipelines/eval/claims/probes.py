@@ -29,7 +29,7 @@ LN2 = math.log(2.0)
 def test_batches(t, length: int, max_batches: int | None) -> Iterator[Tensor]:
     """The LM's test windows (B, length + 1) at ``length``, at most ``max_batches`` batches."""
     adapter = adapter_for(t.module)
-    for n, loader in length_loaders(t.datamodule, adapter, [length]):
+    for _n, loader in length_loaders(t.datamodule, adapter, [length]):
         for i, batch in enumerate(loader):
             if max_batches is not None and i >= max_batches:
                 return
@@ -87,15 +87,18 @@ class GaussianAttention(Experiment):
         holds = "yes" if shaped and width else "partly" if shaped or width else "no"
         return ClaimResult(
             setup=f"causal DNA LM with a learned-σ Gaussian prior (seed {self.seed}); mean attention weight "
-                  f"against distance 0..{half} for queries at positions ≥ {half}, one Gaussian fit per layer and head",
+            f"against distance 0..{half} for queries at positions ≥ {half}, one Gaussian fit per "
+                f"layer and head",
             measured=f"median R² {r2_med:.3f} over {len(r2s)} heads; median fitted width / learned σ "
-                     f"{ratio_med:.2f} over the {len(ratios)} heads with σ < {half} (learned σ "
-                     f"{', '.join(f'{s:.1f}' for s in sigma)})",
+            f"{ratio_med:.2f} over the {len(ratios)} heads with σ < {half} (learned σ "
+            f"{', '.join(f'{s:.1f}' for s in sigma)})",
             holds=holds,
-            rule="yes if the median R² ≥ 0.9 and the median ratio of fitted width to learned σ is in [0.5, 2] "
-                 f"(heads with σ < {half}); partly if only one",
+            rule="yes if the median R² ≥ 0.9 and the median ratio of fitted width to learned σ is "
+                "in [0.5, 2] "
+            f"(heads with σ < {half}); partly if only one",
             details=md_table(["layer", "head", "learned σ", "fitted width", "R²", "weight at d = 0"], rows),
-            metrics={"median_r2": r2_med, "median_width_ratio": ratio_med})
+            metrics={"median_r2": r2_med, "median_width_ratio": ratio_med},
+        )
 
 
 # ----------------------------------------------------------------------------- claim 6
@@ -129,11 +132,21 @@ def swapped(model: Any, pe: PositionalEncoding) -> Iterator[None]:
 class PhaseMismatch(Experiment):
     """Args: task, scheme (RoPE), seed, eps (mismatches), length (test length), buckets (position edges)."""
 
-    claim = ("A small q/k phase mismatch makes the long-range signal interfere away: keys rotated at "
-             "frequencies ×(1+ε) hurt far positions more than near ones.")
+    claim = (
+        "A small q/k phase mismatch makes the long-range signal interfere away: keys rotated at "
+        "frequencies ×(1+ε) hurt far positions more than near ones."
+    )
 
-    def __init__(self, task: str, scheme: str | dict, eps: list[float], length: int, buckets: list[int],
-                 seed: int = 0, batches: int | None = None) -> None:
+    def __init__(
+        self,
+        task: str,
+        scheme: str | dict,
+        eps: list[float],
+        length: int,
+        buckets: list[int],
+        seed: int = 0,
+        batches: int | None = None,
+    ) -> None:
         self.task, self.scheme, self.eps, self.length = task, scheme, list(eps), length
         self.buckets, self.seed, self.batches = list(buckets), seed, batches
 
@@ -141,39 +154,56 @@ class PhaseMismatch(Experiment):
         t = ctx.train(self.task, self.scheme, self.seed, "rope")
         model, rope = t.module, t.module.pe
         adapter = adapter_for(model)
-        (_, loader), = length_loaders(t.datamodule, adapter, [self.length])
+        ((_, loader),) = length_loaders(t.datamodule, adapter, [self.length])
         edges = self.buckets
         table, signal = {}, {}
         freqs = rope.scaled_frequencies().double().numpy()
         for eps in self.eps:
             probe = MismatchedKeys(rope.d_model, rope.n_heads, rope=rope, eps=eps)
             with swapped(model, probe), torch.inference_mode():
-                res = score_loader(model, adapter, f"eps={eps}", self.length, loader, ctx.max_batches(self.batches))
+                res = score_loader(
+                    model, adapter, f"eps={eps}", self.length, loader, ctx.max_batches(self.batches)
+                )
             curve = res.curve  # (T,) bits per position
-            table[eps] = [float(np.nanmean(curve[a:b])) for a, b in zip(edges, edges[1:])]
+            table[eps] = [float(np.nanmean(curve[a:b])) for a, b in zip(edges, edges[1:], strict=False)]
             n = np.array(edges[1:], dtype=np.float64) - 1  # the farthest key position of each bucket
             signal[eps] = np.cos(np.remainder(np.outer(n, freqs) * eps, 2 * math.pi)).mean(axis=1)
-        names = [f"{a}–{b - 1}" for a, b in zip(edges, edges[1:])]
-        rows = [[f"{e:g}", *[f"{v:.4f}" for v in table[e]], *[f"{s:.3f}" for s in signal[e]]] for e in self.eps]
+        names = [f"{a}–{b - 1}" for a, b in zip(edges, edges[1:], strict=False)]
+        rows = [
+            [f"{e:g}", *[f"{v:.4f}" for v in table[e]], *[f"{s:.3f}" for s in signal[e]]] for e in self.eps
+        ]
         base = table[self.eps[0]]
-        hurt = {e: [v - b for v, b in zip(table[e], base)] for e in self.eps}
+        hurt = {e: [v - b for v, b in zip(table[e], base, strict=False)] for e in self.eps}
         top = self.eps[-1]
         far_more = hurt[top][-1] > hurt[top][0]
-        monotone = all(hurt[a][-1] <= hurt[b][-1] + 1e-4 for a, b in zip(self.eps, self.eps[1:]))
+        monotone = all(
+            hurt[a][-1] <= hurt[b][-1] + 1e-4 for a, b in zip(self.eps, self.eps[1:], strict=False)
+        )
         holds = "yes" if far_more and monotone else "partly" if far_more or monotone else "no"
-        measured = (f"bits/base increase over ε = 0 in positions {names[0]} / {names[-1]}: "
-                    + "; ".join(f"ε={e:g}: {hurt[e][0]:+.4f} / {hurt[e][-1]:+.4f}" for e in self.eps[1:]))
+        measured = f"bits/base increase over ε = 0 in positions {names[0]} / {names[-1]}: " + "; ".join(
+            f"ε={e:g}: {hurt[e][0]:+.4f} / {hurt[e][-1]:+.4f}" for e in self.eps[1:]
+        )
         return ClaimResult(
-            setup=f"trained RoPE DNA LM (seed {self.seed}, L0 = {t.datamodule.seq_len}) scored at {self.length} bases "
-                  "with keys rotated at θ·(1+ε), queries as trained; bits/base per bucket of window position",
-            measured=measured, holds=holds,
-            rule="yes if at the largest ε the damage in the farthest bucket exceeds that in the nearest one and "
-                 "the farthest bucket's damage grows with ε; partly if only one",
-            details=md_table(["ε", *[f"bits/base, positions {n}" for n in names],
-                              *[f"analytic q·k signal at key {b - 1}" for b in edges[1:]]], rows)
+            setup=f"trained RoPE DNA LM (seed {self.seed}, L0 = {t.datamodule.seq_len}) scored at "
+                f"{self.length} bases "
+            "with keys rotated at θ·(1+ε), queries as trained; bits/base per bucket of window position",
+            measured=measured,
+            holds=holds,
+            rule="yes if at the largest ε the damage in the farthest bucket exceeds that in the "
+                "nearest one and "
+            "the farthest bucket's damage grows with ε; partly if only one",
+            details=md_table(
+                [
+                    "ε",
+                    *[f"bits/base, positions {n}" for n in names],
+                    *[f"analytic q·k signal at key {b - 1}" for b in edges[1:]],
+                ],
+                rows,
+            )
             + "\nAnalytic signal: mean over the RoPE bands of cos(ε·θ_i·n), what is left of an aligned q·k "
-              "when the key at position n is rotated ε·θ_i·n too far (1 = intact).\n",
-            metrics={f"eps{e:g}_far_increase": hurt[e][-1] for e in self.eps})
+            "when the key at position n is rotated ε·θ_i·n too far (1 = intact).\n",
+            metrics={f"eps{e:g}_far_increase": hurt[e][-1] for e in self.eps},
+        )
 
 
 # ----------------------------------------------------------------------------- claim 10
@@ -194,13 +224,24 @@ def bits_with_offset(model: Any, batches: list[Tensor], offset: int) -> float:
 
 
 class ShiftInvariance(Experiment):
-    """Args: task, schemes (``{label: scheme}``), relative (labels expected invariant), offset, seed, batches."""
+    """Args: task, schemes (``{label: scheme}``), relative (labels expected invariant), offset, "
+        "seed, batches."""
 
-    claim = ("Relative encodings are shift invariant while absolute ones are not: the same windows at "
-             "positions offset by 10⁴ score the same bits/base (within 1e-4) for RoPE/ALiBi only.")
+    claim = (
+        "Relative encodings are shift invariant while absolute ones are not: the same windows at "
+        "positions offset by 10⁴ score the same bits/base (within 1e-4) for RoPE/ALiBi only."
+    )
 
-    def __init__(self, task: str, schemes: dict[str, Any], relative: list[str], offset: int = 10_000,
-                 seed: int = 0, batches: int | None = None, tolerance: float = 1e-4) -> None:
+    def __init__(
+        self,
+        task: str,
+        schemes: dict[str, Any],
+        relative: list[str],
+        offset: int = 10_000,
+        seed: int = 0,
+        batches: int | None = None,
+        tolerance: float = 1e-4,
+    ) -> None:
         self.task, self.schemes, self.relative, self.offset = task, schemes, list(relative), offset
         self.seed, self.batches, self.tolerance = seed, batches, tolerance
 
@@ -209,21 +250,34 @@ class ShiftInvariance(Experiment):
         for label, scheme in self.schemes.items():
             t = ctx.train(self.task, scheme, self.seed, label)
             batches = list(test_batches(t, int(t.datamodule.seq_len), ctx.max_batches(self.batches)))
-            at0, shifted = bits_with_offset(t.module, batches, 0), bits_with_offset(t.module, batches, self.offset)
+            at0, shifted = (
+                bits_with_offset(t.module, batches, 0),
+                bits_with_offset(t.module, batches, self.offset),
+            )
             deltas[label] = abs(shifted - at0) if math.isfinite(shifted) else math.inf
-            rows.append([label, f"{at0:.5f}", "undefined" if not math.isfinite(shifted) else f"{shifted:.5f}",
-                         "undefined" if not math.isfinite(shifted) else f"{deltas[label]:.2g}"])
+            rows.append(
+                [
+                    label,
+                    f"{at0:.5f}",
+                    "undefined" if not math.isfinite(shifted) else f"{shifted:.5f}",
+                    "undefined" if not math.isfinite(shifted) else f"{deltas[label]:.2g}",
+                ]
+            )
         invariant = all(deltas[r] < self.tolerance for r in self.relative)
         others = [k for k in deltas if k not in self.relative]
         change = all(deltas[k] >= self.tolerance for k in others)
         holds = "yes" if invariant and change else "partly" if invariant or change else "no"
         measured = f"|Δ bits/base| at offset {self.offset:,}: " + "; ".join(
-            f"{k} {'undefined' if math.isinf(v) else f'{v:.2g}'}" for k, v in deltas.items())
+            f"{k} {'undefined' if math.isinf(v) else f'{v:.2g}'}" for k, v in deltas.items()
+        )
         return ClaimResult(
             setup=f"trained DNA LMs (seed {self.seed}), the same test windows at positions 0..L0−1 and "
-                  f"{self.offset}..{self.offset}+L0−1",
-            measured=measured, holds=holds,
-            rule=f"yes if {', '.join(self.relative)} change by < {self.tolerance:g} and every other scheme by more "
-                 "(or is undefined there); partly if only one side holds",
+            f"{self.offset}..{self.offset}+L0−1",
+            measured=measured,
+            holds=holds,
+            rule=f"yes if {', '.join(self.relative)} change by < {self.tolerance:g} and every other "
+                f"scheme by more "
+            "(or is undefined there); partly if only one side holds",
             details=md_table(["scheme", "bits/base at 0", f"at +{self.offset:,}", "|Δ|"], rows),
-            metrics={f"{k}_abs_delta": (v if math.isfinite(v) else -1.0) for k, v in deltas.items()})
+            metrics={f"{k}_abs_delta": (v if math.isfinite(v) else -1.0) for k, v in deltas.items()},
+        )

@@ -37,6 +37,7 @@ from posenc.registry import import_class
 
 CONFIG_DIR = ROOT / "configs" / "experiments"
 
+
 def idle_factor(threads: int) -> float:
     """CPU seconds per wall second on an idle 2-core machine: 1 for one thread, 1.9 for two."""
     return 1.0 if threads <= 1 else 1.9
@@ -81,14 +82,20 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_one(name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: bool,
-            cache: dict, factor: float = 1.0) -> ClaimResult:
+def run_one(
+    name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: bool, cache: dict, factor: float = 1.0
+) -> ClaimResult:
     """Run one experiment under its own parent run; wall and CPU seconds logged on the parent."""
     experiment = build(path)
     number = str(read_config(path).get("claim", ""))
-    parent = client.create_run(exp_id, run_name=f"claim-{number}-{name}",
-                               tags={"posenc.claims": "parent", "posenc.claims.experiment": name}).info.run_id
-    client.log_param(parent, "config", str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path))
+    parent = client.create_run(
+        exp_id,
+        run_name=f"claim-{number}-{name}",
+        tags={"posenc.claims": "parent", "posenc.claims.experiment": name},
+    ).info.run_id
+    client.log_param(
+        parent, "config", str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    )
     client.log_param(parent, "smoke", str(smoke))
     ctx = Context(name, client, exp_id, parent, out / name, smoke, cache)
     ctx.out.mkdir(parents=True, exist_ok=True)
@@ -109,14 +116,21 @@ def run_one(name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: b
     (ctx.out / "details.md").write_text(claims_markdown([result], figures_dir=None))
     for f in [ctx.out / "result.json", ctx.out / "details.md", *map(Path, result.figures)]:
         client.log_artifact(parent, str(f))
-    metrics = {**result.metrics, "wall_s": result.wall_s, "cpu_s": result.cpu_s,
-               "idle_wall_estimate_s": result.cpu_s / factor}
+    metrics = {
+        **result.metrics,
+        "wall_s": result.wall_s,
+        "cpu_s": result.cpu_s,
+        "idle_wall_estimate_s": result.cpu_s / factor,
+    }
     for k, v in metrics.items():
         client.log_metric(parent, metric_name(k), float(v))
     client.set_tag(parent, "posenc.claims.holds", result.holds)
     client.set_terminated(parent, "FINISHED")
-    print(f"[claims] {name}: holds={result.holds}; {result.measured}\n  wall {result.wall_s:.0f} s, "
-          f"CPU {result.cpu_s:.0f} s (idle ≈ {result.cpu_s / factor:.0f} s)", file=sys.stderr)
+    print(
+        f"[claims] {name}: holds={result.holds}; {result.measured}\n  wall {result.wall_s:.0f} s, "
+        f"CPU {result.cpu_s:.0f} s (idle ≈ {result.cpu_s / factor:.0f} s)",
+        file=sys.stderr,
+    )
     return result
 
 
@@ -127,21 +141,26 @@ def metric_name(key: str) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pipelines.eval.claims", description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="+", default=None, help="experiment names (configs/experiments/<name>.yaml)")
+    p.add_argument(
+        "--only", nargs="+", default=None, help="experiment names (configs/experiments/<name>.yaml)"
+    )
     p.add_argument("--smoke", action="store_true", help="tiny budget: checks the wiring, measures nothing")
     p.add_argument("--out", default=None, help="results folder (default outputs/claims/<UTC time>)")
     p.add_argument("--docs", default=None, help="also write the write-up here (e.g. docs/claims.md)")
     p.add_argument("--configs", default=str(CONFIG_DIR), help="folder of experiment configs")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: the models are tiny, and on a loaded machine two "
-                        "spinning threads can be many times slower than one)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: the models are tiny, and on a loaded machine two "
+        "spinning threads can be many times slower than one)",
+    )
     p.add_argument("--list", action="store_true", help="list the experiments and exit")
     return p.parse_args(argv)
 
 
 def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     import mlflow
-
     import torch
 
     args = parse_args(argv)
@@ -164,8 +183,9 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT)
     results, cache, wall0, cpu0 = [], {}, time.perf_counter(), cpu_seconds()
     for name in names:
-        results.append(run_one(name, configs[name], client, exp_id, out, args.smoke, cache,
-                               idle_factor(args.threads)))
+        results.append(
+            run_one(name, configs[name], client, exp_id, out, args.smoke, cache, idle_factor(args.threads))
+        )
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
     table = summary_table(results, wall, cpu, args.smoke, idle_factor(args.threads), args.threads)
     (out / "claims.md").write_text(table)

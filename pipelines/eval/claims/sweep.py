@@ -40,8 +40,10 @@ class Measured:
         """Per-seed retained gain at ``length`` (NaN where undefined or without a gain at L0)."""
         if self.baseline is None:
             return [math.nan] * len(self.seeds)
-        return [retained_gain(m, m0, self.baseline, self.higher_is_better)
-                for m, m0 in zip(self.values[cond][length], self.values[cond][self.train_length], strict=True)]
+        return [
+            retained_gain(m, m0, self.baseline, self.higher_is_better)
+            for m, m0 in zip(self.values[cond][length], self.values[cond][self.train_length], strict=True)
+        ]
 
     def diff(self, a: str, b: str, length: int) -> Estimate:
         """Paired (same seed) ``a − b`` at ``length``; NaN estimate when either is undefined."""
@@ -68,8 +70,15 @@ class Sweep(Experiment):
         baseline: name of the task's trivial baseline (``markov0``, ``seasonal_naive``) for retained gain.
     """
 
-    def __init__(self, task: str, conditions: dict[str, dict], seeds: list[int], metric: str | None = None,
-                 higher_is_better: bool = True, baseline: str | None = None) -> None:
+    def __init__(
+        self,
+        task: str,
+        conditions: dict[str, dict],
+        seeds: list[int],
+        metric: str | None = None,
+        higher_is_better: bool = True,
+        baseline: str | None = None,
+    ) -> None:
         self.task, self.conditions, self.seeds = task, conditions, list(seeds)
         self.metric, self.higher, self.baseline = metric, higher_is_better, baseline
 
@@ -79,8 +88,14 @@ class Sweep(Experiment):
         seeds = ctx.seeds(self.seeds)
         for seed in seeds:
             for label, cond in self.conditions.items():
-                t = ctx.train(self.task, cond.get("scheme"), seed, label, cond.get("overrides"),
-                              test=self.metric is not None)
+                t = ctx.train(
+                    self.task,
+                    cond.get("scheme"),
+                    seed,
+                    label,
+                    cond.get("overrides"),
+                    test=self.metric is not None,
+                )
                 values, info = self._values(t)
                 if m is None:
                     m = Measured(info["metric"], info["higher"], info["train"], sorted(values), seeds=seeds)
@@ -108,12 +123,15 @@ class Sweep(Experiment):
     def tables(self, m: Measured) -> str:
         head = ["condition", *[f"{n} ({n // m.train_length}×)" for n in m.lengths]]
         rows = [[c, *[fmt(m.at(c, n)) for n in m.lengths]] for c in m.values]
-        out = f"{m.metric} (mean ± 95 % CI over seeds {m.seeds}; undefined = positions the scheme does not define):\n\n"
+        out = (f"{m.metric} (mean ± 95 % CI over seeds {m.seeds}; undefined = positions the scheme "
+               "does not define):\n\n")
         out += md_table(head, rows)
         if m.baseline is not None:
             rows = [[c, *[fmt(est(m.retained(c, n)), 2) for n in m.lengths]] for c in m.values]
-            out += (f"\nRetained gain over {m.baseline_name} ({m.baseline:.4g} on the same test data): "
-                    "1 = the whole gain at the training length kept, 0 = none, < 0 = worse than the baseline:\n\n")
+            out += (
+                f"\nRetained gain over {m.baseline_name} ({m.baseline:.4g} on the same test data): "
+                "1 = the whole gain at the training length kept, 0 = none, < 0 = worse than the baseline:\n\n"
+            )
             out += md_table(head, rows)
         return out
 
@@ -141,13 +159,25 @@ class Sweep(Experiment):
         plt.close(fig)
         return str(path)
 
-    def result(self, ctx, m: Measured, setup: str, measured: str, holds: str, rule: str,
-               extra: str = "") -> ClaimResult:
+    def result(
+        self, ctx, m: Measured, setup: str, measured: str, holds: str, rule: str, extra: str = ""
+    ) -> ClaimResult:
         figure = self.figure(m, ctx.out / f"{ctx.name}.png", ctx.name)
-        metrics = {f"{c}/{m.metric}_L{n}": m.at(c, n).mean for c in m.values for n in m.lengths
-                   if math.isfinite(m.at(c, n).mean)}
-        return ClaimResult(setup=setup, measured=measured, holds=holds, rule=rule,
-                           details=self.tables(m) + extra, figures=[figure], metrics=metrics)
+        metrics = {
+            f"{c}/{m.metric}_L{n}": m.at(c, n).mean
+            for c in m.values
+            for n in m.lengths
+            if math.isfinite(m.at(c, n).mean)
+        }
+        return ClaimResult(
+            setup=setup,
+            measured=measured,
+            holds=holds,
+            rule=rule,
+            details=self.tables(m) + extra,
+            figures=[figure],
+            metrics=metrics,
+        )
 
 
 def word(sign: int, higher_is_better: bool = True) -> str:
