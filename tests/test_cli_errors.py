@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import gzip
-import logging
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import in_dir
+from tests.helpers import workdir_with_store
 
 ROOT = Path(__file__).resolve().parents[1]
 DNA = str(ROOT / "configs/dna_lm.yaml")
@@ -19,7 +17,7 @@ def run_main(tmp: Path, args: list[str]) -> int:
     """Exit status of the CLI run in ``tmp`` (0 when it returns)."""
     from pipelines.cli import main
 
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         try:
             main(args)
         except SystemExit as exc:
@@ -30,15 +28,6 @@ def run_main(tmp: Path, args: list[str]) -> int:
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
-
-
-@pytest.fixture(autouse=True)
-def lightning_logs_to_current_stderr():
-    """Lightning's stream handlers keep the stderr of the test that imported it; point them at ours."""
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.stream = sys.stderr  # setStream would flush the closed one
 
 
 CASES = {
