@@ -154,7 +154,7 @@ TEST_MODULE = re.compile(r"tests(\.\w+)*\.(test_\w+|conftest)")
 CLASS_PATH = re.compile(r"(?<![\w.])(tests(?:\.\w+)*\.(?:test_\w+|conftest))\.\w+")  # tests.test_x.Thing
 
 
-def test_modules_named(source: str, module: str) -> set[str]:
+def reached_test_modules(source: str, module: str) -> set[str]:
     """The test modules (``tests.….test_*`` and conftests) that the source of ``module`` imports (relative
     imports resolved, function bodies included) or names in a class-path string given to the CLI."""
     package = module.split(".")[:-1]
@@ -180,10 +180,10 @@ def test_the_test_import_check_finds_each_kind_of_reach():
               "CB = ['--trainer.callbacks+=tests.MOD.FailAtStep', '--x=tests.dna.SELF.Mine']\n"
               "from tests.helpers import write_fasta\nfrom tests.toy.next_gc import NextGC\n")
     source = source.replace("SELF", "test_self")  # written apart, so this file names no test module
-    found = test_modules_named(source.replace("MOD", "test_faults"), "tests.dna.test_self")
+    found = reached_test_modules(source.replace("MOD", "test_faults"), "tests.dna.test_self")
     assert found == {"tests.test_faults", "tests.dna.test_faults", "tests.dna.conftest"}
     allowed = source.replace("MOD", "helpers")  # tests.helpers, tests.toy: not test modules
-    assert test_modules_named(allowed, "tests.dna.test_self") == {"tests.dna.conftest"}
+    assert reached_test_modules(allowed, "tests.dna.test_self") == {"tests.dna.conftest"}
 
 
 def test_test_modules_share_helpers_only_through_helpers_and_conftest():
@@ -192,6 +192,6 @@ def test_test_modules_share_helpers_only_through_helpers_and_conftest():
     reaches = {}
     for path in sorted((ROOT / "tests").rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        if found := test_modules_named(path.read_text(), module):
+        if found := reached_test_modules(path.read_text(), module):
             reaches[module] = sorted(found)
     assert reaches == {}
