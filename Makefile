@@ -23,7 +23,7 @@ unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui tracking-server clean evaluate compare bench figures
+.PHONY: help install train test test-all smoke lint ui tracking-server clean evaluate compare bench figures
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -59,6 +59,9 @@ figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train ru
 
 test: $(STAMP) ## Run the fast test suite (what CI runs)
 	$(PY) -m pytest -q $(ARGS)
+
+smoke: $(STAMP) ## Quick wiring check (about 30 s): every module imports, every scheme runs, one tiny fit
+	$(PY) -m pytest -q -m smoke $(ARGS)
 
 test-all: $(STAMP) ## Run every test, slow ones included
 	$(PY) -m pytest -q -m "slow or not slow" $(ARGS)

@@ -1,15 +1,111 @@
-"""Shared test helpers: run the CLI in a temporary folder with its own MLflow store."""
+"""Shared test helpers (plain functions; fixtures live in the conftest.py files).
+
+Test modules import from here, never from each other (tests/test_architecture.py checks it):
+synthetic DNA and time-series files, running the CLI in a temporary folder with its own MLflow store,
+the tiny DNA LM config the fault tests share, and the schemes built from their ``configs/posenc`` YAML.
+"""
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import torch
+import yaml
 
+ROOT = Path(__file__).resolve().parents[1]
+D, H = 16, 2  # the tiny model's width and heads
+
+
+# ----------------------------------------------------------------------------------- DNA files
+def random_bases(n: int, seed: int = 0) -> str:
+    return "".join(np.random.default_rng(seed).choice(list("ACGT"), size=n))
+
+
+def fasta_text(records: dict[str, str], width: int = 60) -> str:
+    out = []
+    for rid, seq in records.items():
+        out.append(f">{rid} synthetic record")
+        out.extend(seq[i : i + width] for i in range(0, len(seq), width))
+    return "\n".join(out) + "\n"
+
+
+def write_fasta(
+    path: Path, records: dict[str, str] | None = None, compress: str | None = None, *, n: int = 6000,
+    seed: int = 0,
+) -> Path:
+    """Write ``records`` as FASTA (plain, ``compress="gzip"`` or ``compress="bgzip"``).
+
+    Without ``records``: one record ``chr1`` of ``n`` random bases drawn with ``seed``.
+    """
+    text = fasta_text(records if records is not None else {"chr1": random_bases(n, seed)}).encode()
+    if compress == "gzip":
+        path.write_bytes(gzip.compress(text))
+    elif compress == "bgzip":
+        from Bio import bgzf
+
+        with bgzf.BgzfWriter(str(path), "wb") as fh:
+            fh.write(text)
+    else:
+        path.write_bytes(text)
+    return path
+
+
+def write_genbank(path: Path, records: dict[str, str]) -> Path:
+    from Bio import SeqIO
+    from Bio.Seq import Seq
+    from Bio.SeqRecord import SeqRecord
+
+    recs = [SeqRecord(Seq(s), id=rid, name=rid, annotations={"molecule_type": "DNA"})
+            for rid, s in records.items()]
+    SeqIO.write(recs, str(path), "genbank")
+    return path
+
+
+def write_gff(path: Path, cds: list[tuple[str, int, int, str, int | str]]) -> Path:
+    """GFF3 with one gene + one CDS line per ``(record, start, end, strand, phase)`` (1-based, inclusive)."""
+    lines = ["##gff-version 3"]
+    for n, (rid, start, end, strand, phase) in enumerate(cds):
+        lines.append(f"{rid}\ttest\tgene\t{start}\t{end}\t.\t{strand}\t.\tID=gene{n}")
+        lines.append(f"{rid}\ttest\tCDS\t{start}\t{end}\t.\t{strand}\t{phase}\tID=cds{n};Parent=gene{n}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------- time-series files
+def seasonal_frame(n: int = 960, period: int = 24, seed: int = 0, freq: str = "1h") -> pd.DataFrame:
+    """Hourly ``load`` = daily sine + weekly-ish sine + noise, a ``temp`` covariate, ISO timestamps."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    load = 10 + 3 * np.sin(2 * np.pi * t / period) + np.sin(2 * np.pi * t / (4 * period))
+    return pd.DataFrame({
+        "when": pd.date_range("2024-01-01", periods=n, freq=freq).strftime("%Y-%m-%d %H:%M:%S"),
+        "load": load + 0.1 * rng.normal(size=n),
+        "temp": 20 + np.cos(2 * np.pi * t / period) + 0.1 * rng.normal(size=n),
+    })
+
+
+def write_csv(path: Path, df: pd.DataFrame) -> Path:
+    df.to_csv(path, index=False)
+    return path
+
+
+def dm_kwargs(path: Path, **over) -> dict:
+    """A small TimeSeriesDataModule config over ``path`` (lookback 24, horizon 6, patches of 4)."""
+    kw = dict(path=str(path), time_col="when", target_cols=["load"], covariate_cols=["temp"],
+              lookback=24, horizon=6, patch_len=4, batch_size=16, split=(0.6, 0.1, 0.3))
+    kw.update(over)
+    return kw
+
+
+# ------------------------------------------------------------------ the CLI in a temporary folder
 @contextmanager
-def in_dir(tmp: Path) -> Iterator[Path]:
+def workdir_with_store(tmp: Path) -> Iterator[Path]:
     """cwd = ``tmp`` and an absolute sqlite MLflow store inside it, both restored afterwards.
 
     The URI must be absolute: MLflow caches stores by URI, so a relative ``sqlite:///mlflow.db``
@@ -26,3 +122,162 @@ def in_dir(tmp: Path) -> Iterator[Path]:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
             os.environ["MLFLOW_TRACKING_URI"] = uri
+
+
+def run_cli_in(tmp: Path, args: list[str]) -> tuple[int, object]:
+    """``pipelines.cli.main(args)`` in-process inside :func:`workdir_with_store` ``(tmp)``.
+
+    Returns ``(exit status, the CLI object)``: ``(0, cli)`` when it returns, ``(code, None)`` when it exits.
+    """
+    from pipelines.cli import main
+
+    with workdir_with_store(tmp):
+        try:
+            return 0, main(args)
+        except SystemExit as exc:
+            return int(exc.code or 0), None
+
+
+def store_client(tmp: Path, db: str = "mlflow.db"):
+    """An MLflow client on the sqlite store ``tmp/db``."""
+    import mlflow
+
+    return mlflow.MlflowClient(f"sqlite:///{tmp / db}")
+
+
+def runs(tmp: Path, db: str = "mlflow.db"):
+    """``(client, every run of every experiment)`` in the sqlite store ``tmp/db``."""
+    client = store_client(tmp, db)
+    exps = [e.experiment_id for e in client.search_experiments()]
+    return client, client.search_runs(exps) if exps else []
+
+
+def final_metrics(run) -> dict[str, float]:
+    return {k: v for k, v in run.data.metrics.items() if k != "epoch"}
+
+
+# -------------------------------------------------------------------- the tiny DNA LM and faults
+TINY_CONFIG = """\
+seed_everything: 0
+trainer:
+  max_epochs: 2
+  accelerator: cpu
+  log_every_n_steps: 1
+  enable_model_summary: false
+  enable_progress_bar: false
+  callbacks:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args: {monitor: val/bits_per_base, mode: min, save_top_k: 1, filename: best}
+model:
+  class_path: pipelines.DNALanguageModel
+  init_args: {d_model: 16, n_heads: 2, n_layers: 2, lr: 0.01, warmup_steps: 2, pe: {class_path: posenc.RoPE}}
+data:
+  class_path: datamodules.DNADataModule
+  init_args: {fasta: g.fa, seq_len: 32, batch_size: 8, samples_per_epoch: 48, eval_lengths: [32, 64],
+              eval_tokens: 256}
+register: {register: false}
+checkpoint_every_n_steps: 4  # 6 steps per epoch: resume checkpoints at steps 4, 6 (epoch end), 8, 12
+"""
+
+
+def tiny_setup(tmp: Path) -> Path:
+    """A tiny DNA LM config (``tiny.yaml``) and its FASTA (``g.fa``) in ``tmp``."""
+    write_fasta(tmp / "g.fa")
+    (tmp / "tiny.yaml").write_text(TINY_CONFIG)
+    return tmp / "tiny.yaml"
+
+
+# the CLI arguments that add tests/toy/faults.py's FailAtStep (armed by $POSENC_FAULT) at step 9
+FAULT = ["--trainer.callbacks+=tests.toy.faults.FailAtStep", "--trainer.callbacks.step=9"]
+
+
+# ---------------------------------------------------------------------------------- the schemes
+def scheme_specs() -> dict[str, dict]:
+    """class_path → pe spec, from every YAML under configs/posenc/ (the first naming each class)."""
+    out = {}
+    for path in sorted((ROOT / "configs" / "posenc").glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text())["model"]["init_args"]["pe"]
+        out.setdefault(spec["class_path"], spec)
+    return out
+
+
+SCHEME_SPECS = scheme_specs()
+
+
+def scheme(cls):
+    """``cls`` built from its configs/posenc spec at (D, H), parameters moved off their initial values
+    (zero-initialised ones included) so every scheme acts."""
+    from posenc import build_encoding
+    from posenc.base import public_class_path
+
+    torch.manual_seed(0)
+    pe = build_encoding(SCHEME_SPECS[public_class_path(cls)], D, H)
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return pe
+
+
+def readable_png(path: Path) -> None:
+    """``path`` is a PNG of a real figure: decodable, at least 400×200, not a blank canvas."""
+    import matplotlib.image
+
+    img = matplotlib.image.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 400
+    assert img[..., :3].std() > 0.05
+
+
+# ------------------------------------------------------- attention paths against a dense reference
+ATTN_T = 40  # blocked runs split these rows into blocks of 16, 16 and 8
+DENSE = {"long_threshold": 10**9, "toeplitz": False}
+BLOCKED = {"long_threshold": 8, "block_elements": 1, "toeplitz": False}  # 16 query rows per block
+TOEPLITZ = {}  # the default: translation-invariant biases as a view of a distance table (CPU)
+
+
+def biased_schemes() -> list[type]:
+    """Every scheme that adds an attention bias (Compose aside)."""
+    from posenc import all_schemes
+
+    return [c for c in all_schemes() if "bias" in c.meta.acts_on and c.__name__ != "Compose"]
+
+
+def other_schemes() -> list[type]:
+    """NoPE, RoPE and Sinusoidal: one per non-bias path."""
+    from posenc import all_schemes
+
+    return [c for c in all_schemes() if c.__name__ in ("PositionalEncoding", "RoPE", "Sinusoidal")]
+
+
+def reference_attention(attn, x, pos, pe, kpm, causal):
+    """Plain softmax attention from the hooks alone, in the input's dtype (float64 in the tests):
+    softmax(q·kᵀ/√Dh + bias + mask)·v plus the value-side term, independent of pipelines.model.attention."""
+    import math
+
+    B, L, C = x.shape
+    q, k, v = attn.qkv(x).view(B, L, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, L, Dh)
+    q, k = pe.rotate(q, k, pos, pos)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(C // H)  # (B, H, L, L)
+    bias = pe.bias(q, pos, pos, k=k)
+    if bias is not None:
+        scores = scores + bias
+    keep = torch.ones(B, 1, L, L, dtype=torch.bool)
+    if causal:
+        keep &= torch.ones(L, L, dtype=torch.bool).tril()
+    if kpm is not None:
+        keep &= ~kpm[:, None, None, :]
+    w = scores.masked_fill(~keep, torch.finfo(scores.dtype).min).softmax(-1)
+    y = w @ v
+    if pe.meta.value_term:
+        y = y + pe.value_term(w, pos, pos)
+    return attn.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
+
+
+def attention_inputs(padded: bool):
+    """``(x, pos, key padding mask)`` in float64: 2 rows of ATTN_T; padded: row 0 ends at 30."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, ATTN_T, D, generator=g, dtype=torch.float64)
+    kpm = None
+    if padded:
+        kpm = torch.zeros(2, ATTN_T, dtype=torch.bool)
+        kpm[0, 30:] = True  # one padded row, one full row
+    return x, torch.arange(ATTN_T) + 5, kpm

@@ -1,12 +1,14 @@
 """The shape of the code: layers without back-arrows, no import circle, each task's knowledge in its own
-module, and a task added from outside the package going through fit → evaluate → predict."""
+module, a task added from outside the package going through fit → evaluate → predict, and test modules
+that share helpers only through tests/helpers.py and the conftest fixtures."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-from tests.helpers import in_dir
+from tests.helpers import workdir_with_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("posenc", "datamodules", "pipelines")
@@ -127,10 +129,10 @@ def test_a_task_added_from_outside_fits_evaluates_and_predicts(tmp_path):
     from pipelines.eval.evaluate import run as evaluate
     from pipelines.inference import load_model
     from pipelines.inference.predict import main as predict_main
-    from tests.dna.conftest import random_bases, write_fasta
+    from tests.helpers import random_bases, write_fasta
 
     fasta = write_fasta(tmp_path / "g.fa", {"chr1": random_bases(6000, 3)})
-    with in_dir(tmp_path):
+    with workdir_with_store(tmp_path):
         cli = cli_main(["fit", "--config", str(ROOT / "tests/toy/next_gc.yaml"),
                         f"--data.init_args.fasta={fasta}", "--register.register=false"])
         ckpt = str(Path(cli.trainer.checkpoint_callback.best_model_path).resolve())
@@ -145,3 +147,51 @@ def test_a_task_added_from_outside_fits_evaluates_and_predicts(tmp_path):
     assert list(table.columns) == ["record", "p_gc"] and 0 < table["p_gc"].iloc[0] < 1
     model = load_model(ckpt, "cpu")
     assert type(model).__name__ == "NextGC" and model.predict("ACGTGGCCATTA" * 5).shape == (1, 2)
+
+
+# ----------------------------------------------------------------------------------------- the tests
+TEST_MODULE = re.compile(r"tests(\.\w+)*\.(test_\w+|conftest)")
+CLASS_PATH = re.compile(r"(?<![\w.])(tests(?:\.\w+)*\.(?:test_\w+|conftest))\.\w+")  # tests.test_x.Thing
+
+
+def reached_test_modules(source: str, module: str) -> set[str]:
+    """The test modules (``tests.….test_*`` and conftests) that the source of ``module`` imports (relative
+    imports resolved, function bodies included) or names in a class-path string given to the CLI."""
+    package = module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join([*base, *([node.module] if node.module else [])])
+            names = [target, *(f"{target}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = CLASS_PATH.findall(node.value)
+        else:
+            continue
+        found.update(n for n in names if TEST_MODULE.fullmatch(n) and n != module)
+    return found
+
+
+def test_the_test_import_check_finds_each_kind_of_reach():
+    source = ("from tests.MOD import a\nfrom .MOD import b\nfrom . import MOD\nimport tests.dna.conftest\n"
+              "def f():\n    from ..MOD import c\n"
+              "CB = ['--trainer.callbacks+=tests.MOD.FailAtStep', '--x=tests.dna.SELF.Mine']\n"
+              "from tests.helpers import write_fasta\nfrom tests.toy.next_gc import NextGC\n")
+    source = source.replace("SELF", "test_self")  # written apart, so this file names no test module
+    found = reached_test_modules(source.replace("MOD", "test_faults"), "tests.dna.test_self")
+    assert found == {"tests.test_faults", "tests.dna.test_faults", "tests.dna.conftest"}
+    allowed = source.replace("MOD", "helpers")  # tests.helpers, tests.toy: not test modules
+    assert reached_test_modules(allowed, "tests.dna.test_self") == {"tests.dna.conftest"}
+
+
+def test_test_modules_share_helpers_only_through_helpers_and_conftest():
+    """A test module imports its helpers from tests/helpers.py (fixtures reach it through conftest.py),
+    never from another test module or a conftest: those import chains once tied unrelated tests together."""
+    reaches = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if found := reached_test_modules(path.read_text(), module):
+            reaches[module] = sorted(found)
+    assert reaches == {}

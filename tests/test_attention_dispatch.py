@@ -13,19 +13,21 @@ import pipelines.model.attention as attention
 import pipelines.model.share as share
 from pipelines.model import Transformer
 from pipelines.model.attention import AttentionCall, route
-from tests.test_attention_paths import (
-    BIASED,
+from tests.helpers import ATTN_T as T
+from tests.helpers import (
     BLOCKED,
     DENSE,
-    OTHERS,
     TOEPLITZ,
-    T,
-    inputs,
+    D,
+    H,
+    attention_inputs,
+    biased_schemes,
+    other_schemes,
     reference_attention,
     scheme,
 )
-from tests.test_contract import D, H
 
+BIASED, OTHERS = biased_schemes(), other_schemes()
 LAYERS = 2
 
 
@@ -49,7 +51,7 @@ def test_path_is_chosen_once_per_layer_and_forward(cls, monkeypatch):
     paths = counting(monkeypatch, attention, "choose_path")
     unit_checks = counting(monkeypatch, share, "unit_steps")
     pe = scheme(cls)
-    x, _, padded = inputs(padded=True)
+    x, _, padded = attention_inputs(padded=True)
     x = x.float()
     for kw in (DENSE, BLOCKED, TOEPLITZ):
         torch.manual_seed(0)
@@ -80,7 +82,7 @@ def test_flex_failure_is_kept_on_that_scheme_instance_only(monkeypatch, caplog):
     cuda = torch.device("cuda")  # only route()'s argument: nothing runs on it
     cls = next(c for c in BIASED if c.__name__ == "DynamicBias")
     failing, other = scheme(cls), scheme(cls)
-    x, pos, kpm = inputs(padded=True)
+    x, pos, kpm = attention_inputs(padded=True)
     x = x.float()
     attn = Transformer(D, H, 1, failing).blocks[0].attn
     with torch.no_grad():

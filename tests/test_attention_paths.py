@@ -1,13 +1,12 @@
 """Every attention path (dense SDPA, query blocks, explicit, FlexAttention) against one dense reference.
 
-The reference is written here from the hooks alone: softmax(q·kᵀ/√Dh + bias + mask)·v plus the
+The reference (tests/helpers.py) is written from the hooks alone: softmax(q·kᵀ/√Dh + bias + mask)·v plus the
 value-side term, in float64. Blocked runs use a tiny threshold and one-row-per-16 blocks, so a
 T = 40 input is split into blocks of 16, 16 and 8 rows.
 """
 
 from __future__ import annotations
 
-import math
 import pickle
 
 import pytest
@@ -15,25 +14,23 @@ import torch
 
 from pipelines.model.attention import AttentionSettings, choose_path
 from pipelines.model.transformer import Transformer, length_bucket
-from posenc import PositionalEncoding, SchemeMeta, all_schemes, build_encoding
-from posenc.base import public_class_path
-from tests.test_contract import CONFIGS, D, H
+from posenc import PositionalEncoding, SchemeMeta, build_encoding
+from tests.helpers import ATTN_T as T
+from tests.helpers import (
+    BLOCKED,
+    DENSE,
+    SCHEME_SPECS,
+    TOEPLITZ,
+    D,
+    H,
+    attention_inputs,
+    biased_schemes,
+    other_schemes,
+    reference_attention,
+    scheme,
+)
 
-T = 40
-BIASED = [c for c in all_schemes() if "bias" in c.meta.acts_on and c.__name__ != "Compose"]
-OTHERS = [c for c in all_schemes() if c.__name__ in ("PositionalEncoding", "RoPE", "Sinusoidal")]
-DENSE = {"long_threshold": 10**9, "toeplitz": False}
-BLOCKED = {"long_threshold": 8, "block_elements": 1, "toeplitz": False}  # 16 query rows per block
-TOEPLITZ = {}  # the default: translation-invariant biases as a view of a distance table (CPU)
-
-
-def scheme(cls) -> PositionalEncoding:
-    torch.manual_seed(0)
-    pe = build_encoding(CONFIGS[public_class_path(cls)], D, H)
-    with torch.no_grad():  # off zero-initialised values, so every bias acts
-        for p in pe.parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    return pe
+BIASED, OTHERS = biased_schemes(), other_schemes()
 
 
 def model(pe, causal=False, **kw) -> Transformer:
@@ -41,43 +38,12 @@ def model(pe, causal=False, **kw) -> Transformer:
     return Transformer(D, H, 2, pe, causal=causal, **kw).double().eval()
 
 
-def reference_attention(attn, x, pos, pe, kpm, causal):
-    """Plain softmax attention from the hooks, independent of pipelines.model.attention."""
-    B, L, C = x.shape
-    q, k, v = attn.qkv(x).view(B, L, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, L, Dh)
-    q, k = pe.rotate(q, k, pos, pos)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(C // H)  # (B, H, L, L)
-    bias = pe.bias(q, pos, pos, k=k)
-    if bias is not None:
-        scores = scores + bias
-    keep = torch.ones(B, 1, L, L, dtype=torch.bool)
-    if causal:
-        keep &= torch.ones(L, L, dtype=torch.bool).tril()
-    if kpm is not None:
-        keep &= ~kpm[:, None, None, :]
-    w = scores.masked_fill(~keep, torch.finfo(scores.dtype).min).softmax(-1)
-    y = w @ v
-    if pe.meta.value_term:
-        y = y + pe.value_term(w, pos, pos)
-    return attn.out(y.transpose(1, 2).reshape(B, L, C))
-
-
-def inputs(padded: bool):
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(2, T, D, generator=g, dtype=torch.float64)
-    kpm = None
-    if padded:
-        kpm = torch.zeros(2, T, dtype=torch.bool)
-        kpm[0, 30:] = True  # one padded row, one full row
-    return x, torch.arange(T) + 5, kpm
-
-
 @pytest.mark.parametrize("cls", BIASED + OTHERS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
 def test_every_path_matches_dense_reference(cls, causal, padded):
     pe = scheme(cls).double()
-    x, pos, kpm = inputs(padded)
+    x, pos, kpm = attention_inputs(padded)
     for kw in (DENSE, BLOCKED, TOEPLITZ):
         m = model(pe, causal, **kw)
         attn = m.blocks[0].attn
@@ -94,7 +60,7 @@ def test_training_gradients_match_dense(cls, padded, causal):
     """Checkpointed blocks and the Toeplitz view (its table gradient computed by blocks of query
     rows) give the dense path's gradients, for the inputs and the scheme's parameters."""
     pe = scheme(cls).double()
-    x, pos, kpm = inputs(padded=padded)
+    x, pos, kpm = attention_inputs(padded=padded)
     grads = []
     for kw in (DENSE, BLOCKED, TOEPLITZ):
         m = model(pe, causal=causal, **kw).train()
@@ -229,7 +195,7 @@ def test_compile_switch_leaves_state_dict_and_pickle_alone():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["posenc.RoPE", "posenc.ALiBi", "posenc.ConvPE"])
 def test_compiled_model_matches_eager(name):
-    pe = build_encoding(CONFIGS[name], D, H)
+    pe = build_encoding(SCHEME_SPECS[name], D, H)
     torch.manual_seed(0)
     m = Transformer(D, H, 2, pe, causal=True).eval()
     c = Transformer(D, H, 2, pe, causal=True, compile=True).eval()
@@ -246,7 +212,7 @@ def test_compiled_model_matches_eager(name):
 @pytest.mark.parametrize("causal", [False, True])
 def test_flex_attention_matches_dense_on_cuda(cls, causal):
     pe = scheme(cls).cuda()
-    x, pos, kpm = inputs(padded=True)
+    x, pos, kpm = attention_inputs(padded=True)
     x, pos, kpm = x.float().cuda(), pos.cuda(), kpm.cuda()
     m = Transformer(D, H, 2, pe, causal=causal).cuda().eval()
     attn = m.blocks[0].attn
@@ -291,7 +257,7 @@ def test_flex_score_mod_matches_dense_reference_eager_cpu(cls, monkeypatch):
 
     monkeypatch.setitem(attention._FLEX, "fn", flex_attention)  # eager: no compiler needed
     pe = scheme(cls)
-    x, pos, kpm = inputs(padded=True)
+    x, pos, kpm = attention_inputs(padded=True)
     x = x.float()
     attn = Transformer(D, H, 1, pe).blocks[0].attn
     for causal in (False, True):

@@ -17,9 +17,7 @@ import numpy as np
 import pytest
 
 from posenc import PosencError
-from tests.test_faults import in_dir, lightning_logs_to_current_stderr, runs, tiny_setup, write_fasta
-
-__all__ = ["lightning_logs_to_current_stderr"]  # autouse fixture, imported to apply here
+from tests.helpers import run_cli_in, runs, tiny_setup, write_fasta
 
 Case = Callable[[Path], object]
 ACGT = "".join(np.random.default_rng(1).choice(list("ACGT"), size=600))
@@ -263,7 +261,7 @@ def test_cli_rejects_bad_input_with_one_line_exit_2_nothing_left(tmp_path, capsy
     (tmp_path / "blocker").write_text("a file where a folder is expected\n")
     (tmp_path / "corrupt.db").write_bytes(np.random.default_rng(0).bytes(4096))
     extra, must_name = CLI[case]
-    code, _ = in_dir(tmp_path, ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1", *extra])
+    code, _ = run_cli_in(tmp_path, ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1", *extra])
     err = capsys.readouterr().err
     lines = [ln for ln in err.strip().splitlines() if ln.startswith("error:")]
     assert code == 2, err[-3000:]
@@ -293,7 +291,7 @@ def test_locked_mlflow_store_is_one_line(tmp_path, capsys):
     con = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
     con.execute("BEGIN EXCLUSIVE")
     try:
-        code, _ = in_dir(tmp_path, ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1"])
+        code, _ = run_cli_in(tmp_path, ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1"])
     finally:
         con.close()
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
@@ -308,5 +306,5 @@ def test_fasta_helper_is_valid(tmp_path):
     """The corpus' good inputs parse (so each bad case fails for its own reason)."""
     from datamodules.dna.fasta import read_fasta
 
-    assert read_fasta(write_fasta(tmp_path / "ok.fa", 100)).ids == ["chr1"]
+    assert read_fasta(write_fasta(tmp_path / "ok.fa", n=100)).ids == ["chr1"]
     assert len(series(tmp_path, "t,y,x\n" + GOOD_ROWS, covs=("x",))) == 24

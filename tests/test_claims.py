@@ -12,7 +12,7 @@ import torch
 
 from pipelines.eval.claims.runner import build, experiment_configs, metric_name, read_config
 from posenc import PosencError, RoPE
-from tests.helpers import in_dir
+from tests.helpers import workdir_with_store
 
 CLAIMS = {"1", "2", "3a", "3b", "3c", "4a", "4b", "5", "6", "7", "8", "9", "10"}
 
@@ -92,7 +92,7 @@ def test_gaussian_fit_recovers_width_and_rejects_a_flat_line():
 def test_order_windows_swap_is_a_label_flip_with_the_same_tokens(tmp_path):
     from pipelines.eval.claims.order_data import OrderDataModule
 
-    with in_dir(tmp_path):
+    with workdir_with_store(tmp_path):
         dm = OrderDataModule(seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64)
     a, b = dm.pair
     batch = next(iter(dm.test_dataloader()[0]))
@@ -110,7 +110,7 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path):
 
     from pipelines.eval.claims.runner import run
 
-    with in_dir(tmp_path):
+    with workdir_with_store(tmp_path):
         results = run(["--only", "aliasing", "padding_leak", "shift_invariance", "--smoke", "--out", "res",
                        "--docs", "docs/claims.md"])
         client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -135,6 +135,6 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path):
 def test_smoke_of_every_experiment(tmp_path):
     from pipelines.eval.claims.runner import run
 
-    with in_dir(tmp_path):
+    with workdir_with_store(tmp_path):
         results = run(["--smoke", "--out", "res"])
     assert {r.number for r in results} == CLAIMS

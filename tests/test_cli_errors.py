@@ -3,42 +3,19 @@
 from __future__ import annotations
 
 import gzip
-import logging
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import in_dir
+from tests.helpers import run_cli_in
 
 ROOT = Path(__file__).resolve().parents[1]
 DNA = str(ROOT / "configs/dna_lm.yaml")
 
 
-def run_main(tmp: Path, args: list[str]) -> int:
-    """Exit status of the CLI run in ``tmp`` (0 when it returns)."""
-    from pipelines.cli import main
-
-    with in_dir(tmp):
-        try:
-            main(args)
-        except SystemExit as exc:
-            return int(exc.code or 0)
-    return 0
-
-
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
-
-
-@pytest.fixture(autouse=True)
-def lightning_logs_to_current_stderr():
-    """Lightning's stream handlers keep the stderr of the test that imported it; point them at ours."""
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.stream = sys.stderr  # setStream would flush the closed one
 
 
 CASES = {
@@ -62,7 +39,7 @@ def test_user_mistake_is_one_line_and_writes_nothing(tmp_path, capsys, case):
         fh.write("")
     extra, must_name = CASES[case]
     before = set(tmp_path.rglob("*"))
-    code = run_main(tmp_path, ["fit", "--config", DNA, *extra])
+    code, _ = run_cli_in(tmp_path, ["fit", "--config", DNA, *extra])
     err = capsys.readouterr().err
     lines = [ln for ln in err.strip().splitlines() if ln.startswith("error:")]
     assert code == 2, err

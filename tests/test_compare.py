@@ -14,7 +14,7 @@ import yaml
 
 from pipelines.eval.compare_runs import ChildRun, TaskInfo
 from pipelines.eval.extrapolation import TRAINED
-from tests.test_extrapolation import InDir, client, write_fasta
+from tests.helpers import store_client, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
 T975_DF2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)  # Student t, 2 degrees of freedom, closed form
@@ -102,7 +102,7 @@ def test_child_key_ignores_summary_options_but_not_the_setup(tmp_path):
 # ----------------------------------------------------------------------------- tiny runs
 def tiny_overlay(tmp: Path) -> Path:
     """compare_dna_lm.yaml shrunk to seconds: synthetic genome, tiny model, a few steps, 1×–4×."""
-    fasta = write_fasta(tmp / "g.fa")
+    fasta = write_fasta(tmp / "g.fa", n=8000)
     cfg = {
         "trainer": {"max_epochs": 1, "limit_val_batches": 2},
         "model": {"init_args": {"d_model": 16, "n_heads": 2, "n_layers": 1}},
@@ -128,7 +128,7 @@ def compare_args(tmp: Path, *extra: str) -> list[str]:
 
 
 def parents_and_children(tmp: Path):
-    c = client(tmp)
+    c = store_client(tmp)
     runs = c.search_runs([c.get_experiment_by_name("posenc-compare").experiment_id])
     parents = sorted((r for r in runs if r.data.tags.get("posenc.compare") == "parent"),
                      key=lambda r: r.info.start_time)
@@ -146,7 +146,7 @@ def compared(tmp_path_factory):
     broken = tmp / "broken.yaml"
     broken.write_text(yaml.safe_dump({"model": {"init_args": {"pe": {
         "class_path": "posenc.Learned", "init_args": {"max_len": 0}}}}}))
-    with InDir(tmp):
+    with workdir_with_store(tmp):
         main(compare_args(tmp, "--schemes", "alibi", "rope", str(broken), "--out", "first"))
         main(compare_args(tmp, "--schemes", "rope", "--seeds", "0", "1", "2", "3", "4", "--out", "second"))
     return tmp
@@ -207,11 +207,11 @@ def test_bad_options_fail_before_any_run(tmp_path, capsys):
         (["--schemes", "rope", "--seeds", "0", "0"], "--seeds lists a seed twice"),
         (["--schemes", "rope", "--retain", "0"], "retain must be in (0, 1]"),
     ):
-        with InDir(tmp_path), pytest.raises(SystemExit) as exc:
+        with workdir_with_store(tmp_path), pytest.raises(SystemExit) as exc:
             main(["--config", str(ROOT / "configs/compare_dna_lm.yaml"), *argv])
         assert exc.value.code == 2
         assert msg in capsys.readouterr().err
-    assert not (tmp_path / "mlflow.db").exists() or not client(tmp_path).search_experiments(
+    assert not (tmp_path / "mlflow.db").exists() or not store_client(tmp_path).search_experiments(
         filter_string="name = 'posenc-compare'"
     )
     assert os.getcwd() != str(tmp_path)

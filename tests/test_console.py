@@ -15,9 +15,7 @@ import pytest
 
 from datamodules.progress import MAX_LINES, LineProgress, progress, progress_bar, set_progress
 from pipelines import console
-from tests.helpers import in_dir
-
-from .dna.conftest import random_bases, write_fasta
+from tests.helpers import random_bases, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
@@ -35,7 +33,7 @@ def fit(tmp: Path, *extra: str):
     if not fasta.exists():
         write_fasta(fasta, {"chr1": random_bases(6000)})
     err = io.StringIO()
-    with in_dir(tmp), redirect_stderr(err):
+    with workdir_with_store(tmp), redirect_stderr(err):
         cli = main(["fit", "--config", str(ROOT / "configs" / "dna_lm.yaml"), *TINY,
                     f"--data.init_args.fasta={fasta}", *extra])
     return cli, err.getvalue()
@@ -102,7 +100,7 @@ def test_predict_with_progress_false_prints_no_bar_and_in_a_log_one_line_per_ste
     tmp, cli, _ = registered
     new = write_fasta(tmp / "new.fa", {"a": random_bases(3000, 5)})
     ckpt = cli.trainer.checkpoint_callback.best_model_path
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         assert main(["--ckpt", ckpt, "--input", str(new), "--output", "a.tsv", "--progress", "false"]) == 0
         quiet = capsys.readouterr().err
         assert main(["--ckpt", ckpt, "--input", str(new), "--output", "b.tsv"]) == 0
@@ -173,7 +171,7 @@ def test_registered_model_has_a_card_with_the_runs_metrics_visible_through_the_c
     import mlflow
 
     tmp, cli, _ = registered
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         client = mlflow.MlflowClient()
         model = client.get_registered_model("DNALanguageModel-RoPE")
         version = client.get_model_version("DNALanguageModel-RoPE", "1")
@@ -197,7 +195,7 @@ def test_ui_url_names_the_training_experiment_and_the_latest_comparison(register
     from pipelines.tracking.ui_url import main
 
     tmp, cli, _ = registered
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         client = mlflow.MlflowClient()
         other = client.create_experiment("posenc-compare")
         parent = client.create_run(other, tags={"posenc.compare": "parent"}).info.run_id
@@ -216,7 +214,7 @@ def test_make_figures_draws_the_runs_it_finds_and_names_the_command_for_the_othe
     from pipelines.eval.figures import main
 
     tmp, cli, _ = registered
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         assert main(["--out", "figs", "--progress", "false"]) == 0
     captured = capsys.readouterr()
     names = sorted(p.name for p in (tmp / "figs").glob("*.png"))

@@ -5,37 +5,22 @@ Each scheme is built from its own ``configs/posenc/*.yaml`` (so every scheme mus
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-import yaml
 
 import posenc
 from posenc import PositionalEncoding, PositionOutOfRange, all_schemes, build_encoding
+from tests.helpers import SCHEME_SPECS, D, H
 
-ROOT = Path(__file__).resolve().parents[1]
-D, H, B, T = 16, 2, 3, 12
-
-
-def scheme_configs() -> dict[str, dict]:
-    """class_path → pe spec, from every YAML under configs/posenc/."""
-    out = {}
-    for path in sorted((ROOT / "configs" / "posenc").glob("*.yaml")):
-        spec = yaml.safe_load(path.read_text())["model"]["init_args"]["pe"]
-        out.setdefault(spec["class_path"], spec)
-    return out
-
-
-CONFIGS = scheme_configs()
+B, T = 3, 12
 SCHEMES = all_schemes()
 
 
 def build(cls: type[PositionalEncoding]) -> PositionalEncoding:
     path = posenc.base.public_class_path(cls)
-    assert path in CONFIGS, f"no configs/posenc/*.yaml names {path}"
+    assert path in SCHEME_SPECS, f"no configs/posenc/*.yaml names {path}"
     torch.manual_seed(0)
-    return build_encoding(CONFIGS[path], D, H)
+    return build_encoding(SCHEME_SPECS[path], D, H)
 
 
 def run_hooks(pe: PositionalEncoding, pos: torch.Tensor, seed: int = 1):
@@ -121,5 +106,5 @@ def test_metadata_matches_hooks(cls):
 
 def test_every_scheme_discovered_has_a_config():
     names = {posenc.base.public_class_path(c) for c in SCHEMES}
-    assert names <= set(CONFIGS), f"schemes without a config: {sorted(names - set(CONFIGS))}"
+    assert names <= set(SCHEME_SPECS), f"schemes without a config: {sorted(names - set(SCHEME_SPECS))}"
     assert {"posenc.RoPE", "posenc.ALiBi", "posenc.Sinusoidal", "posenc.Learned"} <= names

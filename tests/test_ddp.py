@@ -77,7 +77,7 @@ def test_eval_loaders_are_sharded_only_while_the_trainer_evaluates():
 
 def test_genome_loaders_shard_windows_between_ranks(tmp_path):
     from datamodules import DNADataModule
-    from tests.test_faults import write_fasta
+    from tests.helpers import write_fasta
 
     dm = DNADataModule(fasta=str(write_fasta(tmp_path / "g.fa")), seq_len=32, batch_size=8,
                        samples_per_epoch=96, eval_lengths=[32, 64], eval_tokens=512, cache_dir=None)
@@ -168,9 +168,9 @@ def test_compare_launches_ddp_children_as_their_own_command():
 
 
 def test_trainer_configs_layer_on_a_task(tmp_path):
-    from tests.helpers import in_dir
+    from tests.helpers import workdir_with_store
 
-    with in_dir(tmp_path):
+    with workdir_with_store(tmp_path):
         from pipelines.cli import make_cli
 
         base = ["--config", str(ROOT / "configs/dna_lm.yaml"), "--trainer.enable_progress_bar=false"]
@@ -186,9 +186,9 @@ def test_trainer_configs_layer_on_a_task(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: configs/trainer/gpu.yaml as written")
 def test_gpu_config_instantiates_on_cuda(tmp_path):
-    from tests.helpers import in_dir
+    from tests.helpers import workdir_with_store
 
-    with in_dir(tmp_path):
+    with workdir_with_store(tmp_path):
         from pipelines.cli import make_cli
 
         cli = make_cli(["--config", str(ROOT / "configs/dna_lm.yaml"), "--config",
@@ -233,7 +233,7 @@ DDP_ARGS = ["--trainer.devices=2", "--trainer.strategy=ddp", "--data.init_args.s
 
 
 def run_fit(tmp: Path, *extra: str, env: dict | None = None, timeout: int = 900):
-    """``pipelines.train fit`` of tests/test_faults.py's tiny config in ``tmp``, in a new session
+    """``pipelines.train fit`` of tests/helpers.py's tiny config in ``tmp``, in a new session
     (so a rank left behind can be ended by its process group)."""
     base = {k: v for k, v in os.environ.items() if k not in ("POSENC_FAULT", "POSENC_RECORD")}
     env = {**base, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
@@ -254,7 +254,7 @@ def run_fit(tmp: Path, *extra: str, env: dict | None = None, timeout: int = 900)
 @pytest.fixture(scope="module")
 def ddp_fit(tmp_path_factory):
     """One uninterrupted 2-process fit (recording the windows each rank trained on)."""
-    from tests.test_faults import tiny_setup
+    from tests.helpers import tiny_setup
 
     tmp = tmp_path_factory.mktemp("ddp")
     tiny_setup(tmp)
@@ -264,7 +264,7 @@ def ddp_fit(tmp_path_factory):
 
 
 def only_run(tmp: Path):
-    from tests.test_faults import runs
+    from tests.helpers import runs
 
     client, found = runs(tmp)
     assert len(found) == 1, [r.info.run_name for r in found]
@@ -328,7 +328,7 @@ def test_ddp_test_and_val_metrics_equal_one_process_on_the_same_checkpoint(ddp_f
 
 @pytest.mark.slow
 def test_ddp_resume_after_kill_of_the_launcher_matches_the_uninterrupted_run(ddp_fit, tmp_path):
-    from tests.test_faults import final_metrics, tiny_setup
+    from tests.helpers import final_metrics, tiny_setup
 
     reference_dir, _, _ = ddp_fit
     tiny_setup(tmp_path)
@@ -351,21 +351,21 @@ def test_resume_from_an_epoch_end_checkpoint_draws_the_next_epochs_windows(tmp_p
     """One process, a crash at step 7 whose last checkpoint is the end of epoch 1 (step 6): the
     resumed run must start epoch 2 with epoch 2's draw (the sampler's order depends on its epoch,
     which Lightning sets only after the resumed iterator exists) and end like a clean run."""
-    from tests.test_faults import FAULT, final_metrics, in_dir, runs, tiny_setup
+    from tests.helpers import FAULT, final_metrics, run_cli_in, runs, tiny_setup
 
     clean, broken = tmp_path / "clean", tmp_path / "broken"
     for d in (clean, broken):
         d.mkdir()
         tiny_setup(d)
     args = ["fit", "--config", "tiny.yaml", *FAULT[:1], "--trainer.callbacks.step=7"]
-    assert in_dir(clean, args)[0] == 0
+    assert run_cli_in(clean, args)[0] == 0
     monkeypatch.setenv("POSENC_FAULT", "1")
     with pytest.raises(RuntimeError, match="injected fault at step 7"):
-        in_dir(broken, args)
+        run_cli_in(broken, args)
     monkeypatch.delenv("POSENC_FAULT")
     ckpt = torch.load(next((broken / "outputs/runs").glob("*/last.ckpt")), weights_only=True)
     assert ckpt["global_step"] == 6  # the epoch-end checkpoint
-    assert in_dir(broken, args)[0] == 0
+    assert run_cli_in(broken, args)[0] == 0
     (_, (resumed,)), (_, (reference,)) = runs(broken), runs(clean)
     assert final_metrics(resumed) == final_metrics(reference)
 
@@ -374,7 +374,7 @@ def test_resume_from_an_epoch_end_checkpoint_draws_the_next_epochs_windows(tmp_p
 def test_compare_child_trains_with_ddp(tmp_path):
     """``compare`` with a DDP trainer: its child runs as its own command, whose ranks Lightning
     starts; the child run, its sweep and the comparison report all come back."""
-    from tests.test_faults import runs, tiny_setup
+    from tests.helpers import runs, tiny_setup
 
     tiny_setup(tmp_path)
     (tmp_path / "ddp.yaml").write_text("trainer: {devices: 2, strategy: ddp, max_epochs: 1}\n"

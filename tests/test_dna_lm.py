@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipelines.tasks.markov import MarkovModel
-from tests.helpers import in_dir
+from tests.helpers import store_client, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -20,17 +20,10 @@ TINY = [
 ]
 
 
-def write_fasta(path: Path, n: int = 6000, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    seq = "".join(rng.choice(list("ACGT"), size=n))
-    path.write_text(">chr1 synthetic\n" + "\n".join(seq[i : i + 70] for i in range(0, n, 70)) + "\n")
-    return path
-
-
 def run_cli(tmp: Path, *extra: str):
     from pipelines.cli import main
 
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         fasta = write_fasta(tmp / "g.fa")
         return main(["fit", "--config", str(ROOT / "configs/dna_lm.yaml"),
                      f"--data.init_args.fasta={fasta}", *TINY, *extra])
@@ -43,15 +36,9 @@ def trained(tmp_path_factory):
     return tmp, cli
 
 
-def client(tmp: Path):
-    import mlflow
-
-    return mlflow.MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
-
-
 def test_run_is_logged_to_sqlite(trained):
     tmp, cli = trained
-    run = client(tmp).get_run(cli.trainer.logger.run_id)
+    run = store_client(tmp).get_run(cli.trainer.logger.run_id)
     assert run.info.status == "FINISHED"
     assert run.info.run_name == "DNALanguageModel-ALiBi"
     assert run.data.params["pe/class_path"] == "posenc.ALiBi"
@@ -60,13 +47,14 @@ def test_run_is_logged_to_sqlite(trained):
                 "baseline/markov_bits_per_base", "baseline/markov_order",
                 "baseline/markov_bits_per_base_L32"):
         assert np.isfinite(metrics[key]), key
-    steps = [m.step for m in client(tmp).get_metric_history(run.info.run_id, "test/bits_per_base_by_length")]
+    history = store_client(tmp).get_metric_history(run.info.run_id, "test/bits_per_base_by_length")
+    steps = [m.step for m in history]
     assert steps == [32, 64, 128, 256]
 
 
 def test_config_and_checkpoint_are_run_artifacts(trained):
     tmp, cli = trained
-    c = client(tmp)
+    c = store_client(tmp)
     names = {a.path for a in c.list_artifacts(cli.trainer.logger.run_id)}
     assert "config.yaml" in names
     cfg = Path(c.download_artifacts(cli.trainer.logger.run_id, "config.yaml", str(tmp / "dl")))
@@ -97,7 +85,7 @@ def test_learned_past_max_len_is_recorded_undefined(tmp_path):
     cli = run_cli(tmp_path, "--config", str(ROOT / "configs/posenc/learned.yaml"),
                   "--model.init_args.pe.init_args.max_len=64", "--config", str(tmp_path / "plain.yaml"))
     assert cli.model.undefined_lengths == [128, 256]
-    run = client(tmp_path).get_run(cli.trainer.logger.run_id)
+    run = store_client(tmp_path).get_run(cli.trainer.logger.run_id)
     assert run.data.params["extrapolation/undefined_lengths"] == "128,256"
     assert {"test/bits_per_base_L32", "test/bits_per_base_L64"} <= set(run.data.metrics)
     assert "test/bits_per_base_L128" not in run.data.metrics

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +19,8 @@ from pipelines.eval.extrapolation import (
     extrapolation_ratio,
 )
 from posenc import PosencError
+from tests.helpers import ROOT, store_client, workdir_with_store, write_fasta
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "--model.init_args.d_model=16",
     "--model.init_args.n_heads=2",
@@ -121,38 +120,11 @@ def test_callback_rejects_decreasing_factors():
 
 
 # ----------------------------------------------------------------------------- tiny runs
-def write_fasta(path: Path, n: int = 8000, seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    seq = "".join(rng.choice(list("ACGT"), size=n))
-    path.write_text(">chr1 synthetic\n" + "\n".join(seq[i : i + 70] for i in range(0, n, 70)) + "\n")
-    return path
-
-
-class InDir:
-    """cwd = ``tmp`` and a sqlite MLflow store there, restored afterwards."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-
-    def __enter__(self):
-        self.cwd, self.uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-        os.chdir(self.tmp)
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{self.tmp / 'mlflow.db'}"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.chdir(self.cwd)
-        if self.uri is None:
-            os.environ.pop("MLFLOW_TRACKING_URI")
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = self.uri
-
-
 def fit(tmp: Path, scheme: str, *extra: str):
     from pipelines.cli import main
 
-    with InDir(tmp):
-        fasta = write_fasta(tmp / "g.fa")
+    with workdir_with_store(tmp):
+        fasta = write_fasta(tmp / "g.fa", n=8000)
         return main(
             [
                 "fit",
@@ -167,12 +139,6 @@ def fit(tmp: Path, scheme: str, *extra: str):
         )
 
 
-def client(tmp: Path):
-    import mlflow
-
-    return mlflow.MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
-
-
 def sweep(cli):
     return next(c for c in cli.trainer.callbacks if type(c).__name__ == "ExtrapolationEval").result
 
@@ -185,7 +151,7 @@ def rope_run(tmp_path_factory):
 
 def test_callback_logs_one_metric_per_length_with_steps(rope_run):
     tmp, cli = rope_run
-    c, run_id = client(tmp), cli.trainer.logger.run_id
+    c, run_id = store_client(tmp), cli.trainer.logger.run_id
     for key in ("extrapolation/bits_per_base_by_length", "extrapolation/yarn/bits_per_base_by_length"):
         history = c.get_metric_history(run_id, key)
         assert [m.step for m in history] == LENGTHS, key
@@ -254,7 +220,7 @@ def test_learned_pe_past_max_len_is_undefined_not_a_crash(tmp_path):
     assert res.undefined() == [128]
     assert [c.status for c in res.cells] == ["ok", "ok", "undefined"]
     assert res.variants == [TRAINED]  # not a RoPE-family scheme: no inference-time variants
-    run = client(tmp_path).get_run(cli.trainer.logger.run_id)
+    run = store_client(tmp_path).get_run(cli.trainer.logger.run_id)
     assert run.data.tags["extrapolation/undefined_lengths"] == "128"
     assert run.data.metrics.get("extrapolation/max_length", 0) <= 64  # (no ratio without a gain)
     assert "extrapolation/bits_per_base_at_longest" not in run.data.metrics
@@ -265,7 +231,7 @@ def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
 
     tmp, cli = rope_run
     ckpt = cli.trainer.checkpoint_callback.best_model_path
-    with InDir(tmp):
+    with workdir_with_store(tmp):
         main([ckpt, "--lengths", "32", "64", "--variants", "pi", "--no-mlflow", "--out", "ev"])
         table = pd.read_csv(tmp / "ev" / "results.csv")
         assert list(zip(table.variant, table.length, strict=True)) == [
@@ -275,7 +241,7 @@ def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
             ("pi", 64),
         ]
         main([cli.trainer.logger.run_id, "--factors", "1", "2", "--variants"])  # resolves the logged ckpt
-        history = client(tmp).get_metric_history(
+        history = store_client(tmp).get_metric_history(
             cli.trainer.logger.run_id, "extrapolation/bits_per_base_by_length"
         )
         assert [m.step for m in history][-2:] == [32, 64]
@@ -348,7 +314,7 @@ def test_masked_lm_sweep_matches_its_own_test_pass(tmp_path):
     from pipelines.tasks.mlm import MaskedDNAModel
 
     dm = MaskedDNADataModule(
-        fasta=str(write_fasta(tmp_path / "g.fa")),
+        fasta=str(write_fasta(tmp_path / "g.fa", n=8000)),
         seq_len=32,
         batch_size=4,
         eval_lengths=[32, 64, 128],
@@ -394,10 +360,9 @@ def test_segmentation_sweep_scores_accuracy_and_its_majority_class_baseline(tmp_
 
     from datamodules import SegmentationDataModule
     from pipelines.tasks.segment import FrameSegmenter
-    from tests.dna.conftest import random_bases, write_gff
-    from tests.dna.conftest import write_fasta as write_records
+    from tests.helpers import random_bases, write_gff
 
-    fasta = write_records(tmp_path / "g.fa", {"r": random_bases(6000)})
+    fasta = write_fasta(tmp_path / "g.fa", {"r": random_bases(6000)})
     gff = write_gff(tmp_path / "a.gff", [("r", 1001, 2200, "+", 0), ("r", 3001, 3600, "-", 0),
                                          ("r", 5501, 5710, "+", 0)])
     dm = SegmentationDataModule(annotation=str(gff), fasta=str(fasta), seq_len=32, batch_size=4, gap=0,
@@ -424,10 +389,9 @@ def test_classification_sweep_scores_auroc_against_chance(tmp_path, monkeypatch)
 
     from datamodules import ClassificationDataModule
     from pipelines.tasks.classify import SequenceClassifier
-    from tests.dna.conftest import random_bases
-    from tests.dna.conftest import write_fasta as write_records
+    from tests.helpers import random_bases
 
-    fasta = write_records(tmp_path / "s.fa", {f"s{i}": random_bases(30 + i, i) for i in range(24)})
+    fasta = write_fasta(tmp_path / "s.fa", {f"s{i}": random_bases(30 + i, i) for i in range(24)})
     (tmp_path / "labels.csv").write_text("id,label\n" + "".join(f"s{i},{'ab'[i % 2]}\n" for i in range(24)))
     dm = ClassificationDataModule(fasta=str(fasta), labels=str(tmp_path / "labels.csv"), seq_len=16,
                                   batch_size=4, split=(0.5, 0.25, 0.25), cache_dir=str(tmp_path / "cache"))

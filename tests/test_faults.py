@@ -5,7 +5,6 @@ binds to loopback."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -13,103 +12,10 @@ import sys
 from pathlib import Path
 
 import lightning as L
-import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
-TINY_CONFIG = """\
-seed_everything: 0
-trainer:
-  max_epochs: 2
-  accelerator: cpu
-  log_every_n_steps: 1
-  enable_model_summary: false
-  enable_progress_bar: false
-  callbacks:
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args: {monitor: val/bits_per_base, mode: min, save_top_k: 1, filename: best}
-model:
-  class_path: pipelines.DNALanguageModel
-  init_args: {d_model: 16, n_heads: 2, n_layers: 2, lr: 0.01, warmup_steps: 2, pe: {class_path: posenc.RoPE}}
-data:
-  class_path: datamodules.DNADataModule
-  init_args: {fasta: g.fa, seq_len: 32, batch_size: 8, samples_per_epoch: 48, eval_lengths: [32, 64],
-              eval_tokens: 256}
-register: {register: false}
-checkpoint_every_n_steps: 4  # 6 steps per epoch: resume checkpoints at steps 4, 6 (epoch end), 8, 12
-"""
-
-
-def write_fasta(path: Path, n: int = 6000, seed: int = 0) -> Path:
-    seq = "".join(np.random.default_rng(seed).choice(list("ACGT"), size=n))
-    path.write_text(">chr1 synthetic\n" + "\n".join(seq[i : i + 60] for i in range(0, n, 60)) + "\n")
-    return path
-
-
-def tiny_setup(tmp: Path) -> Path:
-    """A tiny DNA LM config (``tiny.yaml``) and its FASTA (``g.fa``) in ``tmp``."""
-    write_fasta(tmp / "g.fa")
-    (tmp / "tiny.yaml").write_text(TINY_CONFIG)
-    return tmp / "tiny.yaml"
-
-
-def in_dir(tmp: Path, args: list[str]) -> tuple[int, object]:
-    """``pipelines.cli.main(args)`` in-process with cwd ``tmp`` and the MLflow store ``tmp/mlflow.db``."""
-    from pipelines.cli import main
-
-    cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-    os.chdir(tmp)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-    try:
-        return 0, main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0), None
-    finally:
-        os.chdir(cwd)
-        if uri is None:
-            os.environ.pop("MLFLOW_TRACKING_URI")
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = uri
-
-
-def runs(tmp: Path, db: str = "mlflow.db"):
-    import mlflow
-
-    client = mlflow.MlflowClient(f"sqlite:///{tmp / db}")
-    exps = [e.experiment_id for e in client.search_experiments()]
-    return client, client.search_runs(exps) if exps else []
-
-
-def final_metrics(run) -> dict[str, float]:
-    return {k: v for k, v in run.data.metrics.items() if k != "epoch"}
-
-
-@pytest.fixture(autouse=True)
-def lightning_logs_to_current_stderr():
-    """Lightning's stream handlers keep the stderr of the test that imported it; point them at ours."""
-    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.stream = sys.stderr
-
-
-class FailAtStep(L.Callback):
-    """Test fault injection: at ``step`` (when ``$POSENC_FAULT`` is set) raise, or SIGKILL the process."""
-
-    def __init__(self, step: int = 9, how: str = "raise") -> None:
-        self.step, self.how = step, how
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step != self.step or not os.environ.get("POSENC_FAULT"):
-            return
-        if self.how == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"injected fault at step {self.step}")
-
-
-FAULT = ["--trainer.callbacks+=tests.test_faults.FailAtStep", "--trainer.callbacks.step=9"]
+from tests.helpers import FAULT, ROOT, final_metrics, run_cli_in, runs, tiny_setup, write_fasta
 
 
 # ----------------------------------------------------------------------------------- resume
@@ -122,10 +28,10 @@ def test_crashed_run_resumes_into_same_run_with_same_metrics(tmp_path, monkeypat
         d.mkdir()
         tiny_setup(d)
     args = ["fit", "--config", "tiny.yaml", *FAULT]
-    assert in_dir(clean, args)[0] == 0
+    assert run_cli_in(clean, args)[0] == 0
     monkeypatch.setenv("POSENC_FAULT", "1")
     with pytest.raises(RuntimeError, match="injected fault"):
-        in_dir(broken, args)
+        run_cli_in(broken, args)
     client, (failed,) = runs(broken)
     assert failed.info.status == "FAILED"
     ckpts = list((broken / "outputs").rglob("*.ckpt"))
@@ -134,7 +40,7 @@ def test_crashed_run_resumes_into_same_run_with_same_metrics(tmp_path, monkeypat
         assert "state_dict" in torch.load(path, weights_only=True, map_location="cpu")
     monkeypatch.delenv("POSENC_FAULT")
     capsys.readouterr()
-    assert in_dir(broken, args)[0] == 0
+    assert run_cli_in(broken, args)[0] == 0
     assert f"resuming MLflow run {failed.info.run_id}" in capsys.readouterr().err
     (_, (resumed,)), (_, (reference,)) = runs(broken), runs(clean)
     assert resumed.info.run_id == failed.info.run_id and resumed.info.status == "FINISHED"
@@ -178,7 +84,7 @@ def test_sigkill_mid_epoch_then_same_command_resumes_exactly(tmp_path):
 # ----------------------------------------------------------------------------------- non-finite loss
 def test_non_finite_loss_stops_the_run_with_one_line_and_fails_it(tmp_path, capsys):
     tiny_setup(tmp_path)
-    code, _ = in_dir(tmp_path, ["fit", "--config", "tiny.yaml", "--model.init_args.lr=1e30",
+    code, _ = run_cli_in(tmp_path, ["fit", "--config", "tiny.yaml", "--model.init_args.lr=1e30",
                                 "--trainer.gradient_clip_val=null", "--model.init_args.warmup_steps=0"])
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
@@ -231,7 +137,7 @@ def test_logged_config_has_no_home_path_or_secret(tmp_path, monkeypatch):
     fasta = write_fasta(home / "data" / "g.fa")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("POSENC_TEST_API_TOKEN", "tok-8c1f3e9a")
-    code, _ = in_dir(tmp_path, ["fit", "--config", "tiny.yaml", f"--data.init_args.fasta={fasta}",
+    code, _ = run_cli_in(tmp_path, ["fit", "--config", "tiny.yaml", f"--data.init_args.fasta={fasta}",
                                 "--trainer.max_epochs=1", "--test_after_fit=false",
                                 "--trainer.logger.init_args.run_name=run-tok-8c1f3e9a"])
     assert code == 0

@@ -24,7 +24,8 @@ CSV_ALPHABET = st.sampled_from(["t", "y", "x", ",", "\n", "\r\n", '"', " ", "0",
                                 "nan", "NA", "inf", "2024-01-0", "T", "Z", "+01:00", "abc", ";", "\x00", "é"])
 
 
-def fasta_outcome(data: bytes, name: str = "f.fa") -> None:
+def fasta_outcome(data: bytes, name: str = "f.fa"):
+    """The genome read from ``data``, or the one-line :class:`PosencError` that rejected it."""
     from datamodules.dna.fasta import read_fasta
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -34,12 +35,14 @@ def fasta_outcome(data: bytes, name: str = "f.fa") -> None:
             genome = read_fasta(path)
         except PosencError as exc:
             assert str(exc).strip() and "\n" not in str(exc).strip(), repr(str(exc))
-            return
+            return exc
         assert len(genome.ids) == len(set(genome.ids)) >= 1
         assert int(genome.lengths.min()) >= 1 and int(genome.codes.max()) <= 4
+        return genome
 
 
-def csv_outcome(data: bytes) -> None:
+def csv_outcome(data: bytes):
+    """The series parsed from ``data``, or the one-line :class:`PosencError` that rejected it."""
     from datamodules.timeseries.parse import parse_series, read_table
 
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
@@ -50,8 +53,9 @@ def csv_outcome(data: bytes) -> None:
             series = parse_series(read_table(path), "t", ["y"], source=str(path))
         except PosencError as exc:
             assert str(exc).strip() and "\n" not in str(exc).strip(), repr(str(exc))
-            return
+            return exc
         assert len(series) >= 2 and series.targets.shape == (len(series), 1)
+        return series
 
 
 @FUZZ
@@ -85,7 +89,22 @@ def test_csv_reader_on_csv_like_text(text):
     csv_outcome(("t,y\n" + text).encode("utf-8"))
 
 
-@pytest.mark.parametrize("text", ["t,y\n2024-01-01,1\n2024-01-02,2\n", "t,y\n0,1\n1,2\n2,3\n"])
-def test_csv_fuzz_harness_accepts_good_input(text):
-    """The harness itself lets good input through (so the fuzz tests are not vacuous)."""
-    csv_outcome(text.encode())
+@pytest.mark.parametrize(("text", "targets"), [
+    ("t,y\n2024-01-01,1\n2024-01-02,2\n", [1, 2]),
+    ("t,y\n0,1\n1,2\n2,3\n", [1, 2, 3]),
+])
+def test_csv_fuzz_harness_accepts_good_input(text, targets):
+    """The harness lets good input through, parsed right: a reader that rejected it (a PosencError the
+    fuzz tests would count as a clean refusal) fails here, so the fuzz tests are not vacuous."""
+    series = csv_outcome(text.encode())
+    assert not isinstance(series, PosencError), f"good input rejected: {series}"
+    assert series.targets[:, 0].tolist() == targets
+
+
+@pytest.mark.parametrize("compress", [None, "gzip"])
+def test_fasta_fuzz_harness_accepts_good_input(compress):
+    """The same for the FASTA harness, plain and gzipped."""
+    text = b">r1 first\nACGTN\nac\n>r2\nGGG\n"
+    genome = fasta_outcome(gzip.compress(text) if compress else text, "f.fa.gz" if compress else "f.fa")
+    assert not isinstance(genome, PosencError), f"good input rejected: {genome}"
+    assert genome.ids == ["r1", "r2"] and genome.lengths.tolist() == [7, 3]

@@ -204,8 +204,7 @@ def test_predicted_intervals_parse_back_with_the_annotation_reader(tmp_path):
 @pytest.mark.parametrize("positions", ["index", "time"])
 def test_forecasts_match_the_datamodule_windows(tmp_path, positions):
     from datamodules import TimeSeriesDataModule
-
-    from .ts.conftest import dm_kwargs, seasonal_frame, write_csv
+    from tests.helpers import dm_kwargs, seasonal_frame, write_csv
 
     df = seasonal_frame()
     path = write_csv(tmp_path / "load.csv", df)

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from pipelines.model import Transformer, build_mask
-from posenc import ALiBi, PositionalEncoding, RoPE, alibi_slopes, all_schemes, build_encoding
-from posenc.base import public_class_path
-from tests.test_contract import CONFIGS, D, H
+from posenc import ALiBi, PositionalEncoding, RoPE, alibi_slopes, all_schemes
+from tests.helpers import D, H, scheme
 
 T = 32
 
@@ -16,15 +15,6 @@ T = 32
 def model(pe: PositionalEncoding, causal: bool = False) -> Transformer:
     torch.manual_seed(0)
     return Transformer(D, H, 2, pe, causal=causal).eval()
-
-
-def scheme(cls) -> PositionalEncoding:
-    torch.manual_seed(0)
-    pe = build_encoding(CONFIGS[public_class_path(cls)], D, H)
-    with torch.no_grad():  # move zero-initialised parameters off zero so every scheme acts
-        for p in pe.parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    return pe
 
 
 def test_nope_mean_pool_is_permutation_invariant():

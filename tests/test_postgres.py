@@ -64,10 +64,9 @@ def test_logger_tags_reach_mlflow_as_strings(tmp_path):
     """A tracking server's REST API takes string tag values only, but jsonargparse reads the
     quoted seed tag of a compare child (``'0'``) as the integer 0: the CLI turns tags back into
     strings (found by the PostgreSQL test below, where ``compare`` failed on the server)."""
-    from tests.helpers import in_dir
-    from tests.test_faults import tiny_setup
+    from tests.helpers import tiny_setup, workdir_with_store
 
-    with in_dir(tmp_path):
+    with workdir_with_store(tmp_path):
         from pipelines.cli import make_cli
 
         tiny_setup(tmp_path)
@@ -172,7 +171,7 @@ def finish(proc: subprocess.Popen, timeout: int = 900) -> str:
 def test_fit_evaluate_predict_and_two_compares_share_one_postgres_server(server, tmp_path):
     import mlflow
 
-    from tests.test_faults import tiny_setup, write_fasta
+    from tests.helpers import tiny_setup, write_fasta
 
     uri, artifacts = server
     tiny_setup(tmp_path)

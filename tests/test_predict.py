@@ -12,9 +12,7 @@ import pytest
 
 from pipelines.inference import load_model
 from pipelines.inference.resolve import resolve
-from tests.helpers import in_dir
-
-from .dna.conftest import random_bases, write_fasta, write_gff
+from tests.helpers import random_bases, workdir_with_store, write_fasta, write_gff
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -30,7 +28,7 @@ DNA = ["--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
 def fit(tmp: Path, config: str, *extra: str):
     from pipelines.cli import main
 
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         return main(["fit", "--config", str(ROOT / "configs" / config), *TINY, *extra])
 
 
@@ -44,7 +42,7 @@ def registered(cli):
 def predict_cli(tmp: Path, *args: str) -> int:
     from pipelines.inference.predict import main
 
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         return main([*args, "--no_progress"])
 
 
@@ -57,7 +55,7 @@ def sources(tmp: Path, cli) -> list[str]:
 def assert_reloads_identical(tmp: Path, cli, data, **kwargs) -> pd.DataFrame:
     """Every way of naming the trained model loads the same module that predicts exactly the same."""
     ref = cli.model.eval().predict(data, **kwargs)
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         for source in sources(tmp, cli):
             model = load_model(source, device="cpu")
             assert type(model) is type(cli.model), source
@@ -86,7 +84,7 @@ def test_registered_model_is_a_pyfunc_with_signature_example_and_pinned_requirem
 
     tmp, cli, new = lm_run
     uri = registered(cli).model_uri
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         info = mlflow.models.get_model_info(uri)
         pyfunc = mlflow.pyfunc.load_model(uri)
         with resolve(uri) as found:
@@ -189,7 +187,7 @@ def test_classifier_and_masked_lm_reload_identically(tmp_path):
 
 @pytest.mark.slow
 def test_forecaster_reloads_and_forecasts_a_held_out_slice(tmp_path):
-    from .ts.conftest import seasonal_frame, write_csv
+    from tests.helpers import seasonal_frame, write_csv
 
     df = seasonal_frame(n=960)
     train = write_csv(tmp_path / "train.csv", df.iloc[:720])

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_faults import final_metrics, in_dir, lightning_logs_to_current_stderr, runs, tiny_setup
-
-__all__ = ["lightning_logs_to_current_stderr"]  # autouse fixture, imported to apply here
+from tests.helpers import final_metrics, run_cli_in, runs, tiny_setup
 
 ARGS = ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1"]
 
@@ -14,7 +12,7 @@ ARGS = ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1"]
 def metrics_of(tmp: Path, *extra: str) -> dict[str, float]:
     tmp.mkdir()
     tiny_setup(tmp)
-    code, _ = in_dir(tmp, [*ARGS, *extra])
+    code, _ = run_cli_in(tmp, [*ARGS, *extra])
     assert code == 0
     _, (run,) = runs(tmp)
     assert run.info.status == "FINISHED"

@@ -10,8 +10,7 @@ from datamodules.dna.fasta import decode_bases, read_fasta
 from datamodules.dna.genome_cache import resolve_path
 from datamodules.dna.tokenize import reverse_complement
 from posenc import PosencError
-
-from .conftest import random_bases, write_fasta, write_gff
+from tests.helpers import random_bases, write_fasta, write_gff
 
 YEAST = "package:bio_test_artifacts/prebuilt/artifacts/yeast_chr01"
 

@@ -10,8 +10,7 @@ import pytest
 from datamodules.dna.fasta import read_fasta
 from datamodules.dna.genome_cache import cached_array, load_genome, resolve_path
 from posenc import PosencError
-
-from .conftest import random_bases, write_fasta
+from tests.helpers import random_bases, write_fasta
 
 
 def test_cache_is_built_once_then_reused_as_memmap(tmp_path, genome_file):

@@ -13,8 +13,7 @@ from datamodules.dna.samples import demo_gene_starts
 from datamodules.dna.tokenize import IGNORE_INDEX, KmerTokenizer, reverse_complement
 from datamodules.dna.windows import WindowItem
 from posenc import PosencError
-
-from .conftest import random_bases, write_fasta, write_gff
+from tests.helpers import random_bases, write_fasta, write_gff
 
 
 def lm(path, **kw):

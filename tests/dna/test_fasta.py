@@ -9,8 +9,7 @@ import pytest
 
 from datamodules.dna.fasta import decode_bases, encode_bases, read_fasta
 from posenc import PosencError
-
-from .conftest import random_bases, write_fasta, write_genbank
+from tests.helpers import random_bases, write_fasta, write_genbank
 
 
 @pytest.mark.parametrize("compress", [None, "gzip", "bgzip"])

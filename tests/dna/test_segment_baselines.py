@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipelines.tasks.segment import SegmentBaselines, label_scores
-from tests.dna.conftest import random_bases, write_fasta, write_gff
+from tests.helpers import random_bases, write_fasta, write_gff
 
 
 def test_label_scores_match_sklearn():

@@ -8,9 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import in_dir
-
-from .conftest import random_bases, write_fasta, write_gff
+from tests.helpers import random_bases, workdir_with_store, write_fasta, write_gff
 
 ROOT = Path(__file__).resolve().parents[2]
 YEAST = "package:bio_test_artifacts/prebuilt/artifacts/yeast_chr01"
@@ -26,7 +24,7 @@ WINDOWS = ["--data.init_args.samples_per_epoch=16", "--data.init_args.eval_token
 def fit(tmp: Path, config: str, *extra: str):
     from pipelines.cli import main
 
-    with in_dir(tmp):
+    with workdir_with_store(tmp):
         return main(["fit", "--config", str(ROOT / "configs" / config), *TINY, *extra])
 
 
@@ -111,7 +109,7 @@ def test_every_scheme_runs_on_every_task(tmp_path, task):
                                   f"--data.init_args.labels={labels}",
                                   "--data.init_args.split=[0.5,0.25,0.25]"]}[task]
     for scheme in schemes():
-        with in_dir(tmp_path):
+        with workdir_with_store(tmp_path):
             cli = main(["fit", "--config", str(ROOT / "configs" / task), *TINY, *data,
                         "--data.init_args.eval_lengths=[32,64]", "--trainer.fast_dev_run=true",
                         "--config", str(ROOT / "configs" / "posenc" / scheme)])
@@ -121,7 +119,7 @@ def test_every_scheme_runs_on_every_task(tmp_path, task):
 def cli_error(tmp: Path, capsys, config: str, *extra: str) -> str:
     from pipelines.cli import main
 
-    with in_dir(tmp), pytest.raises(SystemExit) as info:
+    with workdir_with_store(tmp), pytest.raises(SystemExit) as info:
         main(["fit", "--config", str(ROOT / "configs" / config), *TINY, *extra])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()

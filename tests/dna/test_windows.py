@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 from datamodules.dna.fasta import N_CODE, Genome, read_fasta, split_records, split_regions
 from datamodules.dna.windows import RandomWindows, TiledWindows
 from posenc import PosencError
-
-from .conftest import random_bases, write_fasta
+from tests.helpers import random_bases, write_fasta
 
 
 def toy_genome(lengths: list[int]) -> Genome:

@@ -1,25 +1,31 @@
-"""Diagnostics: the numbers against hand computations, the figures written and readable, the CLI."""
+"""posenc.diagnostics against hand computations, and posenc.diagnostic_plots' figures written and readable.
+
+The CLI that writes a config's figures (pipelines.eval.diagnose) is tested in tests/test_diagnose.py.
+"""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-import matplotlib.image
 import numpy as np
 import pytest
 import torch
 
-from pipelines.eval import diagnose
 from pipelines.model.transformer import Transformer
-from posenc import ALiBi, Learned, PeriodicRoPE, PositionalEncoding, RoPE, Sinusoidal, build_encoding
+from posenc import (
+    ALiBi,
+    Learned,
+    PeriodicRoPE,
+    PositionalEncoding,
+    RoPE,
+    Sinusoidal,
+    all_schemes,
+    build_encoding,
+)
 from posenc import diagnostic_plots as plots
 from posenc import diagnostics as dg
 from posenc.base import public_class_path
-from tests.test_contract import CONFIGS, SCHEMES
-
-ROOT = Path(__file__).resolve().parents[2]
-D, H = 16, 2
+from tests.helpers import SCHEME_SPECS, D, H, readable_png
 
 
 def test_features_are_the_table_or_the_rotated_ones_vector():
@@ -119,33 +125,12 @@ def test_attention_distance_histogram_counts_pairs():
     assert np.isclose(sparse[10], 2 / 3) and np.isclose(sparse[20], 1 / 3)
 
 
-@pytest.mark.parametrize("cls", SCHEMES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", all_schemes(), ids=lambda c: c.__name__)
 def test_every_scheme_but_nope_has_a_diagnostic(cls):
-    pe = build_encoding(CONFIGS[public_class_path(cls)], D, H).eval()
+    pe = build_encoding(SCHEME_SPECS[public_class_path(cls)], D, H).eval()
     pos = torch.arange(min(64, pe.max_len or 64))
     shown = dg.position_features(pe, pos) is not None or dg.bias_vs_distance(pe, 8) is not None
     assert shown == (cls is not PositionalEncoding)
-
-
-def readable_png(path: Path) -> None:
-    img = matplotlib.image.imread(path)
-    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 400
-    assert img[..., :3].std() > 0.05  # not a blank canvas
-
-
-@pytest.mark.parametrize("name, expected", [
-    ("periodic_rope", {"heatmap", "similarity", "aliasing", "bands", "phase_mismatch"}),
-    ("alibi", {"heatmap", "bias"}),
-    ("learned", {"heatmap", "similarity", "aliasing"}),
-])
-def test_cli_writes_readable_figures(tmp_path, capsys, name, expected):
-    cfg = ROOT / "configs" / "posenc" / f"{name}.yaml"
-    args = [str(cfg), "--out", str(tmp_path), "--d_model", "32", "--n_heads", "2", "--length", "96"]
-    assert diagnose.main(args) == 0
-    written = {Path(p).stem for p in capsys.readouterr().out.split()}
-    assert written == expected == {p.stem for p in tmp_path.glob("*.png")}
-    for p in tmp_path.glob("*.png"):
-        readable_png(p)
 
 
 def test_attention_distance_figure_of_a_model(tmp_path):
@@ -156,13 +141,3 @@ def test_attention_distance_figure_of_a_model(tmp_path):
     readable_png(path)
     assert [len(h) for h in hists.values()] == [16, 64]
     assert all(np.isclose(h.sum(), 1.0) for h in hists.values())
-
-
-def test_cli_bad_config_is_one_line_error(tmp_path, capsys):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("model:\n  init_args:\n    pe:\n      class_path: posenc.NoSuchScheme\n")
-    assert diagnose.main([str(bad), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error:") and "NoSuchScheme" in err and "\n" not in err
-    assert diagnose.main([str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")]) == 2
-    assert not (tmp_path / "o").exists()

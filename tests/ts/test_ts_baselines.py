@@ -11,8 +11,7 @@ import yaml
 from datamodules.timeseries.calendar import calendar_cycles
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.tasks.forecast_baselines import ForecastBaselines
-from tests.ts.conftest import dm_kwargs, write_csv
-from tests.ts.test_ts_cli import ROOT
+from tests.helpers import ROOT, dm_kwargs, write_csv
 
 
 def periodic_csv(tmp_path, n: int, freq: str | None, period: float, strong: float | None = None):

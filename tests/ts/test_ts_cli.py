@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from tests.ts.conftest import seasonal_frame, write_csv
+from tests.helpers import seasonal_frame, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = ROOT / "configs" / "ts_forecast.yaml"

@@ -7,7 +7,7 @@ import pytest
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from posenc import PosencError
-from tests.ts.conftest import dm_kwargs, seasonal_frame, write_csv
+from tests.helpers import dm_kwargs, seasonal_frame, write_csv
 
 
 def test_scaler_never_sees_validation_or_test_rows(tmp_path):

@@ -13,7 +13,7 @@ from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from datamodules.timeseries.parse import VIC_ELEC, parse_series, read_table, vic_elec_path
 from datamodules.timeseries.timestamps import format_step
 from posenc import PosencError
-from tests.ts.conftest import dm_kwargs, seasonal_frame, write_csv
+from tests.helpers import dm_kwargs, seasonal_frame, write_csv
 
 
 def sensor_frame(n: int = 400, hz: float = 100.0, seed: int = 0) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from pipelines.tasks.forecast_metrics import (
     lookback_table,
 )
 from posenc import PeriodicRoPE, PosencError
-from tests.ts.conftest import dm_kwargs
+from tests.helpers import dm_kwargs
 
 TINY = dict(d_model=16, n_heads=2, n_layers=2)
 

@@ -16,19 +16,15 @@ import yaml
 import posenc
 from pipelines.cli import PosencCLI
 from posenc.base import public_class_path
+from tests.helpers import ROOT, write_fasta
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEME_YAMLS = sorted((ROOT / "configs" / "posenc").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
 def fasta(tmp_path_factory) -> Path:
     """A small synthetic genome (40 kb), so the DNA datamodule instantiates without the real one."""
-    path = tmp_path_factory.mktemp("genome") / "toy.fa"
-    g = torch.Generator().manual_seed(0)
-    seq = "".join("ACGT"[i] for i in torch.randint(0, 4, (40_000,), generator=g).tolist())
-    path.write_text(">toy\n" + "\n".join(seq[i : i + 80] for i in range(0, len(seq), 80)) + "\n")
-    return path
+    return write_fasta(tmp_path_factory.mktemp("genome") / "toy.fa", n=40_000)
 
 
 def cli_model(config: Path, fasta: Path) -> L.LightningModule:

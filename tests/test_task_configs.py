@@ -1,6 +1,6 @@
 """Every task YAML under configs/ parses and instantiates through the CLI (alone, or layered on its base).
 
-The scheme files in configs/posenc/ are layered on every task by tests/posenc/test_configs.py,
+The scheme files in configs/posenc/ are layered on every task by tests/posenc/test_scheme_configs.py,
 tests/dna/ and tests/ts/; here they are only counted against the catalogue.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import posenc
-from tests.helpers import in_dir
+from tests.helpers import workdir_with_store
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -33,7 +33,7 @@ BASE = {"dna": CONFIGS / "dna_lm.yaml", "ts": CONFIGS / "ts_forecast.yaml"}
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """One working directory for the module, so the genome cache under outputs/ is built once."""
-    with in_dir(tmp_path_factory.mktemp("configs")) as tmp:
+    with workdir_with_store(tmp_path_factory.mktemp("configs")) as tmp:
         yield tmp
 
 

@@ -1,0 +1,26 @@
+"""Fault injection that the CLI loads by class path, like the toy task beside it:
+``--trainer.callbacks+=tests.toy.faults.FailAtStep`` (``tests.helpers.FAULT``).
+
+A module of its own so that importing tests/helpers.py does not import Lightning.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import lightning as L
+
+
+class FailAtStep(L.Callback):
+    """Test fault injection: at ``step`` (when ``$POSENC_FAULT`` is set) raise, or SIGKILL the process."""
+
+    def __init__(self, step: int = 9, how: str = "raise") -> None:
+        self.step, self.how = step, how
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.step or not os.environ.get("POSENC_FAULT"):
+            return
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"injected fault at step {self.step}")
