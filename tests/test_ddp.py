@@ -382,9 +382,9 @@ def test_compare_child_trains_with_ddp(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT),
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     proc = subprocess.run([sys.executable, "-m", "pipelines.eval.compare", "--config", "tiny.yaml",
-                           "--config", "ddp.yaml", "--schemes", "alibi", "--factors", "1", "2",
-                           "--out", "report"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900, start_new_session=True)
+                           "--config", "ddp.yaml", "--schemes", "alibi", "--seeds", "0",
+                           "--factors", "1", "2", "--out", "report"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900, start_new_session=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Initializing distributed: GLOBAL_RANK: 1" in proc.stderr
     _, found = runs(tmp_path)
