@@ -12,23 +12,34 @@ CONFIG ?= configs/dna_lm.yaml
 MLFLOW_DB ?= mlflow.db
 UI_HOST ?= 127.0.0.1
 UI_PORT ?= 5000
+# TRACKING_URI=http://<server>:5000 sends train/compare/evaluate/predict to a shared tracking server
+# (it sets MLFLOW_TRACKING_URI, which they all read); unset, they use the sqlite store $(MLFLOW_DB).
+ifdef TRACKING_URI
+export MLFLOW_TRACKING_URI := $(TRACKING_URI)
+endif
 # The machines here set PYTHONDONTWRITEBYTECODE=1 and pip runs with --no-compile: unset it for our
 # commands so .pyc files get written once, lazily, instead of every process recompiling torch/lightning.
 unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all lint ui clean evaluate compare bench
+.PHONY: help install train test test-all lint ui tracking-server clean evaluate compare bench figures
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  variables: CONFIG=$(CONFIG) TORCH_SPEC=$(TORCH_SPEC) TORCH_INDEX_URL=$(TORCH_INDEX_URL)"
 
+# pip's own output goes to $(VENV)/install.log (its last lines are shown if it fails).
+INSTALL_LOG := $(VENV)/install.log
 $(STAMP): pyproject.toml requirements.lock
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
-	$(PIP_INSTALL) -c requirements.lock -e ".[dev]"
-	touch $@
+	@echo "make: installing $(TORCH_SPEC), then posenc and its dependencies into $(VENV)" \
+	  "(about a minute; pip's log: $(INSTALL_LOG))"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP_INSTALL) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)" \
+	  > $(INSTALL_LOG) 2>&1 || { tail -n 30 $(INSTALL_LOG); exit 1; }
+	@$(PIP_INSTALL) -c requirements.lock -e ".[dev]" >> $(INSTALL_LOG) 2>&1 \
+	  || { tail -n 30 $(INSTALL_LOG); exit 1; }
+	@touch $@
 
 install: $(STAMP) ## Create .venv and install torch, then the project (skipped when up to date)
 
@@ -39,9 +50,12 @@ evaluate: $(STAMP) ## Score CKPT (checkpoint or MLflow run id) at 1-16x its trai
 	@test -n "$(CKPT)" || { echo "error: set CKPT=<checkpoint path or MLflow run id>" >&2; exit 2; }
 	$(PY) -m pipelines.eval.evaluate $(CKPT) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(ARGS)
 
-compare: $(STAMP) ## Train CONFIG once per scheme in SCHEMES="..." [SEEDS="0 1"], compare at every length
+compare: $(STAMP) ## Train CONFIG per scheme in SCHEMES="..." and seed in SEEDS (default "0 1 2"; finished runs are reused), compare with CIs
 	@test -n "$(SCHEMES)" || { echo "error: set SCHEMES=\"none rope alibi ...\" (names in configs/posenc/)" >&2; exit 2; }
-	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) $(if $(SEEDS),--seeds $(SEEDS)) $(ARGS)
+	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) --seeds $(or $(SEEDS),0 1 2) $(ARGS)
+
+figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train runs (DNA LM, forecaster)
+	$(PY) -m pipelines.eval.figures --out docs/figures $(ARGS)
 
 test: $(STAMP) ## Run the fast test suite (what CI runs)
 	$(PY) -m pytest -q $(ARGS)
@@ -57,8 +71,19 @@ ui: $(STAMP) ## Serve the MLflow UI on $(UI_HOST):$(UI_PORT) (loopback unless UI
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server \
 	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT) --workers 1
 
+tracking-server: $(STAMP) ## Shared MLflow server: BACKEND_URI=postgresql://… ARTIFACTS=<dir|s3://…> [UI_HOST/UI_PORT]
+	@test -n "$(BACKEND_URI)" -a -n "$(ARTIFACTS)" || { echo "usage: make tracking-server \
+	  BACKEND_URI=postgresql://user:password@host:5432/mlflow ARTIFACTS=/shared/mlartifacts [UI_HOST=0.0.0.0]" >&2; exit 2; }
+	@$(PY) -c "import psycopg" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[postgres]"
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri "$(BACKEND_URI)" \
+	  --artifacts-destination "$(ARTIFACTS)" --host $(UI_HOST) --port $(UI_PORT)
+
 clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 	rm -rf outputs mlruns mlartifacts $(MLFLOW_DB) .pytest_cache .ruff_cache
+
+.PHONY: experiments
+experiments: $(STAMP) ## Run the literature's claims with their controls (configs/experiments/) [ONLY=name] [ARGS=--smoke]
+	$(PY) -m pipelines.eval.claims $(if $(ONLY),--only $(ONLY)) $(ARGS)
 
 .PHONY: predict
 predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INPUT, write OUTPUT

@@ -14,6 +14,10 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from datamodules.progress import interactive, progress_enabled
+from pipelines.console import LineProgressBar, configure, spell_out_verbose
+from pipelines.tasks.distributed import end_process_group
+from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
     FailedRunGuard,
     StopOnNonFiniteLoss,
@@ -55,9 +59,27 @@ class PosencCLI(LightningCLI):
                             help="fit: resume an unfinished run of the same config from its last.ckpt.")
         parser.add_argument("--checkpoint_every_n_steps", type=int, default=50,
                             help="fit: steps between resume checkpoints (outputs/runs/<key>/last.ckpt).")
+        # What a person sees (pipelines.console): progress bars, and library chatter only if asked for.
+        parser.add_argument("--progress", type=bool | None, default=None,
+                            help="Progress bars (one line per step when output is not a terminal); "
+                                 "false: none (default: on).")
+        parser.add_argument("--verbose", type=bool | None, default=None,
+                            help="Show every library warning and log line (default: only those to act on).")
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """Lightning's subcommands, with ``Trainer.test(verbose=…)`` left at its default so that
+        ``--verbose`` is this project's switch (library chatter shown) in every subcommand."""
+        return {name: {*skip, "verbose"} for name, skip in LightningCLI.subcommands().items()}
+
+    def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
+        self.command = command or command_line(kwargs.get("args"))
+        super().__init__(*args, **kwargs)
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config.get(self.subcommand, self.config)
+        configure(verbose=cfg.get("verbose"), progress=cfg.get("progress"))
+        self._choose_progress_bar(cfg)
         logger = cfg.trainer.get("logger")
         if hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path):
             if not logger.init_args.get("run_name"):
@@ -68,6 +90,22 @@ class PosencCLI(LightningCLI):
         if self.subcommand == "fit" and cfg.get("resume", True):
             self.resume_dir = prepare_resume(self._parser(self.subcommand), cfg)
 
+    def _choose_progress_bar(self, cfg: Any) -> None:
+        """Lightning's tqdm bar on a terminal, :class:`LineProgressBar` in logs, none with
+        ``--progress false`` (a progress bar the config itself names is left alone)."""
+        trainer = cfg.get("trainer")
+        if trainer is None:
+            return
+        if not progress_enabled():
+            trainer.enable_progress_bar = False
+            return
+        named = [str(getattr(cb, "class_path", "")) for cb in trainer.get("callbacks") or []]
+        if trainer.get("enable_progress_bar") is False or any("ProgressBar" in n for n in named):
+            return
+        if not interactive():
+            self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []),
+                                                  LineProgressBar()]
+
     def instantiate_classes(self) -> None:
         """Build the classes; a new sqlite MLflow store is created by one process at a time."""
         cfg = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
@@ -75,8 +113,13 @@ class PosencCLI(LightningCLI):
         mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
         with new_store_lock(logger.init_args.get("tracking_uri") if mlflow else None):
             super().instantiate_classes()
+        for lg in mlflow_loggers(self.trainer):  # tags as strings: jsonargparse turns '0' into 0, which
+            lg.tags = {str(k): str(v) for k, v in (lg.tags or {}).items()} or None  # a server rejects
 
     def before_fit(self) -> None:
+        register = self._register_callback()
+        if register is not None:
+            register.command = self.command
         if getattr(self, "resume_dir", None) is not None:
             cfg = self.config.get(self.subcommand, self.config)
             every = cfg.get("checkpoint_every_n_steps", 50)
@@ -90,8 +133,14 @@ class PosencCLI(LightningCLI):
         if cfg.get("test_after_fit", True):
             ckpt = "best" if getattr(trainer.checkpoint_callback, "best_model_path", "") else None
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
-        for logger in mlflow_loggers(trainer):
-            print(run_summary(logger) + "\n  see it: make ui", file=sys.stderr)
+        register = self._register_callback()
+        for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:  # DDP: the run is rank 0's
+            if register is not None:
+                update_card(register, logger.experiment)  # the card shows the test metrics too
+            print(run_summary(logger, model_uri=getattr(register, "model_uri", None)), file=sys.stderr)
+
+    def _register_callback(self) -> RegisterModel | None:
+        return next((c for c in self.trainer.callbacks if isinstance(c, RegisterModel)), None)
 
 
 def run_name(cfg: Any) -> str:
@@ -105,7 +154,7 @@ def run_name(cfg: Any) -> str:
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
-def make_cli(args: list[str] | None = None, run: bool = True) -> PosencCLI:
+def make_cli(args: list[str] | None = None, run: bool = True, command: str | None = None) -> PosencCLI:
     """The CLI over ``args``; with ``run=False`` it only parses and instantiates (no subcommand)."""
     parser_kwargs = {"parser_mode": "yaml", "exit_on_error": False}
     if run:
@@ -123,19 +172,30 @@ def make_cli(args: list[str] | None = None, run: bool = True) -> PosencCLI:
         args=args,
         run=run,
         auto_configure_optimizers=False,
+        command=command,
     )
 
 
-def main(args: list[str] | None = None) -> PosencCLI | None:
-    """Run the CLI; a user mistake ends as one ``error: …`` line on stderr and exit status 2."""
+def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI | None:
+    """Run the CLI; a user mistake ends as one ``error: …`` line on stderr and exit status 2.
+
+    ``command`` is how a person reruns this training (the model card shows it); default: this
+    process's own command line.
+    """
+    if args is None:
+        sys.argv[1:] = spell_out_verbose(sys.argv[1:])
+    else:
+        args = spell_out_verbose(args)
     try:
-        return make_cli(args)
+        cli = make_cli(args, command=command)
     except Exception as exc:  # a user mistake, or a broken environment (unwritable folder, bad MLflow store)
         message = user_error(exc) or environment_error(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
+    end_process_group()  # DDP: every rank exits cleanly (a live gloo group aborts the interpreter)
+    return cli
 
 
 def user_error(exc: BaseException) -> str | None:

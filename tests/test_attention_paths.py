@@ -299,9 +299,9 @@ def test_flex_score_mod_matches_dense_reference_eager_cpu(cls, monkeypatch):
             q, k, v = attn.qkv(x).view(2, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
             if cls.__name__ == "DynamicBias":  # torch.unique does not trace: the model falls back
                 with pytest.raises(RuntimeError):
-                    attention.flex(q, k, v, pos, pe, kpm, causal)
+                    attention.flex(q, k, v, attention.AttentionCall(pos, pe, kpm, causal))
                 continue
-            y = attention.flex(q, k, v, pos, pe, kpm, causal)  # (B, H, T, Dh)
+            y = attention.flex(q, k, v, attention.AttentionCall(pos, pe, kpm, causal))  # (B, H, T, Dh)
             got = attn.out(y.transpose(1, 2).reshape(2, T, D))
             ref = reference_attention(attn, x, pos, pe, kpm, causal)
         torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-5, atol=1e-5)

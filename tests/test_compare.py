@@ -1,7 +1,10 @@
-"""``python -m pipelines.eval.compare``: a parent MLflow run, a nested child per scheme, table + figure."""
+"""``python -m pipelines.eval.compare``: seeds by default, statistics read back from MLflow (means with
+Student-t intervals, paired differences and their calls, retained gain), finished children reused,
+fair setups (comparison overrides), skipped schemes."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -9,11 +12,94 @@ import pandas as pd
 import pytest
 import yaml
 
+from pipelines.eval.compare_runs import ChildRun, TaskInfo
+from pipelines.eval.extrapolation import TRAINED
 from tests.test_extrapolation import InDir, client, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
+T975_DF2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)  # Student t, 2 degrees of freedom, closed form
 
 
+# ----------------------------------------------------------------------------- statistics, by hand
+def hand_children() -> list[ChildRun]:
+    """Four schemes × seeds 0 1 2 of a lower-is-better loss at 10 (= L₀), 20, 40; trivial baseline 2.0."""
+    info = TaskInfo("toy", "loss", False, 10, [10, 20, 40], "tokens", "position", "coin")
+    curves = {
+        "A": [(1.0, 1.0, 1.5), (1.1, 1.1, 1.55), (1.2, 1.2, 1.6)],  # keeps half its gain at 40
+        "B": [(0.88, 1.1, 2.0), (1.0, 1.0, 2.1), (1.12, 1.3, 2.2)],  # −0.1 at 10, ±0.1 at 20, worse at 40
+        "C": [(2.05, 2.0, 2.0), (1.98, 2.0, 2.0), (2.1, 2.0, 2.0)],  # no better than the baseline
+        "D": [(1.9, 1.9, 1.9), (2.05, 2.0, 2.0), (1.95, 2.0, 2.0)],  # a gain the seeds cannot separate from 0
+    }
+    return [ChildRun(s, seed, f"{s}{seed}", "trained", trivial=2.0, info=info,
+                     curves={TRAINED: dict(zip(info.lengths, per_seed[seed], strict=True))})
+            for seed in range(3) for s, per_seed in curves.items()]
+
+
+def test_statistics_of_a_comparison_against_hand_computed_values(tmp_path):
+    from pipelines.eval.compare_report import markdown, write_csvs
+    from pipelines.eval.compare_stats import compare
+
+    cmp = compare(hand_children(), reference="A")
+    a, b, c, d = cmp.rows
+    assert [r.label for r in cmp.rows] == ["A", "B", "C", "D"] and cmp.seeds == [0, 1, 2]
+    # A at 10: 1.0 1.1 1.2 → mean 1.1, s = 0.1, half-width t·s/√3
+    assert a.metric[10].mean == pytest.approx(1.1)
+    assert a.metric[10].half == pytest.approx(T975_DF2 * 0.1 / 3**0.5)
+    # B − A per seed at 10: −0.12 −0.10 −0.08 → mean −0.1, s = 0.02: the interval excludes 0, lower is better
+    assert b.diff[10].mean == pytest.approx(-0.1)
+    assert b.diff[10].half == pytest.approx(T975_DF2 * 0.02 / 3**0.5)
+    assert b.calls == {10: 1, 20: 0, 40: -1} and a.diff[10] is None  # +0.1 −0.1 +0.1 at 20: not called
+    # retained gain: A keeps (2 − 1.5)/(2 − 1.0) = 0.5 at 40 on every seed → ratio 20; B drops below at 20
+    assert a.retained[40].mean == pytest.approx(0.5) and a.ratio == 20 and b.ratio == 10
+    assert b.retained[20].mean == pytest.approx((0.9 / 1.12 + 1.0 + 0.7 / 0.88) / 3)
+    assert c.ratio is None and "not better than the trivial baseline" in c.no_ratio
+    assert d.ratio is None and "not separable from 0" in d.no_ratio and d.gain.lo < 0 < d.gain.mean
+    md = markdown(cmp)
+    assert "| A | 3 | 1.1000 ± 0.2484 |" in md
+    b_line = next(line for line in md.splitlines() if line.startswith("| B | -0.1000"))
+    assert [sym for sym in "▲·▼" if sym in b_line] == ["▲", "·", "▼"]
+    assert b_line.index("▲") < b_line.index("·") < b_line.index("▼")
+    assert "| A | +0.9000 ± 0.2484 | 1.00 ± 0.00 | 0.50 ± 0.00 | 2× (L=20) |" in md
+    wide = pd.read_csv(write_csvs(cmp, tmp_path)[0]).set_index("scheme")
+    assert wide.loc["B", "diff_L10"] == pytest.approx(-0.1) and wide.loc["B", "call_L40"] == -1
+    assert wide.loc["A", "lo_L10"] == pytest.approx(1.1 - T975_DF2 * 0.1 / 3**0.5)
+    assert wide.loc["A", "max_length"] == 20 and wide.loc["C", "no_ratio"].startswith("not better")
+
+
+# ----------------------------------------------------------------------------- fair setups
+def test_comparison_overrides_give_learned_exactly_the_trained_positions():
+    from pipelines.eval.compare import overrides
+
+    dna, ts = ROOT / "configs/compare_dna_lm.yaml", ROOT / "configs/compare_ts.yaml"
+    assert overrides([str(dna)], "learned") == [ROOT / "configs/compare_dna_lm_learned.yaml"]
+    assert overrides([str(ts)], "periodic_rope") == [ROOT / "configs/compare_ts_periodic_rope.yaml"]
+    assert overrides([str(dna)], "rope") == []
+
+    def max_len(path: Path) -> int:
+        return yaml.safe_load(path.read_text())["model"]["init_args"]["pe"]["init_args"]["max_len"]
+
+    data = yaml.safe_load(dna.read_text())["data"]["init_args"]
+    assert max_len(ROOT / "configs/compare_dna_lm_learned.yaml") == data["seq_len"]
+    data = yaml.safe_load(ts.read_text())["data"]["init_args"]  # patches + the forecast token
+    assert max_len(ROOT / "configs/compare_ts_learned.yaml") == data["lookback"] // data["patch_len"] + 1
+
+
+def test_child_key_ignores_summary_options_but_not_the_setup(tmp_path):
+    from pipelines.eval.compare_runs import child_key
+
+    def layer(name: str, **init_args) -> Path:
+        cfg = {"data": {"init_args": {"seq_len": 64}}, "trainer": {"callbacks": [
+            {"class_path": "pipelines.ExtrapolationEval", "init_args": {"factors": [1, 2], **init_args}}]}}
+        (tmp_path / name).write_text("# a comment\n" + yaml.safe_dump(cfg))
+        return tmp_path / name
+
+    base = child_key([layer("a.yaml")], [])
+    assert child_key([layer("b.yaml", tolerance=0.05, retain=0.8, baselines=True)], []) == base
+    assert child_key([layer("c.yaml", factors=[1, 4])], []) != base
+    assert child_key([layer("a.yaml")], [{"class_path": "x"}]) != base
+
+
+# ----------------------------------------------------------------------------- tiny runs
 def tiny_overlay(tmp: Path) -> Path:
     """compare_dna_lm.yaml shrunk to seconds: synthetic genome, tiny model, a few steps, 1×–4×."""
     fasta = write_fasta(tmp / "g.fa")
@@ -36,65 +122,95 @@ def tiny_overlay(tmp: Path) -> Path:
     return path
 
 
-def test_compare_two_schemes_makes_one_parent_and_two_children(tmp_path):
+def compare_args(tmp: Path, *extra: str) -> list[str]:
+    return ["--config", str(ROOT / "configs/compare_dna_lm.yaml"), "--config", str(tmp / "tiny.yaml"),
+            "--factors", "1", "2", *extra]
+
+
+def parents_and_children(tmp: Path):
+    c = client(tmp)
+    runs = c.search_runs([c.get_experiment_by_name("posenc-compare").experiment_id])
+    parents = sorted((r for r in runs if r.data.tags.get("posenc.compare") == "parent"),
+                     key=lambda r: r.info.start_time)
+    children = [r for r in runs if r.data.tags.get("posenc.compare") != "parent"]
+    return c, parents, children
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """Default seeds for alibi, rope and a scheme the task cannot build; then rope again with 5 seeds."""
     from pipelines.eval.compare import main
 
-    overlay = tiny_overlay(tmp_path)
-    with InDir(tmp_path):
-        main(
-            [
-                "--config",
-                str(ROOT / "configs/compare_dna_lm.yaml"),
-                "--config",
-                str(overlay),
-                "--schemes",
-                "alibi",
-                "rope",
-                "--factors",
-                "1",
-                "2",
-                "4",
-                "--out",
-                "cmp",
-            ]
-        )
-    c = client(tmp_path)
-    exp = c.get_experiment_by_name("posenc-compare")
-    runs = c.search_runs([exp.experiment_id])
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 1 and len(children) == 2
-    parent = parents[0].info.run_id
-    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent}
-    assert sorted(r.data.tags["posenc.compare.scheme"] for r in children) == ["alibi", "rope"]
-    assert {r.data.tags["posenc.compare.seed"] for r in children} == {"0"}  # same seed for every scheme
-    for r in children:  # each child swept at every length, step = length
+    tmp = tmp_path_factory.mktemp("compare")
+    tiny_overlay(tmp)
+    broken = tmp / "broken.yaml"
+    broken.write_text(yaml.safe_dump({"model": {"init_args": {"pe": {
+        "class_path": "posenc.Learned", "init_args": {"max_len": 0}}}}}))
+    with InDir(tmp):
+        main(compare_args(tmp, "--schemes", "alibi", "rope", str(broken), "--out", "first"))
+        main(compare_args(tmp, "--schemes", "rope", "--seeds", "0", "1", "2", "3", "4", "--out", "second"))
+    return tmp
+
+
+def test_compare_runs_three_paired_seeds_by_default_and_shows_ci_and_calls(compared):
+    c, parents, children = parents_and_children(compared)
+    first = parents[0].info.run_id
+    mine = [r for r in children if r.data.tags["mlflow.parentRunId"] == first]
+    pairs = sorted((r.data.tags["posenc.compare.scheme"], r.data.tags["posenc.compare.seed"]) for r in mine)
+    assert pairs == [(s, str(seed)) for s in ("alibi", "rope") for seed in range(3)]  # broken: never trained
+    for r in mine:  # swept at every length (step = length), marked complete, and the trivial baseline beside
         steps = [m.step for m in c.get_metric_history(r.info.run_id, "extrapolation/bits_per_base_by_length")]
-        assert steps == [32, 64, 128]
-    assert {a.path for a in c.list_artifacts(parent)} >= {
-        "comparison.md",
-        "comparison.csv",
-        "comparison_long.csv",
-        "comparison.png",
-    }
-    table = pd.read_csv(tmp_path / "cmp" / "comparison.csv")
+        assert steps == [32, 64] and r.data.tags["posenc.compare.complete"] == "true"
+        assert "extrapolation/trivial_baseline" in r.data.metrics
+    # the (slower) reference baselines: scored once, by the first child trained, shown in the table
+    assert sum("extrapolation/baseline/markov5" in r.data.metrics for r in mine) == 1
+    assert {a.path for a in c.list_artifacts(first)} >= {
+        "comparison.md", "comparison.csv", "comparison_long.csv", "comparison.png"}
+    md = (compared / "first" / "comparison.md").read_text()
+    assert "Seeds 0 1 2" in md and "95 % Student-t" in md and "; markov5 " in md
+    assert "| alibi | 3 | " in md and " ± " in md.split("| alibi | 3 | ")[1].splitlines()[0]
+    assert "#### Difference from `alibi`" in md and "| rope+yarn | " in md
+    rope_diff = next(line for line in md.splitlines() if line.startswith("| rope | +") or
+                     line.startswith("| rope | -"))
+    assert any(sym in rope_diff for sym in "▲▼·")
+    assert "#### Retained gain over the trivial baseline (order-0 Markov)" in md
+    assert "Skipped (the task cannot run them): `broken`: Learned max_len must be positive, got 0" in md
+    table = pd.read_csv(compared / "first" / "comparison.csv")
     assert list(table.scheme) == ["alibi", "rope", "rope+pi", "rope+ntk", "rope+dynamic_ntk", "rope+yarn"]
-    assert table[["mean_L32", "mean_L64", "mean_L128"]].notna().all().all()
-    md = (tmp_path / "cmp" / "comparison.md").read_text()
-    assert "| alibi |" in md and "L=128 (4×)" in md and "markov5" in md
-    steps = [m.step for m in c.get_metric_history(parent, "rope/yarn/bits_per_base_by_length")]
-    assert steps == [32, 64, 128]
-    assert c.get_run(parent).info.status == "FINISHED"
+    assert table[["mean_L32", "lo_L32", "hi_L32", "mean_L64"]].notna().all().all()
+    assert (table.lo_L32 < table.mean_L32).all() and (table.mean_L32 < table.hi_L32).all()
+    steps = [m.step for m in c.get_metric_history(first, "rope/yarn/bits_per_base_by_length")]
+    assert steps == [32, 64] and c.get_run(first).info.status == "FINISHED"
+    assert "broken: Learned max_len must be positive" in c.get_run(first).data.tags["posenc.compare.skipped"]
 
 
-def test_unknown_scheme_fails_before_any_run(tmp_path, capsys):
+def test_more_seeds_train_only_the_new_ones(compared):
+    c, parents, children = parents_and_children(compared)
+    second = parents[1].info.run_id
+    trained = sorted(r.data.tags["posenc.compare.seed"] for r in children
+                     if r.data.tags["mlflow.parentRunId"] == second)
+    assert trained == ["3", "4"]  # seeds 0 1 2 of rope were finished by the first comparison
+    long_ = pd.read_csv(compared / "second" / "comparison_long.csv")
+    sources = long_[long_.variant == TRAINED].groupby("seed").source.first().to_dict()
+    assert sources == {0: "reused", 1: "reused", 2: "reused", 3: "trained", 4: "trained"}
+    md = (compared / "second" / "comparison.md").read_text()
+    assert "Seeds 0 1 2 3 4" in md and "| rope | 5 | " in md
+    assert "Runs: 2 trained now, 3 reused" in md
+
+
+def test_bad_options_fail_before_any_run(tmp_path, capsys):
     from pipelines.eval.compare import main
 
-    with InDir(tmp_path), pytest.raises(SystemExit) as exc:
-        main(["--config", str(ROOT / "configs/compare_dna_lm.yaml"), "--schemes", "rope", "ropee"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "unknown scheme 'ropee'" in err and "periodic_rope" in err
+    for argv, msg in (
+        (["--schemes", "rope", "ropee"], "unknown scheme 'ropee'"),
+        (["--schemes", "rope", "alibi", "--reference", "none"], "--reference 'none' is not among --schemes"),
+        (["--schemes", "rope", "--seeds", "0", "0"], "--seeds lists a seed twice"),
+        (["--schemes", "rope", "--retain", "0"], "retain must be in (0, 1]"),
+    ):
+        with InDir(tmp_path), pytest.raises(SystemExit) as exc:
+            main(["--config", str(ROOT / "configs/compare_dna_lm.yaml"), *argv])
+        assert exc.value.code == 2
+        assert msg in capsys.readouterr().err
     assert not (tmp_path / "mlflow.db").exists() or not client(tmp_path).search_experiments(
         filter_string="name = 'posenc-compare'"
     )

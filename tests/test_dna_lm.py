@@ -57,7 +57,8 @@ def test_run_is_logged_to_sqlite(trained):
     assert run.data.params["pe/class_path"] == "posenc.ALiBi"
     metrics = run.data.metrics
     for key in ("val/bits_per_base", "test/bits_per_base", "baseline/markov0_bits_per_base",
-                "baseline/markov5_bits_per_base"):
+                "baseline/markov_bits_per_base", "baseline/markov_order",
+                "baseline/markov_bits_per_base_L32"):
         assert np.isfinite(metrics[key]), key
     steps = [m.step for m in client(tmp).get_metric_history(run.info.run_id, "test/bits_per_base_by_length")]
     assert steps == [32, 64, 128, 256]
@@ -92,13 +93,24 @@ def test_checkpoint_reloads_weights_only_with_same_scheme(trained):
 
 
 def test_learned_past_max_len_is_recorded_undefined(tmp_path):
+    (tmp_path / "plain.yaml").write_text("trainer: {callbacks: []}\n")  # whole windows: no SelectContext
     cli = run_cli(tmp_path, "--config", str(ROOT / "configs/posenc/learned.yaml"),
-                  "--model.init_args.pe.init_args.max_len=64")
+                  "--model.init_args.pe.init_args.max_len=64", "--config", str(tmp_path / "plain.yaml"))
     assert cli.model.undefined_lengths == [128, 256]
     run = client(tmp_path).get_run(cli.trainer.logger.run_id)
     assert run.data.params["extrapolation/undefined_lengths"] == "128,256"
     assert {"test/bits_per_base_L32", "test/bits_per_base_L64"} <= set(run.data.metrics)
     assert "test/bits_per_base_L128" not in run.data.metrics
+
+
+def test_select_context_skips_contexts_the_encoding_does_not_define(tmp_path):
+    """Learned (64 rows) cannot read whole 256-base windows: SelectContext scores only the chunked
+    contexts, chooses one, and the test then defines every length through it."""
+    cli = run_cli(tmp_path, "--config", str(ROOT / "configs/posenc/learned.yaml"),
+                  "--model.init_args.pe.init_args.max_len=64")
+    select = next(c for c in cli.trainer.callbacks if type(c).__name__ == "SelectContext")
+    assert None not in select.scores and select.chosen in (32, 64)
+    assert cli.model.undefined_lengths == []
 
 
 def test_markov_baselines():

@@ -57,14 +57,50 @@ def test_extrapolation_ratio_on_hand_made_numbers(metrics, higher, expected):
     assert extrapolation_ratio(metrics, 100, higher, 0.05) == expected
 
 
-def test_summary_reports_ratio_and_metric_at_longest():
+def toy_result(trivial: float | None = 2.0, tolerance: float | None = None) -> Extrapolation:
     cells = [LengthResult(TRAINED, n, m) for n, m in ((10, 1.0), (20, 1.04), (40, 1.2))]
     cells.append(LengthResult(TRAINED, 80, None, status="undefined"))
-    res = Extrapolation("t", "loss", False, 10, "tokens", "position", "X", cells)
+    return Extrapolation("t", "loss", False, 10, "tokens", "position", "X", cells, tolerance=tolerance,
+                         trivial=trivial, trivial_name="coin")
+
+
+def test_summary_reports_the_retained_gain_ratio_and_metric_at_longest():
+    # trivial baseline 2.0, loss 1.0 at L0 → gain 1.0; retained 0.96 at 20, 0.8 at 40 (< 0.9)
+    res = toy_result()
+    assert res.retained() == pytest.approx({10: 1.0, 20: 0.96, 40: 0.8, 80: None})
     s = res.summary()
-    assert (s["ratio"], s["max_length"], s["loss_at_train"]) == (2.0, 20.0, 1.0)
+    assert (s["ratio"], s["max_length"], s["loss_at_train"], s["beats_trivial"]) == (2.0, 20.0, 1.0, 1.0)
+    assert s["retained_gain_at_train"] == 1.0 and "tolerance_ratio" not in s
     assert "loss_at_longest" not in s  # the longest length (80) is undefined
-    assert res.undefined() == [80]
+    assert res.undefined() == [80] and res.verdict() == ""
+    # the relative rule, kept as an option: 1.04 is within 5 % of 1.0, 1.2 is not
+    assert toy_result(tolerance=0.05).summary()["tolerance_ratio"] == 2.0
+
+
+def test_no_ratio_without_a_gain_over_the_trivial_baseline():
+    res = toy_result(trivial=0.9)  # the baseline (0.9) beats the model (1.0) at L0
+    s = res.summary()
+    assert s["beats_trivial"] == 0.0 and "ratio" not in s
+    assert "does not beat the trivial baseline (coin 0.9)" in res.verdict()
+    assert all(v is None for v in res.retained().values())
+    assert "ratio" not in toy_result(trivial=None).summary()
+    assert toy_result(trivial=None).verdict() == "the task defines no trivial baseline"
+
+
+def test_retained_gain_is_logged_per_length_next_to_the_metric():
+    from pipelines.eval.report import mlflow_metrics, mlflow_tags
+
+    res = toy_result()
+    res.baselines = {"markov5": 1.5}
+    got = {(k, step): v for k, v, step in mlflow_metrics(res)}
+    assert got[("extrapolation/loss_by_length", 20)] == 1.04
+    assert got[("extrapolation/retained_gain_by_length", 20)] == pytest.approx(0.96)
+    assert ("extrapolation/retained_gain_by_length", 80) not in got  # undefined there
+    assert got[("extrapolation/trivial_baseline", 0)] == 2.0
+    assert got[("extrapolation/baseline/markov5", 0)] == 1.5
+    tags = mlflow_tags(res)
+    assert tags["extrapolation/trivial"] == "coin" and tags["extrapolation/lengths"] == "10,20,40,80"
+    assert tags["extrapolation/undefined_lengths"] == "80" and tags["extrapolation/no_ratio"] == "none"
 
 
 @pytest.mark.parametrize("bad", [[], [64, 32], [32, 32], [0, 32]])
@@ -80,6 +116,8 @@ def test_callback_rejects_decreasing_factors():
         ExtrapolationEval(factors=[1, 4, 2])
     with pytest.raises(PosencError, match="unknown RoPE variant"):
         ExtrapolationEval(rope_variants=["pi", "rope3"])
+    with pytest.raises(PosencError, match="retain must be in"):
+        ExtrapolationEval(retain=1.5)
 
 
 # ----------------------------------------------------------------------------- tiny runs
@@ -152,9 +190,24 @@ def test_callback_logs_one_metric_per_length_with_steps(rope_run):
         history = c.get_metric_history(run_id, key)
         assert [m.step for m in history] == LENGTHS, key
         assert all(math.isfinite(m.value) for m in history)
-    metrics = c.get_run(run_id).data.metrics
-    assert metrics["extrapolation/ratio"] in (1, 2, 4, 8, 16)
-    assert metrics["extrapolation/max_length"] == 32 * metrics["extrapolation/ratio"]
+    run = c.get_run(run_id)
+    metrics, tags = run.data.metrics, run.data.tags
+    # the trivial baseline (order-0 Markov) on the same test bases, computed here independently
+    from pipelines.tasks.markov import MarkovModel
+
+    dm = cli.datamodule
+    test = dm.region_codes("test", dm.eval_span)
+    markov0 = MarkovModel(0).fit(dm.region_codes("train")).bits_per_base(test)
+    assert metrics["extrapolation/trivial_baseline"] == pytest.approx(markov0)
+    assert tags["extrapolation/metric"] == "bits_per_base" and tags["extrapolation/train_length"] == "32"
+    if metrics["extrapolation/beats_trivial"]:  # a ratio, and retained gain at every defined length
+        assert metrics["extrapolation/ratio"] in (1, 2, 4, 8, 16)
+        assert metrics["extrapolation/max_length"] == 32 * metrics["extrapolation/ratio"]
+        gains = c.get_metric_history(run_id, "extrapolation/retained_gain_by_length")
+        assert [m.step for m in gains] == LENGTHS
+    else:  # a tiny model a few steps in: no gain to keep, so no ratio, and the run says why
+        assert "extrapolation/ratio" not in metrics
+        assert tags["extrapolation/no_ratio"].startswith("does not beat the trivial baseline (order-0 Markov")
     arts = {a.path for a in c.list_artifacts(run_id, "extrapolation")}
     assert {
         "extrapolation/extrapolation.png",
@@ -203,7 +256,7 @@ def test_learned_pe_past_max_len_is_undefined_not_a_crash(tmp_path):
     assert res.variants == [TRAINED]  # not a RoPE-family scheme: no inference-time variants
     run = client(tmp_path).get_run(cli.trainer.logger.run_id)
     assert run.data.tags["extrapolation/undefined_lengths"] == "128"
-    assert run.data.metrics["extrapolation/max_length"] <= 64
+    assert run.data.metrics.get("extrapolation/max_length", 0) <= 64  # (no ratio without a gain)
     assert "extrapolation/bits_per_base_at_longest" not in run.data.metrics
 
 
@@ -319,3 +372,74 @@ def test_masked_lm_sweep_matches_its_own_test_pass(tmp_path):
     )
     own = {n: r["bits_per_base"] for n, r in model.length_results().items()}
     assert {n: v for n, v in res.by_length().items() if v is not None} == pytest.approx(own, rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- segmentation, classification
+class Constant(torch.nn.Module):
+    """Stands in for a task's forward: the same logits for every input (a trivial predictor)."""
+
+    def __init__(self, n_classes: int, winner: int, per_token: bool) -> None:
+        super().__init__()
+        self.logits = torch.zeros(n_classes)
+        self.logits[winner] = 1.0
+        self.per_token = per_token
+
+    def forward(self, tokens):
+        shape = (*tokens.shape, -1) if self.per_token else (tokens.shape[0], -1)
+        return self.logits.expand(*shape)  # (B, T, C) or (B, C)
+
+
+def test_segmentation_sweep_scores_accuracy_and_its_majority_class_baseline(tmp_path, monkeypatch):
+    import lightning as L
+
+    from datamodules import SegmentationDataModule
+    from pipelines.tasks.segment import FrameSegmenter
+    from tests.dna.conftest import random_bases, write_gff
+    from tests.dna.conftest import write_fasta as write_records
+
+    fasta = write_records(tmp_path / "g.fa", {"r": random_bases(6000)})
+    gff = write_gff(tmp_path / "a.gff", [("r", 1001, 2200, "+", 0), ("r", 3001, 3600, "-", 0),
+                                         ("r", 5501, 5710, "+", 0)])
+    dm = SegmentationDataModule(annotation=str(gff), fasta=str(fasta), seq_len=32, batch_size=4, gap=0,
+                                eval_lengths=[32, 64, 128], eval_tokens=256, cache_dir=None)
+    torch.manual_seed(0)
+    model = FrameSegmenter(vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2, n_layers=1,
+                           pe={"class_path": "posenc.RoPE"})
+    res = evaluate(model, dm, factors=[1, 2, 4], variants=[])
+    assert (res.metric, res.higher_is_better, res.trivial_name) == ("acc", True, "majority class")
+    L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False).test(
+        model, datamodule=dm, verbose=False)
+    own = {n: r["acc"] for n, r in model.length_results().items()}
+    assert res.by_length() == pytest.approx(own, rel=1e-6)  # = the task's own per-length accuracy
+    # the baseline = the sweep's accuracy of a model that always calls the train region's majority (0)
+    train = np.concatenate([dm.labels[a:b] for a, b in dm.regions["train"]])
+    assert np.bincount(train).argmax() == 0
+    monkeypatch.setattr(FrameSegmenter, "forward", Constant(7, 0, per_token=True).forward)
+    constant = evaluate(model, dm, factors=[1, 2, 4], variants=[])
+    assert list(constant.by_length().values()) == pytest.approx([res.trivial] * 3) and 0 < res.trivial < 1
+
+
+def test_classification_sweep_scores_auroc_against_chance(tmp_path, monkeypatch):
+    import lightning as L
+
+    from datamodules import ClassificationDataModule
+    from pipelines.tasks.classify import SequenceClassifier
+    from tests.dna.conftest import random_bases
+    from tests.dna.conftest import write_fasta as write_records
+
+    fasta = write_records(tmp_path / "s.fa", {f"s{i}": random_bases(30 + i, i) for i in range(24)})
+    (tmp_path / "labels.csv").write_text("id,label\n" + "".join(f"s{i},{'ab'[i % 2]}\n" for i in range(24)))
+    dm = ClassificationDataModule(fasta=str(fasta), labels=str(tmp_path / "labels.csv"), seq_len=16,
+                                  batch_size=4, split=(0.5, 0.25, 0.25), cache_dir=str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    model = SequenceClassifier(vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2, n_layers=1,
+                               pe={"class_path": "posenc.ALiBi"})
+    res = evaluate(model, dm, factors=[1, 2, 4])
+    assert (res.metric, res.higher_is_better, res.trivial) == ("auroc", True, 0.5)
+    assert all(c.curve is None for c in res.cells)  # a pooled classifier scores no position
+    L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False).test(
+        model, datamodule=dm, verbose=False)
+    own = {n: r["auroc"] for n, r in model.length_results().items()}
+    assert res.by_length() == pytest.approx(own, rel=1e-6)  # over all test sequences at once
+    monkeypatch.setattr(SequenceClassifier, "forward", Constant(2, 1, per_token=False).forward)
+    assert set(evaluate(model, dm, factors=[1, 2]).by_length().values()) == {0.5}  # chance is 0.5

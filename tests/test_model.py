@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipelines.model.transformer import Transformer, build_mask
+from pipelines.model import Transformer, build_mask
 from posenc import ALiBi, PositionalEncoding, RoPE, alibi_slopes, all_schemes, build_encoding
 from posenc.base import public_class_path
 from tests.test_contract import CONFIGS, D, H

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
 from datamodules.dna.annotation import call_genes
 from datamodules.dna.fasta import IupacMode, split_regions
@@ -31,6 +30,7 @@ from datamodules.dna.samples import (
     split_samples,
 )
 from datamodules.dna.tokenize import KmerTokenizer
+from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,10 @@ class ClassificationDataModule(L.LightningDataModule):
 
     def _loader(self, name: str, tokens: int, train: bool = False) -> DataLoader:
         ds = SampleWindows(self.sets[name], tokens, self.tokenizer, self.rc_prob if train else 0.0, self.seed)
-        sampler = RandomSampler(ds, generator=torch.Generator().manual_seed(self.seed)) if train else None
+        if train:  # a fresh seeded shuffle each epoch, one shard per rank under DDP
+            sampler = EpochSampler(len(ds), None, self.seed, *train_shard(self.trainer))
+        else:  # in order; disjoint blocks while a DDP trainer validates/tests
+            sampler = ShardSampler(len(ds), *eval_shard(self.trainer), what=f"{name} sequences")
         batch = self.batch_size if train else max(1, self.batch_size * self.seq_len // tokens)
         return DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)

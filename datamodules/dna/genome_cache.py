@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.dna.fasta import EncodeReport, Genome, IupacMode, iter_records, read_fasta
+from datamodules.progress import interactive, progress_bar
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ def load_genome(
         path: FASTA or GenBank file (plain, gzip or bgzip).
         cache_dir: cache folder; ``None`` reads into memory without caching.
         iupac: ambiguity-code handling (see :func:`datamodules.dna.fasta.encode_bases`).
-        progress: show a progress bar while encoding; default: for files ≥ 64 MiB or a TTY.
+        progress: show progress while encoding; default: for files ≥ 64 MiB or on a terminal
+            (never after ``--progress false``, see :mod:`datamodules.progress`).
 
     Returns:
         A :class:`Genome` whose ``codes`` is a read-only ``np.memmap`` (or an array without cache);
@@ -122,13 +123,10 @@ def _encode_to_cache(
     path: Path, data: Path, index: Path, digest: str, iupac: IupacMode, progress: bool | None
 ) -> None:
     """Stream the records into ``data`` (temp + rename), then write the index the same way."""
-    from tqdm.auto import tqdm
-
     size = path.stat().st_size
-    show = progress if progress is not None else (size >= PROGRESS_MIN_BYTES or sys.stderr.isatty())
+    show = progress if progress is not None else (size >= PROGRESS_MIN_BYTES or interactive())
     report, ids, lengths = EncodeReport(), [], []
-    with tqdm(total=size, unit="B", unit_scale=True, desc=f"encoding {path.name}", disable=not show,
-              leave=False) as bar:
+    with progress_bar(size, f"encoding {path.name}", unit="B", unit_scale=True, enabled=show) as bar:
 
         def write(fh) -> None:
             for rid, codes in iter_records(path, report, iupac, on_read=bar.update):

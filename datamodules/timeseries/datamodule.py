@@ -7,10 +7,10 @@ from typing import Literal
 
 import lightning as L
 import numpy as np
-import torch
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
+from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from datamodules.timeseries.calendar import auto_calendar, calendar_cycles
 from datamodules.timeseries.calendar import season_period as choose_season_period
 from datamodules.timeseries.parse import (
@@ -370,11 +370,9 @@ class TimeSeriesDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         ds = self.dataset("train")
-        gen = torch.Generator().manual_seed(self.seed)
-        if self.samples_per_epoch:
-            sampler = RandomSampler(ds, replacement=True, num_samples=self.samples_per_epoch, generator=gen)
-        else:
-            sampler = RandomSampler(ds, generator=gen)
+        # a fresh seeded draw each epoch (every window once when samples_per_epoch is unset), one
+        # shard per rank under DDP (datamodules.sampling)
+        sampler = EpochSampler(len(ds), self.samples_per_epoch or None, self.seed, *train_shard(self.trainer))
         return DataLoader(ds, batch_size=self.batch_size, sampler=sampler,
                           drop_last=len(ds) > self.batch_size, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)
@@ -382,7 +380,9 @@ class TimeSeriesDataModule(L.LightningDataModule):
     def eval_dataloader(self, split: str, lookback: int) -> DataLoader:
         """The windows of ``split`` (``val`` / ``test``) in order, with ``lookback`` input steps."""
         batch = max(1, self.batch_size * self.lookback // lookback)  # ~constant tokens per batch
-        return DataLoader(self.dataset(split, lookback), batch_size=batch, num_workers=self.num_workers)
+        ds = self.dataset(split, lookback)
+        sampler = ShardSampler(len(ds), *eval_shard(self.trainer), what=f"{split} windows")  # DDP: disjoint
+        return DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader | list:
         if len(self.starts["val"]) == 0:

@@ -1,35 +1,50 @@
-"""Compare positional encodings on one task: train once per scheme (and seed), test at every length.
+"""Compare positional encodings on one task: train each scheme once per seed, test at every length,
+and say which differences the seeds can stand behind.
 
 Usage::
 
     python -m pipelines.eval.compare --config configs/compare_dna_lm.yaml --schemes none sinusoidal rope alibi
-    make compare CONFIG=configs/compare_ts.yaml SCHEMES="none rope alibi" [SEEDS="0 1 2"]
+    make compare CONFIG=configs/compare_ts.yaml SCHEMES="none rope alibi" [SEEDS="0 1 2 3 4"]
 
 Scheme names are files ``configs/posenc/<name>.yaml`` (or paths to such files). Every child run uses
-the same config, data, budget and seed; only the encoding differs. All runs are nested under one
-parent MLflow run, which receives ``comparison.md``, ``comparison.csv`` (mean ± std over seeds),
-``comparison_long.csv`` (every run and length) and ``comparison.png`` (one curve per scheme).
+the same config, data, budget and seeds (3 by default: 0 1 2); only the encoding differs. Where a
+config has a comparison override for a scheme — ``<config>_<scheme>.yaml`` beside it, e.g.
+``compare_ts_periodic_rope.yaml`` — it is layered after the scheme file (fair setups: a learned table
+only as long as the training length, periods in the task's units).
+
+Statistics (:mod:`pipelines.eval.statistics`) are read from the child runs in MLflow: per scheme and
+length the mean and a 95 % Student-t interval over seeds; the paired difference from ``--reference``
+(default: the first scheme) with its interval, *called* (▲/▼) only when that interval excludes 0;
+retained gain over the task's trivial baseline and the extrapolation ratio on it (``--retain``).
+Children already finished with the same key, scheme and seed (any earlier comparison in the
+experiment) are reused, so adding seeds trains only the new ones. All outputs go to a new parent
+MLflow run: ``comparison.md``, ``comparison.csv``, ``comparison_long.csv``, ``comparison.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pipelines.eval.compare_report import Child, figure, markdown, rows, write_csvs
-from pipelines.eval.evaluate import ExtrapolationEval, load_config
-from pipelines.eval.extrapolation import DEFAULT_FACTORS, adapter_for, check_factors, with_lengths
-from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from datamodules.progress import progress_bar
+from pipelines.console import add_console_args, configure
+from pipelines.eval.compare_report import figure, markdown, write_csvs
+from pipelines.eval.compare_runs import ChildRun, child_key, find_finished, read_child, train_child
+from pipelines.eval.compare_stats import Comparison, compare
+from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
+from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
+from pipelines.tracking.store import tracking_uri
+from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_SEEDS = (0, 1, 2)
 
 
 def scheme_file(name: str) -> Path:
@@ -50,60 +65,10 @@ def scheme_label(name: str) -> str:
     return Path(name).stem if name.endswith((".yaml", ".yml")) else name
 
 
-def train_child(
-    configs: list[str],
-    scheme: str,
-    seed: int,
-    parent: str,
-    experiment: str,
-    callbacks: list[dict[str, Any]],
-    workdir: Path,
-    test_after_fit: bool,
-) -> Child:
-    """Train one scheme with the CLI (a nested MLflow run) and sweep it; failures are recorded."""
-    from pipelines.cli import main as cli_main
-
-    path, scheme = scheme_file(scheme), scheme_label(scheme)
-    overlay = workdir / f"{scheme}-seed{seed}.yaml"
-    logger = {
-        "class_path": "lightning.pytorch.loggers.MLFlowLogger",
-        "init_args": {
-            "experiment_name": experiment,
-            "tracking_uri": tracking_uri(),
-            "run_name": f"{scheme}-seed{seed}",
-            "log_model": True,
-            "tags": {
-                "mlflow.parentRunId": parent,
-                "posenc.compare.scheme": scheme,
-                "posenc.compare.seed": str(seed),
-            },
-        },
-    }
-    overlay.write_text(
-        yaml.safe_dump(
-            {
-                "seed_everything": seed,
-                "test_after_fit": test_after_fit,
-                "trainer": {"logger": logger, "callbacks": callbacks},
-            }
-        )
-    )
-    args = [
-        "fit",
-        *[a for c in configs for a in ("--config", c)],
-        "--config",
-        str(path),
-        "--config",
-        str(overlay),
-    ]
-    try:
-        cli = cli_main(args)
-    except SystemExit as exc:  # a config error, already printed as one line by the CLI
-        return Child(scheme, seed, None, None, f"exit status {exc.code}")
-    run_id = next((lg.run_id for lg in mlflow_loggers(cli.trainer)), None)
-    hook = next(c for c in cli.trainer.callbacks if isinstance(c, ExtrapolationEval))
-    result = hook.result if hook.result is not None else hook.run(cli.trainer, cli.model)
-    return Child(scheme, seed, run_id, result, module=cli.model, datamodule=cli.datamodule)
+def overrides(configs: Sequence[str], label: str) -> list[Path]:
+    """The comparison overrides of scheme ``label``: ``<config stem>_<label>.yaml`` beside each config."""
+    found = [Path(c).with_name(f"{Path(c).stem}_{label}.yaml") for c in configs]
+    return [p for p in found if p.is_file()]
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -111,26 +76,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pipelines.eval.compare", description=__doc__.splitlines()[0])
     p.add_argument("--config", action="append", required=True, help="task config(s), layered in order")
     p.add_argument("--schemes", nargs="+", required=True, help="names of configs/posenc/<name>.yaml")
-    p.add_argument(
-        "--seeds", type=int, nargs="+", default=[0], help="seeds (one child run per scheme and seed)"
-    )
-    p.add_argument(
-        "--factors",
-        type=float,
-        nargs="+",
-        default=None,
-        help="test lengths as multiples of the training length (default: the config's "
-        "pipelines.eval.evaluate.ExtrapolationEval factors, else 1 2 4 8 16)",
-    )
+    p.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS),
+                   help="seeds, one child run per scheme and seed, paired across schemes (default 0 1 2)")
+    p.add_argument("--reference", default=None,
+                   help="scheme the others are compared with, paired by seed (default: the first scheme)")
+    p.add_argument("--retain", type=float, default=0.9,
+                   help="extrapolation ratio: longest length whose retained gain's lower 95%% bound "
+                   "is ≥ this")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="also report the relative-tolerance ratio (e.g. 0.05: within 5%% of the 1× mean)")
+    p.add_argument("--factors", type=float, nargs="+", default=None,
+                   help="test lengths as multiples of the training length (default: the config's "
+                   "ExtrapolationEval factors, else 1 2 4 8 16)")
     p.add_argument("--experiment", default="posenc-compare", help="MLflow experiment")
-    p.add_argument(
-        "--out",
-        default=None,
-        help="local folder for the table and figure (default outputs/compare/<parent run id>)",
-    )
-    p.add_argument(
-        "--test-after-fit", action="store_true", help="also run the task's own test pass per child"
-    )
+    p.add_argument("--retrain", action="store_true", help="train every child, reusing no finished run")
+    p.add_argument("--out", default=None,
+                   help="local folder for the tables and figure (default outputs/compare/<parent run id>)")
+    p.add_argument("--test-after-fit", action="store_true",
+                   help="also run the task's own test pass per child")
+    add_console_args(p)
     return p.parse_args(argv)
 
 
@@ -143,106 +107,169 @@ def sweep_callbacks(config: dict[str, Any], factors: list[float] | None) -> list
         if path and issubclass(import_class(path, what="callback class"), ExtrapolationEval):
             found = True
             if factors is not None:
-                cb = {
-                    "class_path": path,
-                    "init_args": {
-                        **(cb.get("init_args") or {}),
-                        "lengths": None,
-                        "factors": check_factors(factors),
-                    },
-                }
+                args = {**(cb.get("init_args") or {}), "lengths": None, "factors": check_factors(factors)}
+                cb = {"class_path": path, "init_args": args}
         out.append(cb)
     if not found:
-        out.append(
-            {
-                "class_path": "pipelines.eval.evaluate.ExtrapolationEval",
-                "init_args": {"factors": check_factors(factors or DEFAULT_FACTORS)},
-            }
-        )
+        out.append({"class_path": "pipelines.eval.evaluate.ExtrapolationEval",
+                    "init_args": {"factors": check_factors(factors or DEFAULT_FACTORS)}})
     return out
 
 
-def run(argv: Sequence[str] | None = None) -> tuple[str, list[Child], Path]:
+def with_baselines(callbacks: list[dict[str, Any]], on: bool) -> list[dict[str, Any]]:
+    """``callbacks`` with the ExtrapolationEval's ``baselines`` option set to ``on``."""
+    out = []
+    for cb in callbacks:
+        path = cb.get("class_path", "") if isinstance(cb, dict) else ""
+        if path and issubclass(import_class(path, what="callback class"), ExtrapolationEval):
+            cb = {"class_path": path, "init_args": {**(cb.get("init_args") or {}), "baselines": on}}
+        out.append(cb)
+    return out
+
+
+def check_args(args: argparse.Namespace) -> list[str]:
+    """The scheme labels, after every check that can fail before anything is trained."""
+    for name in args.schemes:
+        scheme_file(name)
+    labels = [scheme_label(n) for n in args.schemes]
+    if len(set(labels)) != len(labels):
+        raise PosencError(f"--schemes lists a scheme twice: {args.schemes}")
+    if len(set(args.seeds)) != len(args.seeds):
+        raise PosencError(f"--seeds lists a seed twice: {args.seeds}")
+    if args.reference is not None and args.reference not in labels:
+        raise PosencError(f"--reference {args.reference!r} is not among --schemes ({' '.join(labels)})")
+    check_retain(args.retain, args.tolerance)
+    return labels
+
+
+def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     import mlflow
 
     args = parse_args(argv)
+    configure(args.verbose, args.progress)  # the children's trainings inherit both
+    labels = check_args(args)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per child otherwise
     config = load_config(args.config)
-    for name in args.schemes:
-        scheme_file(name)  # fail before anything is trained
-    if len({scheme_label(n) for n in args.schemes}) != len(args.schemes):
-        raise PosencError(f"--schemes lists a scheme twice: {args.schemes}")
     callbacks = sweep_callbacks(config, args.factors)
+    data_class = (config.get("data") or {}).get("class_path")
     client = mlflow.MlflowClient(tracking_uri())
     exp = client.get_experiment_by_name(args.experiment)
     exp_id = exp.experiment_id if exp else client.create_experiment(args.experiment)
     names = "+".join(Path(c).stem for c in args.config)
-    parent = client.create_run(
-        exp_id, run_name=f"compare-{names}", tags={"posenc.compare": "parent"}
-    ).info.run_id
-    client.log_param(parent, "configs", " ".join(args.config))
-    client.log_param(parent, "schemes", " ".join(args.schemes))
-    client.log_param(parent, "seeds", " ".join(map(str, args.seeds)))
-    children: list[Child] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in args.seeds:
-            for scheme in args.schemes:
-                print(f"[compare] training {scheme} (seed {seed})", file=sys.stderr)
-                children.append(
-                    train_child(
-                        args.config,
-                        scheme,
-                        seed,
-                        parent,
-                        args.experiment,
-                        callbacks,
-                        Path(tmp),
-                        args.test_after_fit,
-                    )
-                )
-    ok = [c for c in children if c.result is not None]
-    if not ok:
+    tags = {"posenc.compare": "parent"}
+    parent = client.create_run(exp_id, run_name=f"compare-{names}", tags=tags).info.run_id
+    for key, value in (("configs", " ".join(args.config)), ("schemes", " ".join(args.schemes)),
+                       ("seeds", " ".join(map(str, args.seeds))), ("reference", args.reference or labels[0]),
+                       ("retain", args.retain)):
+        client.log_param(parent, key, value)
+    children = train_all(args, labels, client, exp_id, parent, callbacks, data_class)
+    for c in children:
+        if c.ok:
+            read_child(client, c)
+    if not any(c.ok for c in children):
         client.set_terminated(parent, "FAILED")
         raise PosencError(f"every run failed (first: {children[0].scheme}: {children[0].error})")
+    cmp = compare(children, args.reference or labels[0], args.retain, args.tolerance)
     out = Path(args.out or Path("outputs") / "compare" / parent)
-    finish(client, parent, children, out)
-    return parent, children, out
+    finish(client, parent, cmp, out)
+    return parent, cmp, out
 
 
-def finish(client: Any, parent: str, children: list[Child], out: Path) -> None:
-    """Table, CSVs and figure into ``out`` and onto the parent run; summary metrics on the parent."""
+def train_all(args: argparse.Namespace, labels: list[str], client: Any, exp_id: str, parent: str,
+              callbacks: list[dict[str, Any]], data_class: str | None) -> list[ChildRun]:
+    """Every scheme × seed, seed by seed: reused when finished before, else trained; a scheme the
+    task cannot run is skipped for every seed after its first failure. The first child trained also
+    scores the task's reference baselines (the same test data for all; slow for some tasks)."""
+    children: list[ChildRun] = []
+    first = True
+    skipped: dict[str, str] = {}
+    layers = {lab: [*map(Path, args.config), scheme_file(name), *overrides(args.config, lab)]
+              for name, lab in zip(args.schemes, labels, strict=True)}
+    keys = {lab: child_key(layers[lab], callbacks) for lab in labels}
+    for lab in labels:
+        extra = [str(p) for p in layers[lab][len(args.config) + 1:]]
+        if extra:
+            print(f"[compare] {lab}: + {' '.join(extra)}", file=sys.stderr)
+    n_runs = len(args.seeds) * len(labels)
+    with tempfile.TemporaryDirectory() as tmp, progress_bar(n_runs, "compare", "run", live=False) as bar:
+        for seed in args.seeds:
+            for lab in labels:
+                if lab in skipped:
+                    children.append(ChildRun(lab, seed, None, "skipped", skipped[lab]))
+                else:
+                    run = Path(tmp), client, exp_id, parent, with_baselines(callbacks, first)
+                    child = reuse_or_train(args, layers[lab], lab, seed, keys[lab], data_class, run)
+                    if child.source == "trained":
+                        first = first and not child.ok
+                    if not child.ok:
+                        skipped[lab] = child.error
+                    children.append(child)
+                bar.update(1)  # a line per run: runs done, elapsed, time to go
+    return children
+
+
+def reuse_or_train(args: argparse.Namespace, layers: list[Path], lab: str, seed: int, key: str,
+                   data_class: str | None, run: tuple[Path, Any, str, str, list[dict[str, Any]]]) -> ChildRun:
+    """A finished child with the same key, scheme and seed (unless ``--retrain``), else a new one."""
+    workdir, client, exp_id, parent, sweep = run
+    found = None if args.retrain else find_finished(client, exp_id, key, lab, seed)
+    if found:
+        print(f"[compare] {lab} (seed {seed}): reusing run {found}", file=sys.stderr)
+        return ChildRun(lab, seed, found, "reused")
+    print(f"[compare] training {lab} (seed {seed})", file=sys.stderr)
+    return train_child(layers, lab, seed, key, parent, args.experiment, sweep, data_class, workdir,
+                       args.test_after_fit)
+
+
+def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:
+    """Tables, CSVs and figure into ``out`` and onto the parent run; summary metrics on the parent."""
     import matplotlib.pyplot as plt
 
-    ok = [c for c in children if c.result is not None]
-    first = ok[0]
-    adapter = adapter_for(first.module)
-    dm = with_lengths(first.datamodule, adapter, first.result.lengths)
-    baselines = adapter.baselines(dm)
-    table = rows(children)
     out.mkdir(parents=True, exist_ok=True)
     md = out / "comparison.md"
-    md.write_text(markdown(table, baselines))
-    files = [md, *write_csvs(table, children, out)]
-    fig = figure(table, children, baselines)
+    md.write_text(markdown(cmp))
+    files = [md, *write_csvs(cmp, out)]
+    fig = figure(cmp)
     fig.savefig(out / "comparison.png", dpi=110)
     plt.close(fig)
     files.append(out / "comparison.png")
     for f in files:
         client.log_artifact(parent, str(f))
-    for r in table:
-        key = r["scheme"].replace("+", "/")
-        for n, v in r["curve"].items():
-            if v is not None:
-                client.log_metric(parent, f"{key}/{r['metric']}_by_length", v[0], step=n)
-        if r["ratio"] is not None:
-            client.log_metric(parent, f"{key}/extrapolation_ratio", r["ratio"])
-    for name, value in baselines.items():
-        client.log_metric(parent, f"baseline/{name}", value)
-    failed = [f"{c.scheme}(seed {c.seed}): {c.error}" for c in children if c.result is None]
-    if failed:
-        client.set_tag(parent, "posenc.compare.failed", "; ".join(failed))
-    client.set_terminated(parent, "FINISHED" if not failed else "FAILED")
+    log_parent_metrics(client, parent, cmp)
+    client.set_tag(parent, "posenc.compare.children",
+                   " ".join(f"{c.scheme}:{c.seed}:{c.run_id}" for c in cmp.children if c.ok)[:5000])
+    skipped = sorted({f"{c.scheme}: {c.error}" for c in cmp.children if not c.ok})
+    if skipped:
+        client.set_tag(parent, "posenc.compare.skipped", "; ".join(skipped)[:5000])
+    client.set_terminated(parent, "FINISHED")
     print(md.read_text())
     print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {client.tracking_uri}")
+    print(f"see it: make ui, then {run_url(client.get_run(parent).info.experiment_id, parent)}")
+
+
+def log_parent_metrics(client: Any, parent: str, cmp: Comparison) -> None:
+    """Per scheme: mean metric, paired difference and retained gain per length (step = length), the
+    extrapolation ratio; the baselines."""
+    import time
+
+    from mlflow.entities import Metric
+
+    now, metrics = int(1000 * time.time()), []
+    for r in cmp.rows:
+        key = r.label.replace("+", "/")
+        for n in cmp.info.lengths:
+            for name, est in ((f"{cmp.info.metric}_by_length", r.metric.get(n)),
+                              ("diff_by_length", r.diff.get(n)),
+                              ("retained_gain_by_length", r.retained.get(n))):
+                if est is not None:
+                    metrics.append(Metric(f"{key}/{name}", est.mean, now, n))
+        if r.ratio is not None:
+            metrics.append(Metric(f"{key}/extrapolation_ratio", r.ratio / cmp.info.train_length, now, 0))
+    if cmp.trivial:
+        metrics.append(Metric("baseline/trivial", sum(cmp.trivial.values()) / len(cmp.trivial), now, 0))
+    metrics += [Metric(f"baseline/{k}", v, now, 0) for k, v in cmp.baselines.items()]
+    for i in range(0, len(metrics), 500):
+        client.log_batch(parent, metrics=metrics[i : i + 500])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

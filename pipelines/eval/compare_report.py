@@ -1,223 +1,263 @@
-"""The comparison's outputs: per-scheme rows (mean ± std over seeds), markdown, CSVs, the figure."""
+"""The comparison's outputs: markdown (mean ± CI, called differences, retained gain), CSVs, figure."""
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from pipelines.eval.extrapolation import TRAINED, Extrapolation, extrapolation_ratio
+from pipelines.eval.compare_stats import Comparison, Row
+from pipelines.eval.extrapolation import TRAINED
+from pipelines.eval.statistics import SYMBOLS, Estimate
 
 
-@dataclass
-class Child:
-    """One trained scheme × seed: its run and its sweep (``None`` if training failed)."""
-
-    scheme: str
-    seed: int
-    run_id: str | None
-    result: Extrapolation | None
-    error: str = ""
-    module: Any = None  # the trained LightningModule and its datamodule (for the baselines)
-    datamodule: Any = None
+def decimals(cmp: Comparison) -> int:
+    """Decimals for the metric: about four significant digits of its typical value at L₀."""
+    at_train = [r.metric[cmp.info.train_length].mean for r in cmp.rows if r.metric.get(cmp.info.train_length)]
+    typical = float(np.median(np.abs(at_train))) if at_train else 1.0
+    return int(min(4, max(0, 4 - math.floor(math.log10(typical))))) if typical > 0 else 4
 
 
-def mean_curves(children: list[Child], variant: str) -> dict[int, tuple[float, float, int] | None]:
-    """length → (mean, std, n seeds) of the metric over ``children``; ``None`` where undefined."""
-    out: dict[int, tuple[float, float, int] | None] = {}
-    lengths = sorted({n for c in children for n in c.result.by_length(variant)})
-    for n in lengths:
-        vals = [c.result.by_length(variant).get(n) for c in children]
-        if any(v is None for v in vals):
-            out[n] = None
-        else:
-            out[n] = (float(np.mean(vals)), float(np.std(vals)), len(vals))
-    return out
-
-
-def rows(children: list[Child]) -> list[dict[str, Any]]:
-    """One row per (scheme, variant): mean ± std per length, extrapolation ratio, metric at the longest."""
-    out = []
-    by_scheme: dict[str, list[Child]] = {}
-    for c in children:
-        if c.result is not None:
-            by_scheme.setdefault(c.scheme, []).append(c)
-    for scheme, group in by_scheme.items():
-        ref = group[0].result
-        for variant in ref.variants:
-            curve = mean_curves(group, variant)
-            means = {n: (v[0] if v else None) for n, v in curve.items()}
-            max_len, ratio = extrapolation_ratio(means, ref.train_length, ref.higher_is_better, ref.tolerance)
-            longest = max(curve)
-            out.append(
-                {
-                    "scheme": scheme if variant == TRAINED else f"{scheme}+{variant}",
-                    "variant": variant,
-                    "seeds": len(group),
-                    "curve": curve,
-                    "ratio": ratio,
-                    "max_length": max_len,
-                    "at_longest": means[longest],
-                    "metric": ref.metric,
-                    "train_length": ref.train_length,
-                }
-            )
-    return out
-
-
-def _cell(v: tuple[float, float, int] | None) -> str:
-    if v is None:
+def cell(e: Estimate | None, digits: int, signed: bool = False) -> str:
+    """``mean ± half-width`` (``undefined`` for ``None``)."""
+    if e is None:
         return "undefined"
-    return f"{v[0]:.4f}" if v[2] == 1 else f"{v[0]:.4f} ± {v[1]:.4f}"
+    sign = "+" if signed else ""
+    if e.n < 2 or not math.isfinite(e.half):
+        return f"{e.mean:{sign}.{digits}f}"
+    return f"{e.mean:{sign}.{digits}f} ± {e.half:.{digits}f}"
 
 
-def markdown(table: list[dict[str, Any]], baselines: dict[str, float]) -> str:
-    lengths = sorted({n for r in table for n in r["curve"]})
-    train = table[0]["train_length"]
-    head = ["scheme", *[f"L={n} ({n / train:g}×)" for n in lengths], "extrap. ratio (≤5%)", "at longest"]
+def others(cmp: Comparison) -> dict[str, float]:
+    """The baselines besides the trivial one (a baseline equal to it is the same model)."""
+    trivial = np.mean(list(cmp.trivial.values())) if cmp.trivial else math.nan
+    return {k: v for k, v in cmp.baselines.items() if not math.isclose(v, trivial, rel_tol=1e-12)}
+
+
+def _table(head: list[str], body: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in table:
-        ratio = "—" if r["ratio"] is None else f"{r['ratio']:g}×"
-        longest = "undefined" if r["at_longest"] is None else f"{r['at_longest']:.4f}"
-        lines.append(
-            "| "
-            + " | ".join([r["scheme"], *[_cell(r["curve"].get(n)) for n in lengths], ratio, longest])
-            + " |"
-        )
-    note = f"\nMetric: {table[0]['metric']} (mean ± std over seeds where > 1)."
-    if baselines:
-        note += (
-            " Baselines on the same test data: "
-            + ", ".join(f"{k} {v:.4f}" for k, v in baselines.items())
-            + "."
-        )
-    return "\n".join(lines) + "\n" + note + "\n"
+    return lines + ["| " + " | ".join(r) + " |" for r in body]
 
 
-def write_csvs(table: list[dict[str, Any]], children: list[Child], folder: Path) -> list[Path]:
+def _lengths(cmp: Comparison) -> list[str]:
+    l0 = cmp.info.train_length
+    return [f"L={n} ({n / l0:g}×)" for n in cmp.info.lengths]
+
+
+def ratio_text(row: Row, cmp: Comparison) -> str:
+    if row.ratio is None:
+        return f"— ({row.no_ratio})"
+    return f"{row.ratio / cmp.info.train_length:g}× (L={row.ratio})"
+
+
+def markdown(cmp: Comparison) -> str:
+    """The three tables (metric, differences from the reference, retained gain) and their notes."""
+    info, d, pct = cmp.info, decimals(cmp), f"{cmp.level:.0%}".replace("%", " %")
+    direction = "higher" if info.higher_is_better else "lower"
+    seeds = " ".join(map(str, cmp.seeds))
+    out = [f"### {info.task}: {info.metric} ({direction} is better), trained at L₀ = {info.train_length} "
+           f"{info.length_unit}", "",
+           f"Seeds {seeds}: every scheme trained once per seed (same seed → same initialisation and "
+           f"data order for every scheme). Cells: mean ± half-width of the {pct} Student-t interval "
+           "over seeds.", ""]
+    body = [[r.label, str(len(r.seeds)), *[cell(r.metric[n], d) for n in info.lengths]] for r in cmp.rows]
+    out += _table(["scheme", "seeds", *_lengths(cmp)], body)
+    if cmp.trivial or cmp.baselines:
+        trivial = np.mean(list(cmp.trivial.values())) if cmp.trivial else None
+        parts = ([f"trivial = {info.trivial_name} {trivial:.{d}f}"] if trivial is not None else []) + [
+            f"{k} {v:.{d}f}" for k, v in others(cmp).items()]
+        out += ["", "Baselines on the same test data (no model): " + "; ".join(parts) + "."]
+    out += ["", *differences(cmp, d, pct), "", *retained(cmp, d, pct)]
+    out += notes(cmp)
+    return "\n".join(out) + "\n"
+
+
+def differences(cmp: Comparison, d: int, pct: str) -> list[str]:
+    ref = cmp.reference
+    rows = [r for r in cmp.rows if not (r.scheme == ref and r.variant == TRAINED)]
+    if not any(r.diff.get(n) for r in rows for n in cmp.info.lengths):
+        return [f"#### Difference from `{ref}`", "",
+                "No paired difference: the reference has no finished run or there is one seed only."]
+    head = [f"#### Difference from `{ref}` (scheme − {ref}, paired by seed)", "",
+            f"{SYMBOLS[1]} better than {ref}, {SYMBOLS[-1]} worse: called only where the {pct} interval "
+            f"of the paired difference excludes 0; {SYMBOLS[0]} not called (the data cannot separate "
+            "them).", ""]
+
+    def diff(r: Row, n: int) -> str:
+        e = r.diff.get(n)
+        return "undefined" if e is None else f"{cell(e, d, signed=True)} {SYMBOLS[r.calls[n]]}"
+
+    body = [[r.label, *[diff(r, n) for n in cmp.info.lengths]] for r in rows]
+    return head + _table(["scheme", *_lengths(cmp)], body)
+
+
+def retained(cmp: Comparison, d: int, pct: str) -> list[str]:
+    info = cmp.info
+    if not cmp.trivial:
+        return ["#### Retained gain", "", "The task defines no trivial baseline: no retained gain, no ratio."]
+    head = [f"#### Retained gain over the trivial baseline ({info.trivial_name})", "",
+            "retained(L) = (b − m(L)) / (b − m(L₀))"
+            + (" with the sign flipped" if info.higher_is_better else "")
+            + ": 1 = the whole gain over the baseline kept, 0 = none of it, < 0 = worse than the baseline. "
+            f"Extrapolation ratio: the longest length up to which the lower {pct} bound of retained gain "
+            f"stays ≥ {cmp.retain:g} (at every tested length up to it). \"gain at L₀\": {info.metric} "
+            "better than the baseline by (no ratio when its interval includes 0).", ""]
+    extra = [f"ratio (±{cmp.tolerance:.0%} rel.)"] if cmp.tolerance is not None else []
+    body = []
+    for r in cmp.rows:
+        tol = [] if cmp.tolerance is None else [
+            "—" if r.tolerance_ratio is None else f"{r.tolerance_ratio / info.train_length:g}×"]
+        gains = [retained_cell(r, n) for n in info.lengths if n != info.train_length]
+        body.append([r.label, cell(r.gain, d, signed=True), *gains,
+                     ratio_text(r, cmp), *tol])
+    lengths = [h for n, h in zip(info.lengths, _lengths(cmp), strict=True) if n != info.train_length]
+    return head + _table(["scheme", "gain at L₀", *lengths, "extrapolation ratio", *extra], body)
+
+
+def retained_cell(row: Row, length: int) -> str:
+    """Retained gain ± CI; ``undefined`` where the metric is; ``—`` where there is no gain to keep."""
+    if row.metric.get(length) is None:
+        return "undefined"
+    found = row.retained.get(length)
+    return "—" if found is None or row.gain is None or row.gain.mean <= 0 else cell(found, 2)
+
+
+def notes(cmp: Comparison) -> list[str]:
+    out = []
+    skipped = {c.scheme: c.error for c in cmp.children if not c.ok}
+    if skipped:
+        listed = "; ".join(f"`{s}`: {e}" for s, e in skipped.items())
+        out += ["", f"Skipped (the task cannot run them): {listed}"]
+    noted = {c.scheme: c.note for c in cmp.children if c.ok and c.note}
+    if noted:
+        out += ["", "Notes: " + "; ".join(f"`{s}`: {n}" for s, n in noted.items())]
+    reused = sum(c.source == "reused" for c in cmp.children)
+    trained = sum(c.source == "trained" for c in cmp.children)
+    out += ["", f"Runs: {trained} trained now, {reused} reused from earlier comparisons "
+                "(same config, scheme, lengths and seed); run ids in comparison_long.csv."]
+    return out
+
+
+# ----------------------------------------------------------------------------- CSVs
+def write_csvs(cmp: Comparison, folder: Path) -> list[Path]:
+    """``comparison.csv`` (one row per scheme: every estimate with its bounds) and
+    ``comparison_long.csv`` (one row per child, variant and length)."""
     wide, long_ = folder / "comparison.csv", folder / "comparison_long.csv"
-    lengths = sorted({n for r in table for n in r["curve"]})
+    lengths = cmp.info.lengths
+
+    def bounds(e: Estimate | None) -> list:
+        return ["", "", ""] if e is None else [e.mean, e.lo if e.n > 1 else "", e.hi if e.n > 1 else ""]
+
     with wide.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(
-            [
-                "scheme",
-                "variant",
-                "seeds",
-                *[f"mean_L{n}" for n in lengths],
-                *[f"std_L{n}" for n in lengths],
-                "extrapolation_ratio",
-                "max_length_within_tol",
-                "metric_at_longest",
-            ]
-        )
-        for r in table:
-            cur = r["curve"]
-            w.writerow(
-                [
-                    r["scheme"],
-                    r["variant"],
-                    r["seeds"],
-                    *[("" if cur.get(n) is None else cur[n][0]) for n in lengths],
-                    *[("" if cur.get(n) is None else cur[n][1]) for n in lengths],
-                    r["ratio"] if r["ratio"] is not None else "",
-                    r["max_length"] or "",
-                    r["at_longest"] or "",
-                ]
-            )
+        w.writerow(["scheme", "variant", "seeds",
+                    *[f"{k}_L{n}" for n in lengths for k in ("mean", "lo", "hi")],
+                    *[f"{k}_L{n}" for n in lengths for k in ("diff", "diff_lo", "diff_hi", "call")],
+                    *[f"{k}_L{n}" for n in lengths for k in ("retained", "retained_lo", "retained_hi")],
+                    "gain_at_train", "gain_lo", "gain_hi", "extrapolation_ratio", "max_length", "no_ratio",
+                    "tolerance_max_length"])
+        for r in cmp.rows:
+            w.writerow([r.label, r.variant, " ".join(map(str, r.seeds)),
+                        *[x for n in lengths for x in bounds(r.metric.get(n))],
+                        *[x for n in lengths for x in [*bounds(r.diff.get(n)), r.calls.get(n, 0)]],
+                        *[x for n in lengths for x in bounds(r.retained.get(n))],
+                        *bounds(r.gain), "" if r.ratio is None else r.ratio / cmp.info.train_length,
+                        r.ratio or "", r.no_ratio, r.tolerance_ratio or ""])
     with long_.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["scheme", "seed", "run_id", "variant", "length", "metric", "status"])
-        for c in children:
-            if c.result is None:
-                w.writerow([c.scheme, c.seed, c.run_id or "", "", "", "", f"failed: {c.error}"])
-                continue
-            for cell in c.result.cells:
-                w.writerow(
-                    [
-                        c.scheme,
-                        c.seed,
-                        c.run_id,
-                        cell.variant,
-                        cell.length,
-                        "" if cell.metric is None else cell.metric,
-                        cell.status,
-                    ]
-                )
+        w.writerow(["scheme", "seed", "run_id", "source", "variant", "length", "metric", "status"])
+        for c in cmp.children:
+            if not c.ok:
+                w.writerow([c.scheme, c.seed, "", c.source, "", "", "", f"skipped: {c.error}"])
+            for variant, curve in c.curves.items():
+                for n, v in curve.items():
+                    w.writerow([c.scheme, c.seed, c.run_id, c.source, variant, n, "" if v is None else v,
+                                "ok" if v is not None else "undefined"])
     return [wide, long_]
 
 
-def figure(table: list[dict[str, Any]], children: list[Child], baselines: dict[str, float]):
-    """Metric vs length, one curve per scheme (band: min–max over seeds); RoPE variants beside;
-    per-position curves of every scheme at the longest length it defines."""
+# ----------------------------------------------------------------------------- figure
+def figure(cmp: Comparison):
+    """Metric vs length per scheme with its CI band; the RoPE family with its variants; retained
+    gain with its CI band; per-position curves at the longest defined length (mean over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipelines.eval.report import binned
-
-    ref = next(c.result for c in children if c.result is not None)
-    trained = [r for r in table if r["variant"] == TRAINED]
-    rope_family = {r["scheme"].split("+")[0] for r in table if r["variant"] != TRAINED}
-    variants = [r for r in table if r["scheme"].split("+")[0] in rope_family]  # as trained + variants
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
-    for ax, group, title in (
-        (axes[0], trained, "schemes as trained"),
-        (axes[1], variants or trained, "RoPE family + inference-time variants"),
-    ):
-        for i, r in enumerate(group):
-            xs = [n for n, v in r["curve"].items() if v is not None]
-            ys = np.array([r["curve"][n][0] for n in xs])
-            style = "o-" if r["variant"] == TRAINED else "s--"
-            ax.plot(xs, ys, style, color=f"C{i % 10}", lw=1.5, ms=4, label=r["scheme"])
-            spread = _seed_range(children, r, xs)
-            if spread is not None:
-                ax.fill_between(xs, spread[0], spread[1], color=f"C{i % 10}", alpha=0.15)
-            bad = [n for n, v in r["curve"].items() if v is None]
-            if bad:
-                ax.plot(bad, [ys.max() if len(ys) else 0] * len(bad), "x", color=f"C{i % 10}", ms=10)
-        for j, (name, value) in enumerate(baselines.items()):
-            ax.axhline(value, color="0.3", ls=[":", "-."][j % 2], lw=1, label=f"baseline: {name}")
-        ax.axvline(ref.train_length, color="0.6", ls=":", lw=1)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel(f"test length ({ref.length_unit}); × = undefined")
-        ax.set_ylabel(f"{ref.metric} ({'higher' if ref.higher_is_better else 'lower'} is better)")
-        ax.set_title(f"{ref.task}: {title}", fontsize=10)
-        ax.legend(fontsize=7, ncol=2)
-    _position_panel(axes[2], children, ref, binned)
+    info = cmp.info
+    trained = [r for r in cmp.rows if r.variant == TRAINED]
+    family = {r.scheme for r in cmp.rows if r.variant != TRAINED}
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9.5))
+    ylabel = f"{info.metric} ({'higher' if info.higher_is_better else 'lower'} is better)"
+    for ax, rows, title in ((axes[0, 0], trained, "schemes as trained"),
+                            (axes[0, 1], [r for r in cmp.rows if r.scheme in family] or trained,
+                             "RoPE family + inference-time variants")):
+        for i, r in enumerate(rows):
+            _band(ax, r.metric, i, r.label, "o-" if r.variant == TRAINED else "s--")
+        if cmp.trivial:
+            ax.axhline(np.mean(list(cmp.trivial.values())), color="0.3", ls="-.", lw=1,
+                       label=f"trivial: {info.trivial_name}")
+        for j, (name, value) in enumerate(others(cmp).items()):
+            ax.axhline(value, color="0.5", ls=[":", "--"][j % 2], lw=0.8, label=f"baseline: {name}")
+        _axes(ax, info, ylabel, f"{info.task}: {title} (band: {cmp.level:.0%} CI over seeds)")
+    ax = axes[1, 0]
+    for i, r in enumerate(trained):
+        if r.gain is not None and r.gain.mean > 0:
+            _band(ax, r.retained, i, r.label, "o-")
+    if not any(r.gain is not None and r.gain.mean > 0 for r in trained):
+        ax.text(0.5, 0.5, "no scheme beats the trivial baseline at L₀", transform=ax.transAxes, ha="center")
+    for y in (0.0, 1.0):
+        ax.axhline(y, color="0.6", lw=0.8)
+    ax.axhline(cmp.retain, color="0.3", ls=":", lw=1, label=f"retain = {cmp.retain:g}")
+    _axes(ax, info, f"retained gain over {info.trivial_name or 'the trivial baseline'}",
+          "retained gain (1 = all of the gain at L₀ kept)")
+    _positions(axes[1, 1], cmp)
     fig.tight_layout()
     return fig
 
 
-def _seed_range(children: list[Child], row: dict[str, Any], xs: list[int]):
-    group = [c for c in children if c.result is not None and c.scheme == row["scheme"].split("+")[0]]
-    if len(group) < 2:
-        return None
-    vals = np.array([[c.result.by_length(row["variant"])[n] for n in xs] for c in group], dtype=float)
-    return vals.min(axis=0), vals.max(axis=0)
+def _band(ax, est: dict[int, Estimate | None], i: int, label: str, style: str) -> None:
+    xs = [n for n, e in est.items() if e is not None]
+    if not xs:
+        return
+    ys = np.array([est[n].mean for n in xs])
+    ax.plot(xs, ys, style, color=f"C{i % 10}", lw=1.5, ms=4, label=label)
+    lo, hi = np.array([est[n].lo for n in xs]), np.array([est[n].hi for n in xs])
+    if np.isfinite(lo).all():
+        ax.fill_between(xs, lo, hi, color=f"C{i % 10}", alpha=0.15)
+    bad = [n for n, e in est.items() if e is None]
+    if bad:
+        ax.plot(bad, [ys[-1]] * len(bad), "x", color=f"C{i % 10}", ms=9)
 
 
-def _position_panel(ax, children: list[Child], ref: Extrapolation, binned) -> None:
-    seen: dict[str, list[np.ndarray]] = {}
-    longest = {}
-    for c in children:
-        if c.result is None:
-            continue
-        cells = [x for x in c.result.cells if x.variant == TRAINED and x.curve is not None]
-        if cells:
-            last = max(cells, key=lambda x: x.length)
-            seen.setdefault(c.scheme, []).append(last.curve)
-            longest[c.scheme] = last.length
-    for i, (scheme, curves) in enumerate(seen.items()):
-        x, y = binned(np.nanmean(np.stack(curves), axis=0), 48)
-        ax.plot(x, y, color=f"C{i % 10}", lw=1.2, label=f"{scheme} (L={longest[scheme]})")
-    if ref.position_label.startswith("position"):
-        ax.axvline(ref.train_length - 1, color="0.6", ls=":", lw=1)
-    ax.set_xlabel(ref.position_label + " (binned)")
-    ax.set_ylabel(ref.metric)
-    ax.set_title("per position at the longest defined length", fontsize=10)
+def _axes(ax, info, ylabel: str, title: str) -> None:
+    ax.axvline(info.train_length, color="0.6", ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"test length ({info.length_unit}); dotted = L₀; × = undefined")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
+
+
+def _positions(ax, cmp: Comparison) -> None:
+    from pipelines.eval.report import binned
+
+    curves: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for c in cmp.children:
+        if c.ok and c.positions is not None:
+            curves.setdefault(c.scheme, []).append(c.positions)
+    for i, (scheme, found) in enumerate(curves.items()):
+        n = max(length for length, _ in found)
+        same = [curve for length, curve in found if length == n]
+        x, y = binned(np.nanmean(np.stack(same), axis=0), 48)
+        ax.plot(x, y, color=f"C{i % 10}", lw=1.2, label=f"{scheme} (L={n})")
+    if cmp.info.position_label.startswith("position"):
+        ax.axvline(cmp.info.train_length - 1, color="0.6", ls=":", lw=1)
+    ax.set_xlabel(cmp.info.position_label + " (binned)")
+    ax.set_ylabel(cmp.info.metric)
+    ax.set_title("per position at the longest defined length (mean over seeds)", fontsize=10)
+    if curves:
+        ax.legend(fontsize=7, ncol=2)

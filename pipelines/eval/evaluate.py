@@ -25,6 +25,7 @@ import lightning as L
 import torch
 import yaml
 
+from pipelines.console import add_console_args, configure
 from pipelines.eval.extrapolation import (
     DEFAULT_FACTORS,
     ROPE_VARIANTS,
@@ -38,6 +39,7 @@ from pipelines.eval.report import format_table, log_to_mlflow, save_all
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class
 
@@ -66,8 +68,13 @@ class ExtrapolationEval(L.Callback):
         lengths: absolute test lengths (increasing), instead of ``factors``.
         rope_variants: inference-time RoPE variants to add for RoPE-family schemes (``null``: all
             of pi, ntk, dynamic_ntk, yarn; ``[]``: none).
-        tolerance: relative slack of the extrapolation ratio (0.05 = within 5%).
+        retain: the extrapolation ratio is the longest length up to which retained gain over the
+            task's trivial baseline stays ≥ ``retain`` (one run: its value, no interval).
+        tolerance: also report the older relative ratio (every length within ``tolerance`` of the
+            metric at the training length, e.g. 0.05); ``null``: not reported.
         max_batches: score at most this many test batches per length (``null``: all).
+        baselines: also score the task's reference baselines on the test data (e.g. order-5 Markov,
+            ridge; the trivial baseline is always scored). ``make compare`` asks one run for them.
         use_best: evaluate the checkpoint callback's best model rather than the last weights.
     """
 
@@ -76,16 +83,20 @@ class ExtrapolationEval(L.Callback):
         factors: list[float] = list(DEFAULT_FACTORS),  # noqa: B006 - jsonargparse default
         lengths: list[int] | None = None,
         rope_variants: list[str] | None = None,
-        tolerance: float = 0.05,
+        retain: float = 0.9,
+        tolerance: float | None = None,
         max_batches: int | None = None,
         use_best: bool = True,
+        baselines: bool = False,
     ) -> None:
         check_lengths(lengths) if lengths is not None else check_factors(factors)
+        check_retain(retain, tolerance)
         bad = set(rope_variants or ()) - set(ROPE_VARIANTS)
         if bad:
             raise PosencError(f"unknown RoPE variant(s) {sorted(bad)}; choose from {sorted(ROPE_VARIANTS)}")
         self.factors, self.lengths, self.rope_variants = list(factors), lengths, rope_variants
-        self.tolerance, self.max_batches, self.use_best = tolerance, max_batches, use_best
+        self.retain, self.tolerance = retain, tolerance
+        self.max_batches, self.use_best, self.baselines = max_batches, use_best, baselines
         self.result: Extrapolation | None = None
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -105,11 +116,23 @@ class ExtrapolationEval(L.Callback):
                 self.rope_variants,
                 self.tolerance,
                 self.max_batches,
+                retain=self.retain,
+                baselines=self.baselines,
             )
-        for logger in mlflow_loggers(trainer):
-            log_to_mlflow(result, logger.experiment, logger.run_id)
-        print(format_table(result), file=sys.stderr)
+        if trainer.is_global_zero:  # under DDP every rank sweeps (same weights, same result); rank 0 logs
+            for logger in mlflow_loggers(trainer):
+                log_to_mlflow(result, logger.experiment, logger.run_id)
+            print(format_table(result), file=sys.stderr)
         return result
+
+
+def check_retain(retain: float, tolerance: float | None) -> None:
+    """:class:`PosencError` unless 0 < ``retain`` ≤ 1 and ``tolerance`` (if set) is ≥ 0."""
+    if not 0 < retain <= 1:
+        raise PosencError(f"retain must be in (0, 1] (the share of the gain over the trivial baseline "
+                          f"to keep), got {retain}")
+    if tolerance is not None and tolerance < 0:
+        raise PosencError(f"tolerance must be ≥ 0 (relative), got {tolerance}")
 
 
 # ----------------------------------------------------------------------------- standalone
@@ -170,13 +193,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help=f"RoPE inference-time variants (default all: {' '.join(ROPE_VARIANTS)}; none: no value)",
     )
-    p.add_argument("--tolerance", type=float, default=0.05, help="extrapolation-ratio tolerance (relative)")
+    p.add_argument(
+        "--retain",
+        type=float,
+        default=0.9,
+        help="extrapolation ratio: longest length with retained gain over the trivial baseline ≥ this",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="also report the relative-tolerance ratio (e.g. 0.05: every length within 5%% of the 1× metric)",
+    )
     p.add_argument("--max-batches", type=int, default=None, help="test batches per length (default all)")
+    p.add_argument("--baselines", action="store_true",
+                   help="also score the task's reference baselines (e.g. order-5 Markov, ridge; can be slow)")
     p.add_argument(
         "--out", default=None, help="folder for tables and figure (default outputs/extrapolation/<name>)"
     )
     p.add_argument("--no-mlflow", action="store_true", help="write files only, log nothing to MLflow")
     p.add_argument("--experiment", default="posenc", help="MLflow experiment for checkpoint-path runs")
+    add_console_args(p)
     return p.parse_args(argv)
 
 
@@ -184,13 +221,18 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     import mlflow
 
     args = parse_args(argv)
+    configure(args.verbose, args.progress)
     check_lengths(args.lengths) if args.lengths is not None else check_factors(args.factors)
+    check_retain(args.retain, args.tolerance)
     client = mlflow.MlflowClient(tracking_uri())
     with resolve(args.ckpt, tracking_uri(), with_config=True) as found:
         ckpt, run_id, stem = read_checkpoint(found.checkpoint), found.run_id, found.checkpoint.stem
         config = load_config(args.config or ([str(found.config)] if found.config else []))
     module, dm = build_from_checkpoint(ckpt, config, args.ckpt)
-    result = evaluate(module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches)
+    result = evaluate(
+        module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches, args.retain,
+        args.baselines,
+    )
     name = run_id or stem
     out = Path(args.out or Path("outputs") / "extrapolation" / name)
     files = save_all(result, out)
@@ -210,6 +252,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
         else:
             log_to_mlflow(result, client, run_id)
         print(f"MLflow run {run_id} in {client.tracking_uri}")
+        print(f"see it: make ui, then {run_url(client.get_run(run_id).info.experiment_id, run_id)}")
     return result
 
 

@@ -23,15 +23,43 @@ def metric_key(result: Extrapolation, variant: str, name: str) -> str:
 
 
 def mlflow_metrics(result: Extrapolation) -> list[tuple[str, float, int]]:
-    """(key, value, step) triples: the metric per length (step = length) and the summary (step 0)."""
+    """(key, value, step) triples: the metric and its retained gain per length (step = length), the
+    summary, the trivial baseline and the other baselines (step 0)."""
     out = []
     for variant in result.variants:
+        gains = result.retained(variant)
         for length, value in sorted(result.by_length(variant).items()):
             if value is not None:
                 out.append((metric_key(result, variant, f"{result.metric}_by_length"), float(value), length))
+            if gains.get(length) is not None:
+                out.append((metric_key(result, variant, "retained_gain_by_length"), gains[length], length))
         for name, value in result.summary(variant).items():
             out.append((metric_key(result, variant, name), float(value), 0))
+    if result.trivial is not None:
+        out.append((f"{PREFIX}/trivial_baseline", float(result.trivial), 0))
+    out.extend((f"{PREFIX}/baseline/{k}", float(v), 0) for k, v in result.baselines.items())
     return out
+
+
+def mlflow_tags(result: Extrapolation) -> dict[str, str]:
+    """What a reader of the run (``make compare`` among them) needs to interpret its metrics: the
+    task, metric, direction, training and tested lengths, the trivial baseline's name, and per
+    variant the undefined lengths and why there is no ratio (``none`` when there is one)."""
+    tags = {
+        f"{PREFIX}/task": result.task,
+        f"{PREFIX}/metric": result.metric,
+        f"{PREFIX}/higher_is_better": str(result.higher_is_better).lower(),
+        f"{PREFIX}/train_length": str(result.train_length),
+        f"{PREFIX}/lengths": ",".join(map(str, result.lengths)),
+        f"{PREFIX}/length_unit": result.length_unit,
+        f"{PREFIX}/position_label": result.position_label,
+        f"{PREFIX}/trivial": result.trivial_name or "none",
+    }
+    for variant in result.variants:
+        bad = result.undefined(variant)
+        tags[metric_key(result, variant, "undefined_lengths")] = ",".join(map(str, bad)) if bad else "none"
+        tags[metric_key(result, variant, "no_ratio")] = result.verdict(variant) or "none"
+    return tags
 
 
 def write_tables(result: Extrapolation, folder: Path) -> list[Path]:
@@ -40,17 +68,13 @@ def write_tables(result: Extrapolation, folder: Path) -> list[Path]:
     rows = folder / "results.csv"
     with rows.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["variant", "length", "factor", result.metric, "status"])
+        w.writerow(["variant", "length", "factor", result.metric, "retained_gain", "status"])
+        gains = {v: result.retained(v) for v in result.variants}
         for c in result.cells:
-            w.writerow(
-                [
-                    c.variant,
-                    c.length,
-                    c.length / result.train_length,
-                    "" if c.metric is None else f"{c.metric:.6g}",
-                    c.status,
-                ]
-            )
+            gain = gains[c.variant].get(c.length)
+            metric = "" if c.metric is None else f"{c.metric:.6g}"
+            w.writerow([c.variant, c.length, c.length / result.train_length, metric,
+                        "" if gain is None else f"{gain:.6g}", c.status])
     curves = folder / "per_position.csv"
     with curves.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -59,29 +83,30 @@ def write_tables(result: Extrapolation, folder: Path) -> list[Path]:
             for i, v in enumerate([] if c.curve is None else c.curve.tolist()):
                 w.writerow([c.variant, c.length, i, "" if math.isnan(v) else f"{v:.6g}"])
     summary = folder / "summary.json"
-    summary.write_text(
-        json.dumps(
-            {
-                "task": result.task,
-                "scheme": result.scheme,
-                "metric": result.metric,
-                "higher_is_better": result.higher_is_better,
-                "train_length": result.train_length,
-                "tolerance": result.tolerance,
-                "lengths": result.lengths,
-                "variants": {
-                    v: {
-                        "summary": result.summary(v),
-                        "undefined_lengths": result.undefined(v),
-                        "by_length": {str(k): val for k, val in result.by_length(v).items()},
-                    }
-                    for v in result.variants
-                },
-            },
-            indent=2,
-        )
-    )
+    summary.write_text(json.dumps(summary_dict(result), indent=2))
     return [rows, curves, summary]
+
+
+def summary_dict(result: Extrapolation) -> dict[str, Any]:
+    """Everything of ``summary.json``: the setup, the baselines, and per variant the summary, the
+    metric and retained gain per length and the undefined lengths."""
+    return {
+        "task": result.task, "scheme": result.scheme, "metric": result.metric,
+        "higher_is_better": result.higher_is_better, "train_length": result.train_length,
+        "tolerance": result.tolerance, "retain": result.retain,
+        "trivial_baseline": {"name": result.trivial_name, "value": result.trivial},
+        "baselines": result.baselines, "lengths": result.lengths,
+        "variants": {
+            v: {
+                "summary": result.summary(v),
+                "no_ratio": result.verdict(v),
+                "undefined_lengths": result.undefined(v),
+                "by_length": {str(k): val for k, val in result.by_length(v).items()},
+                "retained_gain_by_length": {str(k): g for k, g in result.retained(v).items()},
+            }
+            for v in result.variants
+        },
+    }
 
 
 def binned(curve: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,30 +139,24 @@ def figure(result: Extrapolation, bins: int = 64):
     for i, variant in enumerate(variants):
         values = result.by_length(variant)
         xs = [n for n in result.lengths if values.get(n) is not None]
-        ax.plot(
-            xs,
-            [values[n] for n in xs],
-            "o-" if variant == TRAINED else "s--",
-            color=f"C{i}",
-            lw=2 if variant == TRAINED else 1.2,
-            label=variant,
-        )
+        ax.plot(xs, [values[n] for n in xs], "o-" if variant == TRAINED else "s--", color=f"C{i}",
+                lw=2 if variant == TRAINED else 1.2, label=variant)
         bad = result.undefined(variant)
         if bad:
             top = max((v for v in values.values() if v is not None), default=0.0)
             ax.plot(bad, [top] * len(bad), "x", color=f"C{i}", ms=9, label=f"{variant}: undefined")
+    if result.trivial is not None:
+        ax.axhline(result.trivial, color="0.3", ls="-.", lw=1, label=f"trivial: {result.trivial_name}")
     ax.axvline(result.train_length, color="0.6", ls=":", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel(f"test length ({result.length_unit}; dotted = training length)")
-    ax.set_ylabel(
-        result.metric + (" (higher is better)" if result.higher_is_better else " (lower is better)")
-    )
+    ax.set_ylabel(f"{result.metric} ({'higher' if result.higher_is_better else 'lower'} is better)")
     ax.set_title(f"{result.task}: {result.scheme}", fontsize=10)
     ax.legend(fontsize=7)
     per_pos = {c.length: c.curve for c in result.cells if c.variant == TRAINED and c.curve is not None}
     _curves(axes[1], per_pos, bins, "length", result)
     axes[1].set_title(f"per position, {result.scheme} as trained", fontsize=10)
-    if n_panels == 3:
+    if n_panels == 3 and per_pos:
         longest = max(c.length for c in result.cells if c.curve is not None)
         curves = {c.variant: c.curve for c in result.cells if c.length == longest and c.curve is not None}
         _curves(axes[2], curves, bins, "", result)
@@ -177,25 +196,29 @@ def log_to_mlflow(result: Extrapolation, client: Any, run_id: str) -> None:
     metrics = [Metric(k, v, now, step) for k, v, step in mlflow_metrics(result)]
     for i in range(0, len(metrics), 500):
         client.log_batch(run_id, metrics=metrics[i : i + 500])
-    for variant in result.variants:
-        bad = result.undefined(variant)
-        client.set_tag(
-            run_id,
-            metric_key(result, variant, "undefined_lengths"),
-            ",".join(map(str, bad)) if bad else "none",
-        )
+    for key, value in mlflow_tags(result).items():
+        client.set_tag(run_id, key, value)
     with tempfile.TemporaryDirectory() as tmp:
         save_all(result, Path(tmp))
         client.log_artifacts(run_id, tmp, ARTIFACT_DIR)
 
 
 def format_table(result: Extrapolation) -> str:
-    """Plain-text table: one row per variant, one column per length, then the summary."""
+    """Plain-text table: one row per variant, one column per length (metric, then retained gain in
+    brackets), then the extrapolation ratio; a line on the trivial baseline."""
     head = ["variant", *[f"L={n}" for n in result.lengths], "ratio"]
-    lines = [" ".join(f"{h:>12}" for h in head)]
+    lines = [" ".join(f"{h:>18}" for h in head)]
     for variant in result.variants:
-        values = result.by_length(variant)
-        cells = [("undefined" if values.get(n) is None else f"{values[n]:.4f}") for n in result.lengths]
+        values, gains = result.by_length(variant), result.retained(variant)
+        cells = [
+            "undefined" if values.get(n) is None
+            else f"{values[n]:.4g}" + ("" if gains.get(n) is None else f" [{gains[n]:+.2f}]")
+            for n in result.lengths
+        ]
         ratio = result.summary(variant).get("ratio")
-        lines.append(" ".join(f"{c:>12}" for c in [variant, *cells, "-" if ratio is None else f"{ratio:g}x"]))
+        lines.append(" ".join(f"{c:>18}" for c in [variant, *cells, "-" if ratio is None else f"{ratio:g}x"]))
+    if result.trivial is not None:
+        lines.append(f"{result.metric}; [retained gain] against the trivial baseline {result.trivial_name}: "
+                     f"{result.trivial:.4g}; ratio: longest length with retained gain ≥ {result.retain:g} "
+                     "(one run)")
     return "\n".join(lines)

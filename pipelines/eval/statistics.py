@@ -19,11 +19,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 
 LEVEL = 0.95
 SYMBOLS = {1: "▲", -1: "▼", 0: "·"}  # better than the reference / worse / not called
+#: one trivial-baseline value for every seed, or one per seed (when the test data depend on the seed)
+Baseline = Union[float, Sequence[float]]  # noqa: UP007 - a runtime alias
+
+
+def per_seed(baseline: Baseline, n: int) -> list[float]:
+    """``baseline`` as one value per seed (``n`` seeds)."""
+    if isinstance(baseline, int | float):
+        return [float(baseline)] * n
+    out = [float(b) for b in baseline]
+    if len(out) != n:
+        raise ValueError(f"{len(out)} baseline values for {n} seeds")
+    return out
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,16 @@ class Estimate:
     n: int
     lo: float
     hi: float
+
+    @property
+    def half(self) -> float:
+        """Half-width of the interval (NaN for one value)."""
+        return (self.hi - self.lo) / 2
+
+    @property
+    def bound(self) -> float:
+        """The interval's lower bound, or the value itself for one value (no interval)."""
+        return self.lo if self.n >= 2 else self.mean
 
     @property
     def excludes_zero(self) -> bool:
@@ -89,16 +112,23 @@ def retained_gain(metric: float, at_train: float, baseline: float, higher_is_bet
     return sign * (metric - baseline) / gain0
 
 
-def beats_baseline(at_train: Sequence[float], baseline: float, higher_is_better: bool,
+def gain_over(at_train: Sequence[float], baseline: Baseline, higher_is_better: bool,
+              level: float = LEVEL) -> Estimate:
+    """Estimate of the gain over the trivial baseline at the training length, in the metric's units,
+    positive = better than the baseline."""
+    sign = 1.0 if higher_is_better else -1.0
+    base = per_seed(baseline, len(at_train))
+    return estimate([sign * (m - b) for m, b in zip(at_train, base, strict=True)], level)
+
+
+def beats_baseline(at_train: Sequence[float], baseline: Baseline, higher_is_better: bool,
                    level: float = LEVEL) -> bool:
     """Whether the model beats the trivial baseline at the training length by a margin: the interval
     of its gain over the seeds lies above 0 (one seed: its gain is positive)."""
-    sign = 1.0 if higher_is_better else -1.0
-    gain = estimate([sign * (m - baseline) for m in at_train], level)
-    return gain.lo > 0 if gain.n >= 2 else gain.mean > 0
+    return gain_over(at_train, baseline, higher_is_better, level).bound > 0
 
 
-def retained_ratio(curves: dict[int, Sequence[float]], train_length: int, baseline: float,
+def retained_ratio(curves: dict[int, Sequence[float]], train_length: int, baseline: Baseline,
                    higher_is_better: bool, retain: float = 0.9, level: float = LEVEL
                    ) -> tuple[int | None, dict[int, Estimate]]:
     """The extrapolation ratio on retained gain: the largest tested length L up to which the lower
@@ -108,7 +138,7 @@ def retained_ratio(curves: dict[int, Sequence[float]], train_length: int, baseli
     Args:
         curves: ``{length: [metric per seed]}`` (same seed order at every length; NaN = undefined).
         train_length: L₀ (must be in ``curves``).
-        baseline: the trivial baseline's metric on the same test data.
+        baseline: the trivial baseline's metric on the same test data (one value, or one per seed).
 
     Returns:
         ``(None, {})`` when the model does not beat the baseline at L₀ (no ratio is reported).
@@ -116,16 +146,17 @@ def retained_ratio(curves: dict[int, Sequence[float]], train_length: int, baseli
     at_train = list(curves[train_length])
     if not beats_baseline(at_train, baseline, higher_is_better, level):
         return None, {}
+    base = per_seed(baseline, len(at_train))
     per_length: dict[int, Estimate] = {}
     for length in sorted(curves):
-        gains = [retained_gain(m, m0, baseline, higher_is_better)
-                 for m, m0 in zip(curves[length], at_train, strict=True)]
+        gains = [retained_gain(m, m0, b, higher_is_better)
+                 for m, m0, b in zip(curves[length], at_train, base, strict=True)]
         if all(math.isfinite(g) for g in gains):
             per_length[length] = estimate(gains, level)
     best = train_length
     for length in sorted(n for n in curves if n > train_length):
         found = per_length.get(length)
-        if found is None or (found.lo if found.n >= 2 else found.mean) < retain:
+        if found is None or not found.bound >= retain:
             break
         best = length
     return best, per_length

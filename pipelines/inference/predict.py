@@ -33,10 +33,13 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from datamodules.progress import progress_bar
+from pipelines.console import add_console_args, configure
 from posenc import PosencError
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
 INTERVAL_SUFFIXES = (".gff", ".gff3", ".bed")
+GZIP_LEVEL = 6
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,7 +59,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--every", type=int, default=None, help="forecasting: rolling origins every N rows")
     add("--min_length", type=int, default=0, help="segmentation GFF/BED: drop intervals shorter than this")
     add("--tracking_uri", default=None, help="MLflow store for run ids / URIs (default: sqlite:///mlflow.db)")
-    add("--no_progress", action="store_true", help="no progress bar")
+    add("--no_progress", action="store_true", help="no progress bar (the same as --progress false)")
+    add_console_args(p)
     return p.parse_args(argv)
 
 
@@ -68,8 +72,11 @@ def atomic_output(path: Path) -> Iterator[IO[str]]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     os.close(fd)
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(tmp, "wt", newline="") as fh:
+        if path.suffix == ".gz":  # level 6: the size of level 9 here at a quarter of the CPU time
+            fh = gzip.open(tmp, "wt", newline="", compresslevel=GZIP_LEVEL)
+        else:
+            fh = open(tmp, "w", newline="")
+        with fh:
             yield fh
         os.replace(tmp, path)
     except BaseException:
@@ -121,13 +128,6 @@ def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool, mi
     return len(found)
 
 
-def progress_bar(total: int | None, desc: str, enabled: bool, unit: str = "tok"):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=None if enabled else True,
-                leave=False, file=sys.stderr)
-
-
 def predictor_options(model: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The command's options that the model's task predictor takes (by its signature)."""
     import inspect
@@ -157,7 +157,7 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
         table = TableWriter(fh, sep)
         for group in records:
             total, desc = sum(len(c) for _, c in group), group[0][0] if len(group) == 1 else "records"
-            with progress_bar(total, desc, not args.no_progress) as bar:
+            with progress_bar(total, f"predicting {desc}", unit="tok", unit_scale=True) as bar:
                 frame = model.predict(group, progress=bar.update, **opts)
             if kind == "table":
                 table.write(frame)
@@ -174,7 +174,7 @@ def predict_table(model: Any, args: argparse.Namespace, out: Path) -> str:
     kind, sep = output_kind(out)
     if kind != "table":
         raise PosencError(f"{out}: forecasts are written as .csv or .tsv")
-    with progress_bar(None, "forecasts", not args.no_progress, unit="fc") as bar:
+    with progress_bar(None, "forecasting", unit="forecast") as bar:
         frame = model.predict(Path(args.input), lookback=args.window, every=args.every,
                               batch_size=args.batch_size, progress=bar.update)
     with atomic_output(out) as fh:
@@ -185,7 +185,7 @@ def predict_table(model: Any, args: argparse.Namespace, out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the command; a user mistake is one ``error: …`` line on stderr and exit status 2."""
     args = parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # our own bar only
+    configure(args.verbose, args.progress and not args.no_progress)
     before, warnings.formatwarning = warnings.formatwarning, lambda message, *a, **k: f"warning: {message}\n"
     try:
         if not Path(args.input).is_file():

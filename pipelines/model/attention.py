@@ -1,6 +1,10 @@
-"""Attention kernels behind :class:`pipelines.model.transformer.Attention`, chosen from a scheme's metadata.
+"""Multi-head self-attention for any ``posenc`` scheme: the module, its path choice and its kernels.
 
-Paths (see :func:`choose_path`; the scheme's class is never looked at):
+:class:`Attention` calls the scheme's three hooks the same way for every scheme. Each call packs
+what the kernels need besides q, k, v into one :class:`AttentionCall`, chooses its path once
+(:func:`route`: the scheme's metadata through :func:`choose_path`, under the conditions only the
+call knows) and runs that path's kernel from :data:`KERNELS`. The scheme's class is never
+looked at. Paths:
 
 * ``sdpa-fused`` — no bias hook: :func:`torch.nn.functional.scaled_dot_product_attention` with no
   mask (``is_causal`` for a causal model without padding), SDPA's fused kernels.
@@ -15,26 +19,41 @@ Paths (see :func:`choose_path`; the scheme's class is never looked at):
   is recomputed in backward) so training memory stays linear too.
 * ``explicit`` / ``explicit-blocked`` — a value-side term (Shaw): weights computed explicitly
   (whole, or per query block) and handed to ``pe.value_term``.
-* ``flex`` — CUDA only, position-only bias (``not content_bias``): FlexAttention with the bias as a
-  ``score_mod`` that calls the scheme's bias hook at one (query, key) pair; nothing L×L is stored.
-  Used for inference and for schemes without learned parameters; a bias that does not trace
-  (``torch.unique`` in DynamicBias) falls back to the SDPA paths.
+* ``flex`` — CUDA only, position-only bias (``not content_bias``), no attention dropout, no gradient
+  to the scheme's parameters: FlexAttention with the bias as a ``score_mod`` that calls the bias hook
+  at one (query, key) pair; nothing L×L is stored. A bias that does not trace (``torch.unique`` in
+  DynamicBias) falls back to the SDPA paths; the verdict is kept on that scheme instance.
+
+A position-only mask or distance table is built by the first layer of a forward and read by the
+others (:mod:`pipelines.model.share`).
+
+Adding a path is a local change: write a kernel ``fn(q, k, v, ctx) -> (B, H, T, Dh)`` reading
+what else it needs from the :class:`AttentionCall` (and ``ctx.share`` for anything built once per
+forward), add it to :data:`KERNELS` under a new name, and return that name from one branch of
+:func:`choose_path` (a condition only the call can check, such as the positions, goes in as a
+lazily evaluated ``can_*`` argument from :func:`route`, like ``can_toeplitz``), then add the
+path to the configurations ``tests/test_attention_paths.py`` checks against its dense float64
+reference.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from pipelines.model.share import ForwardShare
+from pipelines.model.toeplitz import distance_table, grad_rows, toeplitz_attention
 from posenc import PositionalEncoding, SchemeMeta, as_batched
 
 log = logging.getLogger(__name__)
+_FLEX_FAILED = "_flex_failed"  # set in a scheme instance's __dict__ once FlexAttention failed on it
 
 
 @dataclass(frozen=True)
@@ -54,28 +73,287 @@ class AttentionSettings:
     toeplitz: bool = True
 
 
+@dataclass(frozen=True)
+class AttentionCall:
+    """Everything one attention call's kernel needs besides q, k and v.
+
+    Attributes:
+        pos: positions (T,) or (B, T) of the queries and keys.
+        pe: the positional encoding whose hooks the kernels call.
+        key_padding_mask: (B, T) bool, True at padded keys, or ``None``.
+        causal: forbid keys after the query.
+        drop: attention dropout probability (0 outside training).
+        settings: how the attention runs.
+        share: what the layers of this forward share (a fresh one lives for this call alone).
+    """
+
+    pos: Tensor
+    pe: PositionalEncoding
+    key_padding_mask: Tensor | None = None
+    causal: bool = False
+    drop: float = 0.0
+    settings: AttentionSettings = field(default_factory=AttentionSettings)
+    share: ForwardShare = field(default_factory=ForwardShare)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention calling ``pe.rotate``, ``pe.bias`` and ``pe.value_term``."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
+                 settings: AttentionSettings | None = None) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+        self.settings = settings or AttentionSettings()
+
+    def forward(
+        self,
+        x: Tensor,
+        pos: Tensor,
+        pe: PositionalEncoding,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        share: ForwardShare | None = None,
+    ) -> Tensor:
+        """Attend over ``x`` (B, T, C) at positions ``pos``; ``share`` comes from the Transformer."""
+        B, T, C = x.shape
+        H = self.n_heads
+        q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
+        q, k = pe.rotate(q, k, pos, pos)
+        drop = self.dropout if self.training else 0.0
+        share = share if share is not None else ForwardShare()
+        ctx = AttentionCall(pos, pe, key_padding_mask, causal, drop, self.settings, share)
+        y = KERNELS[route(ctx, T, x.device)](q, k, v, ctx)  # the path, chosen once: (B, H, T, Dh)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, Dh) → (B, T, C)
+        return self.out(y)
+
+
+def route(ctx: AttentionCall, length: int, device: torch.device) -> str:
+    """The call's path: :func:`choose_path` on the scheme's metadata, with the conditions only the
+    call knows (asked only when the path they guard would be chosen): FlexAttention has not failed
+    on this scheme instance and no gradient must reach its parameters; the Toeplitz view needs no
+    key padding and positions in unit steps."""
+    pe = ctx.pe
+    return choose_path(
+        pe.meta, length, device, ctx.settings, ctx.drop,
+        can_flex=lambda: not pe.__dict__.get(_FLEX_FAILED, False) and not _learns_bias(pe),
+        can_toeplitz=lambda: ctx.key_padding_mask is None and ctx.share.unit_steps(ctx.pos),
+    )
+
+
+def _learns_bias(pe: PositionalEncoding) -> bool:
+    """Whether gradients must reach the scheme's parameters (FlexAttention is then not used: its
+    score_mod would capture them, and the SDPA paths' gradients are the tested ones)."""
+    return torch.is_grad_enabled() and any(p.requires_grad for p in pe.parameters())
+
+
+def _yes() -> bool:
+    return True
+
+
 def choose_path(
-    meta: SchemeMeta, length: int, device: torch.device, settings: AttentionSettings, dropout: float = 0.0
+    meta: SchemeMeta,
+    length: int,
+    device: torch.device,
+    settings: AttentionSettings,
+    dropout: float = 0.0,
+    *,
+    can_flex: Callable[[], bool] = _yes,
+    can_toeplitz: Callable[[], bool] = _yes,
 ) -> str:
     """The attention path for a scheme's metadata at key length ``length`` on ``device``.
 
-    FlexAttention is skipped under attention dropout (its ``score_mod`` has no dropout). The
-    Toeplitz path also needs contiguous positions and no key padding, which only the caller knows:
-    it asks again with ``toeplitz=False`` when they do not hold.
+    FlexAttention is skipped under attention dropout (its ``score_mod`` has no dropout).
+
+    Args:
+        can_flex: whether this call may use FlexAttention (asked only if it would otherwise).
+        can_toeplitz: whether this call's input allows the Toeplitz view (asked likewise; it may
+            read the positions, so a device sync is spent only where the view is in question).
     """
     path = meta.attention_path  # explicit | sdpa+toeplitz | sdpa+bias | sdpa-fused
     if path == "sdpa-fused":
         return path
     position_only = path in ("sdpa+bias", "sdpa+toeplitz") and not meta.content_bias
-    if position_only and device.type == "cuda" and settings.flex and not dropout:
+    if position_only and device.type == "cuda" and settings.flex and not dropout and can_flex():
         return "flex"
     if path == "sdpa+toeplitz":
-        if device.type == "cpu" and settings.toeplitz:
+        if device.type == "cpu" and settings.toeplitz and can_toeplitz():
             return path
         path = "sdpa+bias"
     if length > settings.long_threshold:
         return "explicit-blocked" if path == "explicit" else "sdpa-blocked"
     return path
+
+
+# ----------------------------------------------------------------------------- kernels
+# Each takes (B, H, T, Dh) q, k, v and the call's context and returns (B, H, T, Dh).
+
+
+def fused(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``sdpa-fused``: no bias; only key padding (as a mask shared by the layers) or causality."""
+    if ctx.key_padding_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=ctx.drop, is_causal=ctx.causal)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=_mask(q, k, ctx), dropout_p=ctx.drop)
+
+
+def biased(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``sdpa+bias``: the dense bias, key padding and causality as one SDPA additive mask."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=_mask(q, k, ctx), dropout_p=ctx.drop)
+
+
+def toeplitz(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``sdpa+toeplitz``: the bias as a view of one distance table, built once per forward."""
+    B, H, T, _ = q.shape
+    table = ctx.share.get("table", lambda: distance_table(ctx.pe, q, T, ctx.causal))  # (H', 2T − 1)
+    return toeplitz_attention(q, k, v, table, ctx.drop, grad_rows(B, H, T))
+
+
+def explicit(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``explicit``: whole-sequence weights, handed to the scheme's value-side term."""
+    return _weighted(q, k, v, _mask(q, k, ctx), ctx, ctx.pos, ctx.pos)
+
+
+def blocked(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall, value_side: bool = False) -> Tensor:
+    """``sdpa-blocked``: one block of query rows at a time; never builds an L×L tensor.
+
+    A causal model's block at rows [s, e) only needs keys [0, e), so later keys are not visited.
+    ``value_side`` computes each block's weights explicitly for the value-side term instead.
+    """
+    B, H, T, _ = q.shape
+    rows = block_rows(ctx.settings, B, H, T)
+    pos_b = as_batched(ctx.pos)  # (B', T)
+    kpm_all = ctx.key_padding_mask
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    outs = []
+    for s in range(0, T, rows):
+        e = min(T, s + rows)
+        ke = e if ctx.causal else T  # keys a causal block can see
+        kpm = kpm_all[:, :ke] if kpm_all is not None else None
+        args = (q[:, :, s:e], k[:, :, :ke], v[:, :, :ke], pos_b[:, s:e], pos_b[:, :ke], kpm)
+        fn = _BlockFn(ctx, s, value_side)
+        outs.append(checkpoint(fn, *args, use_reentrant=False) if train else fn(*args))  # (B, H, R, Dh)
+    return torch.cat(outs, dim=2)  # (B, H, T, Dh)
+
+
+def explicit_blocked(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``explicit-blocked``: :func:`blocked` with explicit weights for the value-side term."""
+    return blocked(q, k, v, ctx, value_side=True)
+
+
+class _BlockFn:
+    """One query block: its bias, its mask and its attention (a callable for checkpointing)."""
+
+    def __init__(self, ctx: AttentionCall, start: int, value_side: bool) -> None:
+        self.ctx, self.start, self.value_side = ctx, start, value_side
+
+    def __call__(self, qb, kb, vb, q_pos, k_pos, kpm) -> Tensor:
+        ctx = self.ctx
+        bias = ctx.pe.bias(qb, q_pos, k_pos, k=kb)  # (B', H, R, Tk) or None
+        mask = build_mask(bias, kpm, ctx.causal, qb.shape[-2], kb.shape[-2], qb.dtype, qb.device,
+                          q_offset=self.start)
+        if self.value_side:
+            return _weighted(qb, kb, vb, mask, ctx, q_pos, k_pos)
+        return F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=ctx.drop)  # (B, H, R, Dh)
+
+
+# ----------------------------------------------------------------------------- FlexAttention (CUDA)
+_FLEX: dict[str, object] = {}
+
+
+def _flex_kernel():
+    """The compiled ``flex_attention`` (compiled once per process: eager flex materialises scores)."""
+    if "fn" not in _FLEX:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+    return _FLEX["fn"]
+
+
+def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``flex``: FlexAttention with the scheme's position-only bias as ``score_mod`` (CUDA).
+
+    ``score_mod`` evaluates ``pe.bias`` at one (query position, key position) pair, so any
+    position-only scheme whose bias is built from traceable tensor ops works unchanged. A row whose
+    keys are all masked gives zeros here (the SDPA paths give uniform weights). Raises whatever
+    tracing raises for a bias that does not trace (:func:`flex_or_sdpa` then falls back).
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    B, H, T, Dh = q.shape
+    pe, pad, causal = ctx.pe, ctx.key_padding_mask, ctx.causal
+    pos_b = as_batched(ctx.pos).expand(B, T)  # (B, T)
+    stand_in = q.new_zeros(()).expand(1, H, 1, Dh)
+
+    def score_mod(score, b, h, qi, ki):
+        bias = pe.bias(stand_in, pos_b[b, qi].reshape(1), pos_b[b, ki].reshape(1))  # (1, H', 1, 1)
+        return score + bias.expand(1, H, 1, 1).reshape(H)[h].to(score.dtype)
+
+    block_mask = None
+    if causal or pad is not None:
+
+        def mask_mod(b, h, qi, ki):
+            keep = (ki <= qi) if causal else (ki >= 0)
+            return keep & ~pad[b, ki] if pad is not None else keep
+
+        block_mask = create_block_mask(mask_mod, B if pad is not None else None, None, T, T,
+                                       device=q.device)
+    return _flex_kernel()(q, k, v, score_mod=score_mod, block_mask=block_mask)  # (B, H, T, Dh)
+
+
+def flex_or_sdpa(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``flex``: :func:`flex`; a scheme whose bias does not trace falls back to the SDPA paths for
+    good (the verdict is kept on the scheme instance, so every layer and later forward skips flex)."""
+    try:
+        return flex(q, k, v, ctx)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure means "not expressible"
+        ctx.pe.__dict__[_FLEX_FAILED] = True
+        log.warning("FlexAttention unavailable for %s (%s); using SDPA", type(ctx.pe).__name__, exc)
+    return KERNELS[route(ctx, q.shape[-2], q.device)](q, k, v, ctx)  # chosen again once per scheme
+
+
+KERNELS: dict[str, Callable[[Tensor, Tensor, Tensor, AttentionCall], Tensor]] = {
+    "sdpa-fused": fused,
+    "sdpa+toeplitz": toeplitz,
+    "sdpa+bias": biased,
+    "sdpa-blocked": blocked,
+    "explicit": explicit,
+    "explicit-blocked": explicit_blocked,
+    "flex": flex_or_sdpa,
+}
+"""Path name (as :func:`choose_path` returns it) → kernel."""
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+
+def _mask(q: Tensor, k: Tensor, ctx: AttentionCall) -> Tensor | None:
+    """The dense (B', H, T, T) additive mask; a position-only one is built once per forward."""
+    T = q.shape[-2]
+
+    def build() -> Tensor | None:
+        bias = ctx.pe.bias(q, ctx.pos, ctx.pos, k=k)
+        return build_mask(bias, ctx.key_padding_mask, ctx.causal, T, T, q.dtype, q.device)
+
+    return build() if ctx.pe.meta.content_bias else ctx.share.get("mask", build)
+
+
+def _weighted(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttentionCall,
+              q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """Softmax attention with explicit weights and the scheme's value-side term."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores + mask
+    w = F.dropout(scores.softmax(dim=-1), p=ctx.drop)  # (B, H, Tq, Tk)
+    y = w @ v  # (B, H, Tq, Dh)
+    extra = ctx.pe.value_term(w, q_pos, k_pos)
+    return y if extra is None else y + extra
+
+
+def block_rows(settings: AttentionSettings, batch: int, heads: int, tk: int) -> int:
+    """Query rows per block so one block's bias holds about ``block_elements`` elements."""
+    return max(16, settings.block_elements // max(1, batch * heads * tk))
 
 
 def build_mask(
@@ -119,109 +397,3 @@ def build_mask(
     if keep is None:
         return base
     return torch.where(keep, base, torch.finfo(dtype).min)  # (B, H', Tq, Tk)
-
-
-def dense(q, k, v, mask: Tensor | None, causal_fused: bool, drop: float) -> Tensor:
-    """SDPA over the whole sequence: (B, H, T, Dh) → (B, H, T, Dh)."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop, is_causal=causal_fused)
-
-
-def explicit(q, k, v, q_pos, k_pos, pe, mask: Tensor | None, drop: float) -> Tensor:
-    """Softmax attention with explicit weights and the scheme's value-side term."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
-    if mask is not None:
-        scores = scores + mask
-    w = F.dropout(scores.softmax(dim=-1), p=drop)  # (B, H, Tq, Tk)
-    y = w @ v  # (B, H, Tq, Dh)
-    extra = pe.value_term(w, q_pos, k_pos)
-    return y if extra is None else y + extra
-
-
-def block_rows(settings: AttentionSettings, batch: int, heads: int, tk: int) -> int:
-    """Query rows per block so one block's bias holds about ``block_elements`` elements."""
-    return max(16, settings.block_elements // max(1, batch * heads * tk))
-
-
-def blocked(
-    q: Tensor, k: Tensor, v: Tensor, pos: Tensor, pe: PositionalEncoding,
-    key_padding_mask: Tensor | None, causal: bool, drop: float, settings: AttentionSettings,
-    value_side: bool,
-) -> Tensor:
-    """Attention evaluated one block of query rows at a time; never builds an L×L tensor.
-
-    A causal model's block at rows [s, e) only needs keys [0, e), so later keys are not visited.
-    """
-    B, H, T, _ = q.shape
-    rows = block_rows(settings, B, H, T)
-    pos_b = as_batched(pos)  # (B', T)
-    train = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    outs = []
-    for s in range(0, T, rows):
-        e = min(T, s + rows)
-        ke = e if causal else T  # keys a causal block can see
-        kpm = key_padding_mask[:, :ke] if key_padding_mask is not None else None
-        args = (q[:, :, s:e], k[:, :, :ke], v[:, :, :ke], pos_b[:, s:e], pos_b[:, :ke], kpm)
-        fn = _BlockFn(pe, causal, s, drop, value_side)
-        outs.append(checkpoint(fn, *args, use_reentrant=False) if train else fn(*args))  # (B, H, R, Dh)
-    return torch.cat(outs, dim=2)  # (B, H, T, Dh)
-
-
-class _BlockFn:
-    """One query block: its bias, its mask and its attention (a callable for checkpointing)."""
-
-    def __init__(self, pe, causal: bool, start: int, drop: float, value_side: bool) -> None:
-        self.pe, self.causal, self.start, self.drop, self.value_side = pe, causal, start, drop, value_side
-
-    def __call__(self, qb, kb, vb, q_pos, k_pos, kpm) -> Tensor:
-        bias = self.pe.bias(qb, q_pos, k_pos, k=kb)  # (B', H, R, Tk) or None
-        mask = build_mask(bias, kpm, self.causal, qb.shape[-2], kb.shape[-2], qb.dtype, qb.device,
-                          q_offset=self.start)
-        if self.value_side:
-            return explicit(qb, kb, vb, q_pos, k_pos, self.pe, mask, self.drop)
-        return dense(qb, kb, vb, mask, False, self.drop)  # (B, H, R, Dh)
-
-
-# ----------------------------------------------------------------------------- FlexAttention (CUDA)
-_FLEX: dict[str, object] = {}
-
-
-def _flex_kernel():
-    """The compiled ``flex_attention`` (compiled once per process: eager flex materialises scores)."""
-    if "fn" not in _FLEX:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
-    return _FLEX["fn"]
-
-
-def flex(
-    q: Tensor, k: Tensor, v: Tensor, pos: Tensor, pe: PositionalEncoding,
-    key_padding_mask: Tensor | None, causal: bool,
-) -> Tensor:
-    """FlexAttention with the scheme's position-only bias as ``score_mod`` (CUDA).
-
-    ``score_mod`` evaluates ``pe.bias`` at one (query position, key position) pair, so any
-    position-only scheme whose bias is built from traceable tensor ops works unchanged. A row whose
-    keys are all masked gives zeros here (the SDPA paths give uniform weights).
-    """
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    B, H, T, Dh = q.shape
-    pos_b = as_batched(pos).expand(B, T)  # (B, T)
-    stand_in = q.new_zeros(()).expand(1, H, 1, Dh)
-
-    def score_mod(score, b, h, qi, ki):
-        bias = pe.bias(stand_in, pos_b[b, qi].reshape(1), pos_b[b, ki].reshape(1))  # (1, H', 1, 1)
-        return score + bias.expand(1, H, 1, 1).reshape(H)[h].to(score.dtype)
-
-    block_mask = None
-    if causal or key_padding_mask is not None:
-        pad = key_padding_mask
-
-        def mask_mod(b, h, qi, ki):
-            keep = (ki <= qi) if causal else (ki >= 0)
-            return keep & ~pad[b, ki] if pad is not None else keep
-
-        block_mask = create_block_mask(mask_mod, B if pad is not None else None, None, T, T,
-                                       device=q.device)
-    return _flex_kernel()(q, k, v, score_mod=score_mod, block_mask=block_mask)  # (B, H, T, Dh)

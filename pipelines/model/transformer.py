@@ -1,173 +1,24 @@
 """One pre-LN Transformer encoder whose attention takes any ``posenc`` scheme.
 
-The attention calls the scheme's three hooks the same way for every scheme and picks its kernel
-from the scheme's metadata and the input length only (:func:`pipelines.model.attention.choose_path`):
-SDPA's fused path with no bias, a strided view of one distance table for a translation-invariant
-bias on CPU (any length, no L×L tensor), SDPA with an additive mask for other short biased inputs,
-query blocks for long ones (memory linear in length), explicit weights for a value-side term,
-FlexAttention for position-only biases on CUDA. A position-only bias (or distance table) is
-computed once per forward and shared by every layer (the scheme instance is shared, so the bias is
-the same).
+The attention (its module, path choice and kernels) is :mod:`pipelines.model.attention`. A
+position-only bias (or distance table) is computed once per forward and shared by every layer
+through a :class:`pipelines.model.share.ForwardShare` (the scheme instance is shared, so the bias is
+the same); under evaluation it is kept between forwards while positions and parameters are unchanged.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipelines.model.attention import AttentionSettings, blocked, build_mask, choose_path, dense, explicit, flex
-from pipelines.model.toeplitz import distance_table, grad_rows, toeplitz_attention, unit_steps
+from pipelines.model.attention import Attention, AttentionSettings
+from pipelines.model.share import ForwardShare, share_key
 from posenc import PosencError, PositionalEncoding, as_batched
 
-log = logging.getLogger(__name__)
-_NO_FLEX: set[int] = set()  # ids of scheme instances whose bias FlexAttention could not trace
-
-__all__ = ["Attention", "AttentionSettings", "Block", "ForwardShare", "Transformer", "build_mask",
-           "length_bucket"]
-
-
-class ForwardShare:
-    """What the layers of one forward share: the position-only mask (or distance table, ``kind``
-    says which) built by the first layer, and whether the positions advance in unit steps.
-
-    Without autograd (evaluation) the mask is also kept between forwards: ``key`` identifies the
-    positions, the scheme's parameter/buffer versions (bumped by every in-place update, optimizer
-    steps and ``load_state_dict`` included), the dtype and the device; a later forward with the same
-    key reuses the mask. Only masks without key padding are kept, and only under ``no_grad``.
-    """
-
-    def __init__(self, reuse: ForwardShare | None = None, key: tuple | None = None,
-                 pos: Tensor | None = None) -> None:
-        self.mask: Tensor | None = None
-        self.kind = ""
-        self.ready = False
-        self.unit: bool | None = None
-        self.key, self.pos = key, pos
-        if reuse is not None and key is not None and reuse.key == key and torch.equal(reuse.pos, pos):
-            self.mask, self.kind, self.ready, self.unit = reuse.mask, reuse.kind, reuse.ready, reuse.unit
-
-
-def share_key(
-    pe: PositionalEncoding, pos: Tensor, key_padding_mask: Tensor | None, x: Tensor
-) -> tuple | None:
-    """Cache key of a position-only mask across forwards, or ``None`` when it must not be kept."""
-    if torch.is_grad_enabled() or key_padding_mask is not None or pe.meta.content_bias:
-        return None
-    if "bias" not in pe.meta.acts_on:
-        return None
-    versions = tuple(t._version for t in (*pe.parameters(), *pe.buffers()))
-    autocast = torch.is_autocast_enabled(x.device.type)
-    return (tuple(pos.shape), pos.dtype, str(x.device), x.dtype, autocast, versions)
-
-
-def _learns_bias(pe: PositionalEncoding) -> bool:
-    """Whether gradients must reach the scheme's parameters (FlexAttention is then not used: its
-    score_mod would capture them, and the SDPA paths' gradients are the tested ones)."""
-    return torch.is_grad_enabled() and any(p.requires_grad for p in pe.parameters())
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention calling ``pe.rotate``, ``pe.bias`` and ``pe.value_term``."""
-
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
-                 settings: AttentionSettings | None = None) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.out = nn.Linear(d_model, d_model)
-        self.dropout = dropout
-        self.settings = settings or AttentionSettings()
-
-    def forward(
-        self,
-        x: Tensor,
-        pos: Tensor,
-        pe: PositionalEncoding,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        share: ForwardShare | None = None,
-    ) -> Tensor:
-        B, T, C = x.shape
-        H = self.n_heads
-        q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
-        q, k = pe.rotate(q, k, pos, pos)
-        drop = self.dropout if self.training else 0.0
-        path = self._path(pe, T, x.device, drop, pos, key_padding_mask, share)
-        if path.endswith("blocked"):
-            y = blocked(q, k, v, pos, pe, key_padding_mask, causal, drop, self.settings,
-                        value_side=path == "explicit-blocked")
-        elif path == "flex":
-            y = self._flex_or_fallback(q, k, v, pos, pe, key_padding_mask, causal, share)
-        elif path == "sdpa+toeplitz":
-            table = _shared(share, "table", lambda: distance_table(pe, q, T, causal))  # (H, 2T − 1)
-            y = toeplitz_attention(q, k, v, table, drop, grad_rows(B, H, T))
-        elif path == "sdpa-fused" and key_padding_mask is None:
-            y = dense(q, k, v, None, causal, drop)
-        else:
-            mask = self._mask(q, k, pos, pe, key_padding_mask, causal, share)
-            y = explicit(q, k, v, pos, pos, pe, mask, drop) if path == "explicit" else dense(
-                q, k, v, mask, False, drop)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, Dh) → (B, T, C)
-        return self.out(y)
-
-    def _path(self, pe, T, device, drop, pos, key_padding_mask, share) -> str:
-        """:func:`choose_path`, then the runtime conditions: FlexAttention traced and not learning
-        the bias; contiguous positions and no key padding for the Toeplitz view."""
-        settings = self.settings
-        path = choose_path(pe.meta, T, device, settings, dropout=drop)
-        if path == "flex" and (id(pe) in _NO_FLEX or _learns_bias(pe)):
-            settings = replace(settings, flex=False)
-            path = choose_path(pe.meta, T, device, settings, dropout=drop)
-        if path == "sdpa+toeplitz" and (key_padding_mask is not None or not _unit_steps(pos, share)):
-            path = choose_path(pe.meta, T, device, replace(settings, toeplitz=False), dropout=drop)
-        return path
-
-    def _flex_or_fallback(self, q, k, v, pos, pe, key_padding_mask, causal, share) -> Tensor:
-        """FlexAttention; a scheme whose bias does not trace (e.g. ``torch.unique``) falls back to
-        the SDPA paths once and for all, with a warning."""
-        try:
-            return flex(q, k, v, pos, pe, key_padding_mask, causal)
-        except Exception as exc:  # noqa: BLE001 - any tracing failure means "not expressible"
-            _NO_FLEX.add(id(pe))
-            log.warning("FlexAttention unavailable for %s (%s); using SDPA", type(pe).__name__, exc)
-        T = q.shape[-2]
-        if T > self.settings.long_threshold:
-            return blocked(q, k, v, pos, pe, key_padding_mask, causal, 0.0, self.settings, False)
-        return dense(q, k, v, self._mask(q, k, pos, pe, key_padding_mask, causal, share), False, 0.0)
-
-    @staticmethod
-    def _mask(q, k, pos, pe, key_padding_mask, causal, share) -> Tensor | None:
-        """The dense (B', H, T, T) additive mask; a position-only one is built once per forward."""
-        T = q.shape[-2]
-
-        def build() -> Tensor | None:
-            return build_mask(pe.bias(q, pos, pos, k=k), key_padding_mask, causal, T, T, q.dtype, q.device)
-
-        return build() if pe.meta.content_bias else _shared(share, "mask", build)
-
-
-def _shared(share: ForwardShare | None, kind: str, build):
-    """``build()``, or what an earlier layer of this forward (or a kept forward) built of this kind."""
-    if share is not None and share.ready and share.kind == kind:
-        return share.mask
-    value = build()
-    if share is not None:
-        share.mask, share.kind, share.ready = value, kind, True
-    return value
-
-
-def _unit_steps(pos: Tensor, share: ForwardShare | None) -> bool:
-    """:func:`pipelines.model.toeplitz.unit_steps`, checked once per forward."""
-    if share is None:
-        return unit_steps(pos)
-    if share.unit is None:
-        share.unit = unit_steps(pos)
-    return share.unit
+__all__ = ["Block", "Transformer", "length_bucket"]
 
 
 class Block(nn.Module):

@@ -58,9 +58,23 @@ class TaskAdapter:
     def finish(self, total: float, count: float) -> float:
         return total / count
 
+    def combine(self, parts: list[tuple[Any, Any]]) -> float:
+        """The metric over one test length from every batch's (numerator, denominator) of
+        :meth:`score`: Σ numerators / Σ denominators via :meth:`finish`. Metrics that do not add up
+        over batches (AUROC) override this and return arrays from :meth:`score`."""
+        return self.finish(sum(p[0] for p in parts), sum(p[1] for p in parts))
+
     def baselines(self, dm: Any) -> dict[str, float]:
         """Reference values of the metric on the same test data (no model), e.g. a Markov chain."""
         return {}
+
+    #: what :meth:`trivial_baseline` is, in words (e.g. "order-0 Markov")
+    trivial_name = ""
+
+    def trivial_baseline(self, dm: Any) -> float | None:
+        """The metric of a trivial predictor on the same test data, the zero of *retained gain*
+        (``pipelines.eval.statistics.retained_gain``); ``None``: the task defines none."""
+        return None
 
     def finish_curve(self, total: Tensor, count: Tensor) -> np.ndarray:
         c = count.double().numpy()

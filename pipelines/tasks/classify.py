@@ -6,6 +6,7 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
@@ -14,8 +15,40 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.inference.dna import predict_classify
+from pipelines.tasks.base import TaskAdapter
 from pipelines.tasks.per_length import PerLengthTest, token_positions
 from posenc import PosencError
+
+
+class ClassifyAdapter(TaskAdapter):
+    """Classification in the length sweep: AUROC (one-vs-rest, macro over classes; = the test pass's
+    ``auroc``), computed over every test sequence at once; a pooled classifier has no per-position
+    score, so the curve is empty; the trivial baseline is chance, AUROC 0.5."""
+
+    metric = "auroc"
+    higher_is_better = True
+    length_unit = "tokens (centre crop)"
+    position_label = "(no per-position score)"
+    trivial_name = "chance"
+
+    def train_length(self, dm: Any) -> int:
+        return int(dm.seq_len)
+
+    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(class probabilities (B, C), labels (B,), empty per-position sums (T,), zero counts (T,))."""
+        probs = module(batch["tokens"]).float().softmax(-1)  # (B, C)
+        none = torch.zeros(batch["tokens"].shape[1], dtype=torch.float64)  # (T,)
+        return probs.cpu(), batch["label"].cpu(), none, none
+
+    def combine(self, parts: list[tuple[Tensor, Tensor]]) -> float:
+        from torchmetrics.functional.classification import multiclass_auroc
+
+        probs = torch.cat([p[0] for p in parts])  # (N, C)
+        labels = torch.cat([p[1] for p in parts])  # (N,)
+        return float(multiclass_auroc(probs, labels, probs.shape[1], average="macro"))
+
+    def trivial_baseline(self, dm: Any) -> float:
+        return 0.5
 
 
 class SequenceClassifier(PerLengthTest):
@@ -31,6 +64,7 @@ class SequenceClassifier(PerLengthTest):
 
     causal = False
     task_name = "dna_classify"
+    adapter = ClassifyAdapter()
     predictor = staticmethod(predict_classify)
     default_datamodule = "datamodules.ClassificationDataModule"
     batch_records = True
@@ -78,7 +112,7 @@ class SequenceClassifier(PerLengthTest):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, probs, target = self._step(batch)
-        self.log("val/loss", loss, batch_size=len(target))
+        self.val_means.add("val/loss", loss * len(target), len(target))  # logged at epoch end
         self.val_metrics.update(probs, target)
 
     def on_validation_epoch_end(self) -> None:
@@ -116,6 +150,8 @@ class KmerBaseline(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = trainer.datamodule
+        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
+            return
         if dm is None or not hasattr(dm, "sets"):
             return
         from sklearn.linear_model import LogisticRegression

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from pipelines.inference.forecast import describe_series, example_table, predict_forecast
 from pipelines.tasks.base import TaskAdapter, TaskModule
+from pipelines.tasks.distributed import EpochMeans
 from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_periods re-exported
     ForecastTokens,
     RevIN,
@@ -17,7 +18,13 @@ from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_
     patchify,
     with_periods,
 )
-from pipelines.tasks.forecast_metrics import ForecastErrors, ForecastReport, log_lookback_metrics, to_original
+from pipelines.tasks.forecast_metrics import (
+    ForecastErrors,
+    ForecastReport,
+    log_lookback_metrics,
+    merge_ranks,
+    to_original,
+)
 from posenc import PosencError, PositionOutOfRange
 
 Head = Literal["query", "horizon", "last", "mean"]
@@ -53,6 +60,17 @@ class ForecastAdapter(TaskAdapter):
 
         found = ForecastBaselines().compute(dm)  # same test windows at every lookback
         return {name: found[f"{name}_mse"] for name in ("seasonal_naive", "linear")}
+
+    trivial_name = "seasonal naive"
+
+    def trivial_baseline(self, dm: Any) -> float:
+        """MSE of the seasonal-naive forecast on the test windows (period as :class:`ForecastBaselines`)."""
+        from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors, seasonal_naive
+
+        test = dm.windows("test")  # the same forecast windows at every lookback
+        orig = lambda a: a * dm.target_scale + dm.target_loc  # noqa: E731 - scaled → original units
+        naive = seasonal_naive(dm.targets, test["start"], dm.horizon, ForecastBaselines().period(dm))
+        return masked_errors(orig(naive), orig(test["y"]), test["y_mask"])["mse"]
 
 
 class Forecaster(TaskModule):
@@ -151,6 +169,7 @@ class Forecaster(TaskModule):
             pe_periods=pe_periods,
         )
         self._reset_test_state()
+        self._val = EpochMeans()  # exact over every rank's shard under DDP
 
     # ------------------------------------------------------------------ model
     @property
@@ -236,12 +255,15 @@ class Forecaster(TaskModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         pred = self.predict_batch(batch)
         mask = batch["y_mask"]
-        n = int(mask.sum().clamp(min=1))
-        self.log("val/loss", self._loss(pred, batch["y"], mask), prog_bar=True, batch_size=n)
         err = to_original(pred, batch) - to_original(batch["y"], batch)
         m = mask.to(err.dtype)
-        self.log("val/mse", ((err**2) * m).sum() / n, batch_size=n)
-        self.log("val/mae", (err.abs() * m).sum() / n, batch_size=n)
+        n = m.sum()  # observed targets: the denominator of every val metric (Σ over batches and ranks)
+        self._val.add("val/loss", self._loss(pred, batch["y"], mask) * n, n)
+        self._val.add("val/mse", ((err**2) * m).sum(), n)
+        self._val.add("val/mae", (err.abs() * m).sum(), n)
+
+    def on_validation_epoch_end(self) -> None:
+        self._val.log(self, prog_bar=("val/loss",))
 
     # ------------------------------------------------------------------ test at every lookback
     def configure_callbacks(self) -> list:
@@ -290,12 +312,13 @@ class Forecaster(TaskModule):
         return sorted(n for n, e in self.test_errors.items() if e is None)
 
     def on_test_epoch_end(self) -> None:
+        self.test_errors, self.scored_starts = merge_ranks(self.test_errors, self.scored_starts)  # DDP
         defined = {n: e for n, e in self.test_errors.items() if e is not None}
         if not defined:
             return
         main = self.main_lookback()
-        self.log("test/mse", defined[main].mse)
-        self.log("test/mae", defined[main].mae)
+        self.log("test/mse", defined[main].mse, sync_dist=True, reduce_fx="max")  # merged: equal on all ranks
+        self.log("test/mae", defined[main].mae, sync_dist=True, reduce_fx="max")
         if self.logger is None:
             return
         per_step = defined[main].by_horizon()

@@ -259,6 +259,8 @@ class ForecastBaselines(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dm = trainer.datamodule
+        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
+            return
         if dm is None or not hasattr(dm, "windows"):
             return
         scored = getattr(pl_module, "scored_starts", None)  # the windows the model was scored on

@@ -60,6 +60,27 @@ class ForecastErrors:
         return {"mse": self.se / n, "mae": self.ae / n}
 
 
+def merge_ranks(errors: dict[int, ForecastErrors | None],
+                starts: list[int]) -> tuple[dict[int, ForecastErrors | None], list[int]]:
+    """Every DDP rank's test errors summed per lookback (undefined on one rank: undefined) and the
+    scored window starts of every rank, in rank order (= loader order: ranks hold contiguous
+    blocks). A single process gets its own back."""
+    from pipelines.tasks.distributed import gather, world_size
+
+    if world_size() == 1:
+        return errors, starts
+    mine = {n: None if e is None else (e.horizon, e.se, e.ae, e.n) for n, e in errors.items()}
+    merged: dict[int, ForecastErrors | None] = {}
+    for part in gather(mine):  # rank order: the same float64 sums on every rank
+        for n, e in part.items():
+            if e is None or (n in merged and merged[n] is None):
+                merged[n] = None
+                continue
+            acc = merged.setdefault(n, ForecastErrors(e[0]))
+            acc.se, acc.ae, acc.n = acc.se + e[1], acc.ae + e[2], acc.n + e[3]
+    return merged, [s for part in gather(list(starts)) for s in part]
+
+
 def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
     """Scaled (B, T, C) → the data's original units with the batch's training-split scaler."""
     return values * batch["scale"][:, None, :] + batch["loc"][:, None, :]
@@ -210,8 +231,12 @@ class ForecastReport(Callback):
         return {int(starts[i]) for i in pick}
 
     def on_test_end(self, trainer, pl_module) -> None:
+        from pipelines.tasks.distributed import gather
         from pipelines.tracking.store import mlflow_loggers
 
+        self._picked = [e for part in gather(self._picked) for e in part]  # DDP: every rank's windows
+        if not getattr(trainer, "is_global_zero", True):
+            return
         errors = pl_module.test_errors
         if not any(e is not None for e in errors.values()):
             return

@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import lightning as L
+import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from pipelines.inference.dna import predict_lm
 from pipelines.tasks.base import TaskAdapter, positions
+from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna import DNATask
-from posenc import PositionOutOfRange
+from posenc import PosencError, PositionOutOfRange
 
 LN2 = math.log(2.0)
 
@@ -41,6 +45,14 @@ class LMAdapter(TaskAdapter):
         train, test = dm.region_codes("train"), dm.region_codes("test", dm.eval_span)
         return {f"markov{k}": MarkovModel(k).fit(train).bits_per_base(test) for k in (0, 5)}
 
+    trivial_name = "order-0 Markov"  # base composition of the train region
+
+    def trivial_baseline(self, dm: Any) -> float:
+        from pipelines.tasks.markov import MarkovModel
+
+        test = dm.region_codes("test", dm.eval_span)
+        return MarkovModel(0).fit(dm.region_codes("train")).bits_per_base(test)
+
 
 class DNALanguageModel(DNATask):
     """Next-base prediction over windows of a genome; metric: bits per base.
@@ -49,9 +61,18 @@ class DNALanguageModel(DNATask):
     bits/base at each length is logged as ``test/bits_per_base_by_length`` with step = length.
     Lengths the scheme does not define (learned PE past ``max_len``) are recorded as undefined.
 
+    Inference context: with ``context`` = C, a window longer than C tokens is scored (in eval mode)
+    as overlapping chunks of C tokens at stride S (sliding-window evaluation): the first chunk
+    predicts its C tokens, every later one only its last S, so each prediction after the first
+    chunk sees between C − S and C tokens of context — never more than the model may have been
+    trained on. Chunks are batched (cost ≈ C / S forwards per token). :class:`SelectContext`
+    chooses C on validation windows.
+
     Args:
         vocab_size: token vocabulary (linked from the datamodule).
         pad_id: padding token id; targets equal to it are not scored.
+        context: most tokens one prediction sees at inference (``None``: the whole window).
+        context_stride: S, tokens predicted per chunk after the first (default C // 2).
         **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
     """
 
@@ -61,20 +82,51 @@ class DNALanguageModel(DNATask):
     predictor = staticmethod(predict_lm)
     default_datamodule = "datamodules.DNADataModule"
 
-    def __init__(self, vocab_size: int = 6, pad_id: int = 5, **kwargs: Any) -> None:
+    def __init__(self, vocab_size: int = 6, pad_id: int = 5, context: int | None = None,
+                 context_stride: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.embedding = self.embed_tokens(vocab_size)
         self.head = nn.Linear(self.d_model, vocab_size)
         self.pad_id = pad_id
-        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id)
+        self.set_context(context, context_stride)
+        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, context=context,
+                           context_stride=context_stride)
         self._test_sums: dict[int, list[float]] = {}
         self._undefined: set[int] = set()
+        self._val = EpochMeans()  # Σ bits / Σ bases over every rank's shard (exact under DDP)
+
+    def set_context(self, context: int | None, stride: int | None = None) -> None:
+        """Set the inference context C (``None``: whole windows) and the chunk stride S (C // 2)."""
+        if context is not None and context < 2:
+            raise PosencError(f"model.context must be at least 2 tokens (or null), got {context}")
+        stride = None if context is None else (stride or max(1, context // 2))
+        if stride is not None and not 1 <= stride <= context:
+            raise PosencError(f"model.context_stride must be in 1..context={context}, got {stride}")
+        self.context, self.context_stride = context, stride
 
     def forward(self, tokens: Tensor, pos: Tensor | None = None) -> Tensor:
-        """Logits (B, T, V) for tokens (B, T) at positions ``pos`` (default 0..T-1)."""
-        pos = positions(tokens.shape[1], tokens.device) if pos is None else pos
+        """Logits (B, T, V) for tokens (B, T) at positions ``pos`` (default 0..T-1); in eval mode
+        a window longer than :attr:`context` is scored in chunks (see the class docstring)."""
+        T = tokens.shape[1]
+        if pos is None and self.context is not None and T > self.context and not self.training:
+            return self._chunked(tokens)
+        pos = positions(T, tokens.device) if pos is None else pos
         h = self.backbone(self.embedding(tokens), pos, self.padding(tokens))  # (B, T, D)
         return self.head(h)
+
+    def _chunked(self, tokens: Tensor) -> Tensor:
+        """Sliding-window logits (B, T, V): chunk j ends at e_j = C + j·S (the last at T) and
+        predicts tokens [e_{j−1}, e_j) from the C tokens before e_j."""
+        B, T = tokens.shape
+        C, S = self.context, self.context_stride
+        ends = list(range(C, T, S)) + [T]  # chunk ends
+        starts = [e - C for e in ends]
+        chunks = torch.stack([tokens[:, a : a + C] for a in starts], dim=1).flatten(0, 1)  # (B·J, C)
+        logits = self(chunks, positions(C, tokens.device)).unflatten(0, (B, len(ends)))  # (B, J, C, V)
+        parts = [logits[:, 0]]  # (B, C, V): the first chunk predicts all of its tokens
+        for j in range(1, len(ends)):
+            parts.append(logits[:, j, C - (ends[j] - ends[j - 1]) :])  # (B, e_j − e_{j−1}, V)
+        return torch.cat(parts, dim=1)  # (B, T, V)
 
     def _nll(self, window: Tensor) -> tuple[Tensor, Tensor]:
         """Summed next-base NLL (nats) and number of scored targets for windows (B, T+1)."""
@@ -93,8 +145,10 @@ class DNALanguageModel(DNATask):
 
     def validation_step(self, batch: Tensor, batch_idx: int) -> None:
         total, count = self._nll(batch)
-        self.log("val/bits_per_base", total / count / LN2, prog_bar=True,
-                 reduce_fx="mean", batch_size=int(count))
+        self._val.add("val/bits_per_base", total / LN2, count)
+
+    def on_validation_epoch_end(self) -> None:
+        self._val.log(self, prog_bar=True)
 
     # ------------------------------------------------------------------ per-length test
     def on_test_epoch_start(self) -> None:
@@ -114,6 +168,8 @@ class DNALanguageModel(DNATask):
         acc[1] += float(count)
 
     def on_test_epoch_end(self) -> None:
+        self._test_sums = sum_tables(self._test_sums)  # every rank's shard (DDP): sums, then ratios
+        self._undefined = union(self._undefined)
         results = self.length_results()
         if not results:
             return
@@ -134,3 +190,73 @@ class DNALanguageModel(DNATask):
     def undefined_lengths(self) -> list[int]:
         return sorted(self._undefined)
 
+
+
+class SelectContext(L.Callback):
+    """Before testing, choose the causal LM's inference context (:meth:`DNALanguageModel.set_context`)
+    on the **validation** split: every candidate scores validation windows as long as the longest
+    test length, and the lowest bits/base wins (ties: the earlier candidate); a candidate the
+    encoding does not define (positions past a learned table) is skipped. The test split is not
+    consulted. Logged: ``inference/context`` (param; ``full`` = whole windows) and
+    ``val/bits_per_base_context_<c>`` per candidate.
+
+    Args:
+        factors: candidate contexts as multiples of the training length; ``null`` = whole windows.
+    """
+
+    def __init__(self, factors: list[float | None] = [None, 1.0, 2.0]) -> None:  # noqa: B006
+        if not factors or any(f is not None and f <= 0 for f in factors):
+            raise PosencError(f"SelectContext factors must be positive numbers or null, got {factors}")
+        self.factors = list(factors)
+        self.scores: dict[int | None, float] = {}
+        self.chosen: int | None = None
+
+    def candidates(self, train_length: int, longest: int) -> list[int | None]:
+        out: list[int | None] = []
+        for f in self.factors:
+            c = None if f is None or round(f * train_length) >= longest else max(2, round(f * train_length))
+            if c not in out:
+                out.append(c)
+        return out
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if not isinstance(pl_module, DNALanguageModel) or not hasattr(dm, "eval_dataloader"):
+            return
+        longest = max(dm.eval_lengths)
+        if longest <= dm.seq_len:
+            return
+        try:
+            loader = dm.eval_dataloader("val", longest)
+        except PosencError as exc:  # a validation region shorter than the longest test window
+            rank_zero_warn(f"SelectContext: no validation window of {longest} tokens ({exc}); "
+                           "testing with the model's context as configured")
+            return
+        pl_module.eval()
+        self.scores = {}
+        for c in self.candidates(dm.seq_len, longest):
+            pl_module.set_context(c)
+            try:
+                self.scores[c] = validation_bits(pl_module, loader)
+            except PositionOutOfRange:  # e.g. a learned table as long as the training windows
+                continue
+        if not self.scores:
+            pl_module.set_context(None)
+            return
+        self.chosen = min(self.scores, key=self.scores.get)
+        pl_module.set_context(self.chosen)
+        pl_module.hparams["context"] = self.chosen
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"inference/context": "full" if self.chosen is None else self.chosen})
+            logger.log_metrics({f"val/bits_per_base_context_{'full' if c is None else c}_L{longest}": v
+                                for c, v in self.scores.items()})
+
+
+@torch.no_grad()
+def validation_bits(module: DNALanguageModel, loader: Any) -> float:
+    """Bits/base of ``module`` (as it is set now) over the windows of ``loader``."""
+    total = count = 0.0
+    for batch in loader:
+        s, c = module._nll(batch.to(module.device))
+        total, count = total + float(s), count + float(c)
+    return total / max(count, 1.0) / LN2

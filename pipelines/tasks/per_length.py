@@ -17,6 +17,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.aggregation import MeanMetric
 
+from pipelines.tasks.distributed import EpochMeans, union
 from pipelines.tasks.dna import DNATask
 from posenc import PositionOutOfRange
 
@@ -81,6 +82,7 @@ class PerLengthTest(DNATask):
         self.update_metrics(self._by_length[length], *args)
 
     def on_test_epoch_end(self) -> None:
+        self._undefined = union(self._undefined)  # torchmetrics' compute() sums the ranks' states
         by_length = sorted(self._by_length.items())
         self._results = {n: flatten(m.compute(), self.class_names) for n, m in by_length}
         if not self._results or self.logger is None:
@@ -103,12 +105,24 @@ class PerLengthTest(DNATask):
         return sorted(getattr(self, "_undefined", set()))
 
     def log_collection(self, prefix: str, metrics: MetricCollection, **kwargs: Any) -> dict[str, float]:
-        """Compute, log (``prefix/name``) and reset a collection; returns the flattened values."""
+        """Compute, log (``prefix/name``) and reset a collection; returns the flattened values.
+
+        Under DDP ``compute()`` has already reduced every rank's states (sums, or all predictions
+        for AUROC), so the values are equal on every rank: ``max`` only marks them synchronised.
+        Any :attr:`val_means` added during the epoch are logged too.
+        """
         values = flatten(metrics.compute(), self.class_names)
         metrics.reset()
         for key, value in values.items():
-            self.log(f"{prefix}/{key}", value, **kwargs)
-        return values
+            self.log(f"{prefix}/{key}", value, sync_dist=True, reduce_fx="max", **kwargs)
+        return {**values, **self.val_means.log(self)}
+
+    @property
+    def val_means(self) -> EpochMeans:
+        """Ratio metrics of the epoch outside the collection (``val/loss``), exact under DDP."""
+        if "_val_means" not in self.__dict__:
+            self.__dict__["_val_means"] = EpochMeans()
+        return self.__dict__["_val_means"]
 
 
 def token_positions(tokens: Tensor) -> Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning as L
+import numpy as np
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
@@ -11,7 +13,40 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from datamodules.dna.annotation import LABEL_NAMES, N_LABELS
 from pipelines.inference.dna import predict_segment
+from pipelines.tasks.base import TaskAdapter
 from pipelines.tasks.per_length import PerLengthTest, token_positions
+
+
+class SegmentAdapter(TaskAdapter):
+    """Segmentation in the length sweep: per-base accuracy (higher is better; = the test pass's
+    ``acc``); the curve is the accuracy at each window position; the trivial baseline always calls
+    the most frequent label of the train region."""
+
+    metric = "acc"
+    higher_is_better = True
+    length_unit = "bases of context"
+    position_label = "position in window (accuracy)"
+    trivial_name = "majority class"  # the train region's most frequent label
+
+    def train_length(self, dm: Any) -> int:
+        return int(dm.seq_len)
+
+    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+        tokens, labels = batch["tokens"], batch["labels"]  # (B, T) each
+        pred = module(tokens).argmax(-1)  # (B, T)
+        keep = (tokens != module.pad_id).double()  # (B, T)
+        per_pos = ((pred == labels).double() * keep).sum(0)  # (T,) correct calls
+        return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
+
+    def trivial_baseline(self, dm: Any) -> float:
+        train = np.concatenate([np.asarray(dm.labels[a:b]) for a, b in dm.regions["train"]])
+        majority = int(np.bincount(train).argmax())
+        hits = total = 0
+        for batch in dm.test_dataloader()[0]:  # every test length tiles the same bases
+            keep = batch["tokens"] != dm.pad_id  # (B, T)
+            hits += int(((batch["labels"] == majority) & keep).sum())
+            total += int(keep.sum())
+        return hits / max(total, 1)
 
 
 class FrameSegmenter(PerLengthTest):
@@ -34,6 +69,7 @@ class FrameSegmenter(PerLengthTest):
 
     causal = False
     task_name = "dna_segment"
+    adapter = SegmentAdapter()
     predictor = staticmethod(predict_segment)
     default_datamodule = "datamodules.SegmentationDataModule"
     writes_intervals = True
@@ -85,7 +121,7 @@ class FrameSegmenter(PerLengthTest):
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         loss, pred, target = self._step(batch)
-        self.log("val/loss", loss, batch_size=target.numel())
+        self.val_means.add("val/loss", loss * target.numel(), target.numel())  # logged at epoch end
         self.update_metrics(self.val_metrics, pred, target)
 
     def on_validation_epoch_end(self) -> None:
@@ -93,3 +129,59 @@ class FrameSegmenter(PerLengthTest):
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self.update_length(batch["tokens"].shape[1], lambda: self._step(batch)[1:])
+
+
+def label_scores(pred: np.ndarray, target: np.ndarray, n_classes: int) -> dict[str, float]:
+    """Per-base accuracy, macro F1 (classes present in either array) and coding-vs-non-coding
+    accuracy of predicted labels against target labels."""
+    pred, target = np.asarray(pred, np.int64), np.asarray(target, np.int64)
+    f1 = []
+    for c in range(n_classes):
+        tp = float(((pred == c) & (target == c)).sum())
+        denom = float((pred == c).sum() + (target == c).sum())
+        if denom > 0:
+            f1.append(2 * tp / denom)
+    return {"acc": float((pred == target).mean()), "f1_macro": float(np.mean(f1)) if f1 else float("nan"),
+            "coding_acc": float(((pred > 0) == (target > 0)).mean())}
+
+
+class SegmentBaselines(L.Callback):
+    """After testing, log references on the test span the model was scored on:
+
+    * ``baseline/majority_<metric>``: every base labelled with the most frequent class of the train
+      region (the trivial baseline);
+    * ``baseline/pyrodigal_<metric>``, only when the labels come from an annotation file: the frame
+      labels of pyrodigal's gene calls on the genome (what a practitioner would run instead). With
+      the default labels (pyrodigal's own calls) the model's metrics already *are* its agreement
+      with pyrodigal, which would score 1 against itself, so nothing is logged.
+
+    Metrics: ``acc``, ``f1_macro`` (over the classes present), ``coding_acc``.
+    """
+
+    def __init__(self) -> None:
+        self.results: dict[str, float] = {}
+
+    def compute(self, dm: Any) -> dict[str, float]:
+        labels = np.asarray(dm.labels)
+        spans = dm.region_spans("test", dm.eval_span)
+        target = np.concatenate([labels[a:b] for a, b in spans])
+        train = np.concatenate([labels[a:b] for a, b in dm.region_spans("train")])
+        majority = int(np.bincount(train, minlength=dm.num_classes).argmax())
+        out = {f"baseline/majority_{k}": v
+               for k, v in label_scores(np.full_like(target, majority), target, dm.num_classes).items()}
+        if getattr(dm, "annotation", None) is not None:
+            from datamodules.dna.annotation import call_genes, frame_labels, genes_to_cds
+
+            called = frame_labels(dm.genome, genes_to_cds(call_genes(dm.genome)))
+            pred = np.concatenate([called[a:b] for a, b in spans])
+            scores = label_scores(pred, target, dm.num_classes)
+            out.update({f"baseline/pyrodigal_{k}": v for k, v in scores.items()})
+        return out
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if dm is None or not hasattr(dm, "labels") or not hasattr(dm, "region_spans"):
+            return
+        self.results = self.compute(dm)
+        for logger in trainer.loggers:
+            logger.log_metrics(self.results)

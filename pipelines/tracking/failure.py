@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 
 import lightning as L
@@ -98,6 +99,9 @@ def environment_error(exc: BaseException) -> str | None:
     store that is corrupt or locked — found anywhere in the exception chain, else ``None``."""
     from pipelines.tracking.store import tracking_uri
 
+    lost = lost_peer(exc)
+    if lost is not None:
+        return lost
     for e in exception_chain(exc):
         module = type(e).__module__
         if module.startswith(("sqlalchemy", "sqlite3", "mlflow")):
@@ -108,4 +112,26 @@ def environment_error(exc: BaseException) -> str | None:
     for e in exception_chain(exc):
         if isinstance(e, OSError) and e.filename:
             return f"{e.filename}: {e.strerror or type(e).__name__} (cannot write there: check the path)"
+    return None
+
+
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted",
+              "Watchdog caught collective operation timeout")
+
+
+def lost_peer(exc: BaseException) -> str | None:
+    """One line when another process of a distributed (DDP) run died — this rank's collective then
+    fails (gloo: "Connection closed by peer"; NCCL: an aborted communicator or a timeout) — else
+    ``None``. Rerunning the same command resumes the run from its last checkpoint."""
+    import torch.distributed as dist
+
+    backend_error = getattr(dist, "DistBackendError", ())
+    for e in exception_chain(exc):
+        text = str(e)
+        gone = isinstance(e, RuntimeError) and any(p in text for p in _PEER_GONE)
+        if gone or isinstance(e, backend_error):
+            rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "?"))
+            reason = text.strip().splitlines()[0][:160] if text.strip() else type(e).__name__
+            return (f"rank {rank}: another process of this distributed run stopped ({reason}); "
+                    "run the same command again to resume from the last checkpoint")
     return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import mlflow.pyfunc
+import pandas as pd
 
 
 class PosencPyfunc(mlflow.pyfunc.PythonModel):
@@ -21,7 +22,10 @@ class PosencPyfunc(mlflow.pyfunc.PythonModel):
 
         self.model = load_model(context.artifacts["checkpoint"], device="cpu")
 
-    def predict(self, context, model_input, params=None):  # no type hints: MLflow would read them as a schema
+    def predict(self, context: Any, model_input: pd.DataFrame,
+                params: dict[str, Any] | None = None) -> pd.DataFrame:
+        """The task's predictions. A DataFrame hint is one MLflow validates nothing against: the
+        logged signature (explicit column types, see ``registry.signature_for``) is the schema."""
         return self.model.predict(model_input, **(params or {}))
 
 

@@ -10,7 +10,8 @@ trained model registered in MLflow so ``models:/<name>/<version>`` loads it.
 * after fit (``register: true``, an MLflow logger present) it logs the best checkpoint, stripped of
   optimizer state, as an MLflow pyfunc model with a signature, an input example and explicit pip
   requirements (no environment inference, so logging is fast) and registers it under ``name``
-  (default: the run name, e.g. ``DNALanguageModel-RoPE``).
+  (default: the run name, e.g. ``DNALanguageModel-RoPE``) through the MLflow client, with a model
+  card (:mod:`pipelines.tracking.card`) as the description and tags of the model and the version.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import lightning as L
 import torch
 
 from pipelines.inference.loading import META_KEY, load_model
+from pipelines.tracking.card import ModelCard, card_metrics, command_line, from_training, write_card
 
 log = logging.getLogger(__name__)
 KEEP_KEYS = ("state_dict", "hyper_parameters", "posenc_task", META_KEY, "epoch", "global_step",
@@ -51,20 +53,59 @@ def pip_requirements() -> list[str]:
     return out
 
 
-def log_pyfunc(ckpt: Path, run_id: str, tracking_uri: str, name: str | None, example: Any, output: Any):
-    """Log ``ckpt`` as a pyfunc model of run ``run_id`` and register it as ``name`` (if given)."""
+def column_type(series: Any, input_side: bool) -> str:
+    """MLflow column type of a pandas column. Integers are ``double`` on the input side: a missing
+    value arrives as NaN, which only a float column holds (MLflow's own advice); ``long`` on output."""
+    kind = series.dtype.kind
+    if kind in "iu":
+        return "double" if input_side else "long"
+    return {"b": "boolean", "f": "double", "M": "datetime"}.get(kind, "string")
+
+
+def signature_for(example: Any, output: Any) -> Any:
+    """The model signature, from explicit column types when input and output are DataFrames (no
+    schema inference, so no inference hints), else MLflow's inference."""
+    import pandas as pd
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types import ColSpec, Schema
+
+    if not (isinstance(example, pd.DataFrame) and isinstance(output, pd.DataFrame)):
+        return infer_signature(example, output)
+
+    def schema(frame: pd.DataFrame, input_side: bool) -> Schema:
+        return Schema([ColSpec(column_type(frame[c], input_side), str(c)) for c in frame.columns])
+
+    return ModelSignature(inputs=schema(example, True), outputs=schema(output, False))
+
+
+def log_pyfunc(ckpt: Path, run_id: str, tracking_uri: str, example: Any, output: Any) -> Any:
+    """Log ``ckpt`` as a pyfunc model of run ``run_id``; returns MLflow's ``ModelInfo``."""
     import mlflow
-    from mlflow.models import Model, infer_signature
+    from mlflow.models import Model
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
     import pipelines.tracking.pyfunc as code
 
-    signature = infer_signature(example, output)
     with _use_tracking_uri(tracking_uri):
         return Model.log(None, mlflow.pyfunc, name="posenc_model", python_model=code.__file__,
-                         artifacts={"checkpoint": str(ckpt)}, signature=signature, input_example=example,
-                         pip_requirements=pip_requirements(), registered_model_name=name,
-                         await_registration_for=0, run_id=run_id)
+                         artifacts={"checkpoint": str(ckpt)}, signature=signature_for(example, output),
+                         input_example=example, pip_requirements=pip_requirements(), run_id=run_id)
+
+
+def register_version(client: Any, name: str, info: Any, run_id: str, card: ModelCard) -> str:
+    """Register the logged model ``info`` as a new version of ``name`` (created if new), with the
+    card as description and tags; returns the version."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name, tags=card.tags(), description=card.markdown())
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        write_card(client, name, None, card)  # an existing registered model shows its newest card
+    version = client.create_model_version(name, source=info.model_uri, run_id=run_id, tags=card.tags(),
+                                          description=card.markdown(), model_id=info.model_id)
+    return str(version.version)
 
 
 class RegisterModel(L.Callback):
@@ -81,6 +122,10 @@ class RegisterModel(L.Callback):
         self.model_uri: str | None = None
         self.seconds: float | None = None
         self.log_seconds: float | None = None
+        self.command: str = command_line()  # the CLI sets the command it was started with
+        self.card: ModelCard | None = None
+        self.registered_name: str | None = None
+        self.registered_version: str | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         meta = pl_module.describe_data(getattr(trainer, "datamodule", None))
@@ -117,11 +162,15 @@ class RegisterModel(L.Callback):
             example = model.input_example(getattr(trainer, "datamodule", None))
             output = model.predict(example)
             logging_start = time.perf_counter()
-            info = log_pyfunc(ckpt, logger.run_id, logger._tracking_uri, name, example, output)
+            info = log_pyfunc(ckpt, logger.run_id, logger._tracking_uri, example, output)
+            client = logger.experiment
+            self.card = from_training(trainer, trainer.lightning_module, self.command, logger.run_id)
+            self.card.metrics = card_metrics(client.get_run(logger.run_id).data.metrics)
+            version = register_version(client, name, info, logger.run_id, self.card)
         self.seconds = time.perf_counter() - start
         self.log_seconds = time.perf_counter() - logging_start  # MLflow's part: log + register
-        version = getattr(info, "registered_model_version", None)
-        self.model_uri = f"models:/{name}/{version}" if version else info.model_uri
+        self.registered_name, self.registered_version = name, version
+        self.model_uri = f"models:/{name}/{version}"
         log.info("registered %s in %.2f s", self.model_uri, self.seconds)
         print(f"MLflow model {self.model_uri} (registered in {self.seconds:.2f} s, of which MLflow logging "
               f"{self.log_seconds:.2f} s)", flush=True)

@@ -15,7 +15,8 @@ Exact continuation. Lightning restores the weights, optimizer, scheduler, loop c
 states, but a plain ``DataLoader`` restarts its epoch from the first batch and the global RNGs are
 not saved. :class:`ResumableLoader` makes the training loader stateful (Lightning stores its
 ``state_dict`` in the checkpoint): it records the sampler generator's state at the start of the
-epoch and, on restore, rewinds it and skips the batches already trained on. :class:`ResumeCheckpoint`
+epoch (or, for a sampler whose order is a function of its epoch, the epoch) and, on restore, rewinds
+it and skips the batches already trained on. :class:`ResumeCheckpoint`
 saves the global torch/numpy/Python RNG states and puts them back before the first resumed batch.
 Limits: samplers drawing from the *global* torch RNG (no ``generator``) and augmentation drawing from
 a dataset's own RNG are not rewound; every datamodule in this project seeds its training sampler.
@@ -125,6 +126,12 @@ class ResumableLoader:
         sampler = getattr(self.loader, "sampler", None)
         return getattr(sampler, "generator", None)
 
+    @property
+    def _epoch_sampler(self) -> Any:
+        """The sampler when its order is a function of its epoch (``datamodules.sampling``), else None."""
+        sampler = getattr(self.loader, "sampler", None)
+        return sampler if hasattr(sampler, "set_epoch") and hasattr(sampler, "epoch") else None
+
     def __len__(self) -> int:
         return len(self.loader)
 
@@ -139,11 +146,15 @@ class ResumableLoader:
             state, self._pending = self._pending, None
             if gen is not None and state.get("generator") is not None:
                 gen.set_state(state["generator"])
+            by_epoch = self._epoch_sampler if state.get("epoch") is not None else None
             skip = int(state.get("batches", 0))
             if skip >= len(self.loader):  # saved at the end of an epoch: move past the whole epoch
-                for _ in self.loader:
-                    pass
+                if by_epoch is None:  # (an epoch-ordered sampler draws lazily, after Lightning's set_epoch)
+                    for _ in self.loader:
+                        pass
                 skip = 0
+            elif by_epoch is not None:  # the skipped batches are drawn now, before Lightning sets the epoch
+                by_epoch.set_epoch(int(state["epoch"]))
         self._epoch_start = gen.get_state().clone() if gen is not None else None
         it = iter(self.loader)
         for _ in range(skip):
@@ -152,7 +163,9 @@ class ResumableLoader:
 
     def state_dict(self) -> dict[str, Any]:
         done = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return {"generator": self._epoch_start, "batches": int(done)}
+        sampler = self._epoch_sampler
+        return {"generator": self._epoch_start, "batches": int(done),
+                "epoch": int(sampler.epoch) if sampler is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._pending = dict(state)
@@ -199,7 +212,7 @@ class ResumeCheckpoint(L.Callback):
             return
         path = self.run_dir / LAST
         tmp = path.with_name(f".{LAST}.tmp-{os.getpid()}")
-        trainer.save_checkpoint(tmp)
+        trainer.save_checkpoint(tmp, weights_only=False)  # the full state: optimizer, loops, callbacks
         if trainer.is_global_zero:
             os.replace(tmp, path)
 
@@ -212,6 +225,7 @@ class ResumeCheckpoint(L.Callback):
         """Put the training loader where the checkpoint left it. Lightning does this itself only when
         the loader is first built after the restore; ``configure_optimizers`` asking for
         ``trainer.estimated_stepping_batches`` builds it before, so it is done (again) here."""
+        check_same_resume(trainer)
         states, self._loader_states = getattr(self, "_loader_states", None), None
         loader, fetcher = trainer.fit_loop._combined_loader, trainer.fit_loop._data_fetcher
         if not states or loader is None or fetcher is None:
@@ -288,12 +302,60 @@ def prepare(parser: Any, cfg: Any) -> Path:
     logger = cfg.trainer.get("logger")
     mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
     uri = logger.init_args.get("tracking_uri") if mlflow else None
-    run_id, ckpt = previous_run(run_dir, uri) if mlflow else (None, None)
+    handed = handed_down(run_dir)
+    if handed is not None:  # a rank Lightning launched: follow the launching process's decision
+        run_id, ckpt = handed
+    else:
+        run_id, ckpt = previous_run(run_dir, uri) if mlflow else (None, None)
+        hand_down(run_dir, run_id, ckpt)
     if run_id is None:
         return run_dir
     logger.init_args.run_id = run_id
     if ckpt is not None and not cfg.get("ckpt_path"):
         cfg.ckpt_path = str(ckpt)
-    where = f" from {ckpt}" if ckpt else " (no checkpoint yet: from the start)"
-    print(f"resuming MLflow run {run_id}{where}", file=sys.stderr)
+    if handed is None:
+        where = f" from {ckpt}" if ckpt else " (no checkpoint yet: from the start)"
+        print(f"resuming MLflow run {run_id}{where}", file=sys.stderr)
     return run_dir
+
+
+# ----------------------------------------------------------------------------- several processes
+_HANDOFF = "POSENC_RESUME_HANDOFF"
+
+
+def hand_down(run_dir: Path, run_id: str | None, ckpt: Path | None) -> None:
+    """Record this process's resume decision in its environment, which the ranks Lightning's DDP
+    launcher starts from it inherit: they must resume exactly like rank 0, and by the time they
+    look, rank 0 may already have changed ``run_dir``."""
+    os.environ[_HANDOFF] = json.dumps({"pid": os.getpid(), "run_dir": str(Path(run_dir).resolve()),
+                                       "run_id": run_id, "ckpt": str(ckpt) if ckpt else None})
+
+
+def handed_down(run_dir: Path) -> tuple[str | None, Path | None] | None:
+    """The decision of the parent process for the same run directory, when this process is a rank
+    that the parent launched (``torchrun``/SLURM ranks have no such parent: they read ``run_dir``)."""
+    try:
+        state = json.loads(os.environ.get(_HANDOFF, ""))
+    except ValueError:
+        return None
+    if state.get("pid") != os.getppid() or state.get("run_dir") != str(Path(run_dir).resolve()):
+        return None
+    return state.get("run_id"), Path(state["ckpt"]) if state.get("ckpt") else None
+
+
+def check_same_resume(trainer: L.Trainer) -> None:
+    """Every rank must start from the same checkpoint: ranks that read different ``outputs/`` folders
+    (one per node, not shared) would not, and would train out of step; stop with one line instead."""
+    import torch.distributed as dist
+
+    from posenc import PosencError
+
+    if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+        return
+    mine = str(trainer.ckpt_path or "")
+    every: list[Any] = [None] * trainer.world_size
+    dist.all_gather_object(every, mine)
+    if len(set(every)) > 1:
+        raise PosencError(f"resume: the {trainer.world_size} processes would start from different "
+                          f"checkpoints ({sorted(set(every))}); put trainer.default_root_dir on a folder "
+                          "every node shares, or set --resume false")

@@ -96,10 +96,17 @@ def scrub_config(text: str) -> str:
     return text
 
 
-def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test/", "baseline/")) -> str:
-    """The run's final metrics under ``prefixes``, read back from the store (what the UI shows)."""
+def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test/", "baseline/"),
+                model_uri: str | None = None) -> str:
+    """The run's final metrics under ``prefixes``, read back from the store (what the UI shows), the
+    registered model and where the run is in the UI (``make ui``)."""
+    from pipelines.tracking.ui_url import run_url
+
     run = logger.experiment.get_run(logger.run_id)
     metrics = {k: v for k, v in run.data.metrics.items() if k.startswith(prefixes) and "_by_" not in k}
     lines = [f"MLflow run {logger.run_id} ({run.info.run_name}) in {logger._tracking_uri}"]
     lines += [f"  {key:<40} {value:.4f}" for key, value in sorted(metrics.items())]
+    if model_uri:
+        lines.append(f"  model: {model_uri} (make predict CKPT={model_uri} INPUT=… OUTPUT=…)")
+    lines.append(f"  see it: make ui, then {run_url(run.info.experiment_id, logger.run_id)}")
     return "\n".join(lines)

@@ -1,4 +1,6 @@
-"""Print the MLflow UI address of the runs page of the newest experiment (used by ``make ui``)."""
+"""Print where to look in the MLflow UI (used by ``make ui``): the runs page of the ``posenc``
+experiment (the one ``make train`` logs to; else the experiment of the newest run) and, when a
+comparison has run, its parent run."""
 
 from __future__ import annotations
 
@@ -7,33 +9,63 @@ import sqlite3
 import sys
 from pathlib import Path
 
+DEFAULT_BASE = "http://127.0.0.1:5000"
+TRAIN_EXPERIMENT = "posenc"
+COMPARE_TAG = "posenc.compare"
 
-def newest_experiment_id(db: Path) -> str | None:
-    """Id of the experiment holding the most recent run, read straight from the sqlite store."""
+
+def run_url(experiment_id: str, run_id: str | None = None, base: str = DEFAULT_BASE) -> str:
+    """The UI address of an experiment's runs page, or of one run."""
+    page = f"runs/{run_id}" if run_id else "runs"
+    return f"{base}/#/experiments/{experiment_id}/{page}"
+
+
+def _query(db: Path, sql: str, *params: str) -> tuple | None:
     if not db.is_file():
         return None
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            row = con.execute(
-                "SELECT experiment_id FROM runs ORDER BY start_time DESC LIMIT 1"
-            ).fetchone()
+            return con.execute(sql, params).fetchone()
     except sqlite3.DatabaseError:
         return None
+
+
+def newest_experiment_id(db: Path) -> str | None:
+    """Id of the experiment holding the most recent run, read straight from the sqlite store."""
+    row = _query(db, "SELECT experiment_id FROM runs ORDER BY start_time DESC LIMIT 1")
     return str(row[0]) if row else None
 
 
+def train_experiment_id(db: Path, name: str = TRAIN_EXPERIMENT) -> str | None:
+    """Id of experiment ``name`` if it holds a run."""
+    row = _query(db, "SELECT e.experiment_id FROM experiments e JOIN runs r "
+                     "ON r.experiment_id = e.experiment_id WHERE e.name = ? LIMIT 1", name)
+    return str(row[0]) if row else None
+
+
+def newest_comparison(db: Path) -> tuple[str, str] | None:
+    """(experiment id, run id) of the newest comparison's parent run (``make compare``)."""
+    row = _query(db, "SELECT r.experiment_id, r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                     "WHERE t.key = ? AND t.value = 'parent' ORDER BY r.start_time DESC LIMIT 1", COMPARE_TAG)
+    return (str(row[0]), str(row[1])) if row else None
+
+
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", default="mlflow.db")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=5000)
     args = ap.parse_args(argv)
-    exp = newest_experiment_id(Path(args.db))
-    base = f"http://{args.host}:{args.port}"
+    db, base = Path(args.db), f"http://{args.host}:{args.port}"
+    exp = train_experiment_id(db) or newest_experiment_id(db)
     if exp is None:
         print(f"No runs in {args.db} yet (run `make train` first); the UI will be at {base}", file=sys.stderr)
-    else:
-        print(f"MLflow UI (ready in ~15 s): {base}/#/experiments/{exp}/runs", file=sys.stderr)
+        return
+    print(f"MLflow UI (ready in ~15 s): {run_url(exp, base=base)}", file=sys.stderr)
+    comparison = newest_comparison(db)
+    if comparison is not None:
+        print(f"  latest comparison (make compare): {run_url(*comparison, base=base)}", file=sys.stderr)
+    print(f"  registered models and their cards: {base}/#/models", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model.transformer import Attention, Transformer
+from pipelines.model import Attention, Transformer
 from posenc import (
     FIRE,
     DeBERTa,

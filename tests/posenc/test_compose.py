@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model.transformer import Attention, Transformer
+from pipelines.model import Attention, Transformer
 from posenc import (
     Compose,
     GaussianPrior,

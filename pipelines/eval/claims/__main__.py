@@ -1,0 +1,3 @@
+from pipelines.eval.claims.runner import main
+
+main()

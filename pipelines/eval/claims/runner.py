@@ -1,0 +1,198 @@
+"""Run the claim experiments: one MLflow parent run per experiment in ``posenc-claims``, a results
+folder, and the claims table.
+
+Usage::
+
+    python -m pipelines.eval.claims                       # every configs/experiments/*.yaml, in claim order
+    python -m pipelines.eval.claims --only order_task     # one (or several) by name
+    python -m pipelines.eval.claims --smoke               # two training batches per child: a wiring check
+    python -m pipelines.eval.claims --docs docs/claims.md # also write the write-up (table + details)
+    make experiments [ONLY=order_task]
+
+Each experiment's wall time and process CPU seconds (``resource.getrusage``) are logged on its parent
+run and in the table; an idle 2-core estimate is CPU s / 1.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import resource
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.eval.claims.base import ClaimResult, Experiment
+from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
+from pipelines.eval.claims.report import claims_markdown, summary_table
+from pipelines.tracking.store import tracking_uri
+from posenc import PosencError
+from posenc.registry import import_class
+
+CONFIG_DIR = ROOT / "configs" / "experiments"
+
+def idle_factor(threads: int) -> float:
+    """CPU seconds per wall second on an idle 2-core machine: 1 for one thread, 1.9 for two."""
+    return 1.0 if threads <= 1 else 1.9
+
+
+def experiment_configs(folder: Path = CONFIG_DIR) -> dict[str, Path]:
+    """``{name: path}`` of the experiment configs in ``folder``, in claim order."""
+    found = {}
+    for path in folder.glob("*.yaml"):
+        found[path.stem] = (str(read_config(path).get("claim", "99")), path)
+    return {name: p for name, (_, p) in sorted(found.items(), key=lambda kv: (_claim_key(kv[1][0]), kv[0]))}
+
+
+def _claim_key(claim: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in claim if ch.isdigit())
+    return int(digits or 99), claim
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise PosencError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or "class_path" not in data:
+        raise PosencError(f"{path}: expected a mapping with class_path (and init_args, claim)")
+    return data
+
+
+def build(path: Path) -> Experiment:
+    """The experiment of a config: ``class_path`` built with ``init_args``."""
+    data = read_config(path)
+    cls = import_class(str(data["class_path"]), Experiment, "experiment class")
+    try:
+        return cls(**(data.get("init_args") or {}))
+    except TypeError as exc:
+        raise PosencError(f"{path}: init_args do not fit {cls.__name__} ({exc})") from None
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_one(name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: bool,
+            cache: dict, factor: float = 1.0) -> ClaimResult:
+    """Run one experiment under its own parent run; wall and CPU seconds logged on the parent."""
+    experiment = build(path)
+    number = str(read_config(path).get("claim", ""))
+    parent = client.create_run(exp_id, run_name=f"claim-{number}-{name}",
+                               tags={"posenc.claims": "parent", "posenc.claims.experiment": name}).info.run_id
+    client.log_param(parent, "config", str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path))
+    client.log_param(parent, "smoke", str(smoke))
+    ctx = Context(name, client, exp_id, parent, out / name, smoke, cache)
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    wall0, cpu0 = time.perf_counter(), cpu_seconds()
+    try:
+        result = experiment.run(ctx)
+    except BaseException:
+        client.set_terminated(parent, "FAILED")
+        raise
+    result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    result.name, result.number, result.claim = name, number, type(experiment).claim
+    note = read_config(path).get("note")
+    if note:
+        result.details = f"{result.details}\n**Note.** {' '.join(str(note).split())}\n"
+    result.command = f"make experiments ONLY={name}"
+    result.children = [c for c in ctx.children if c]
+    result.to_json(ctx.out / "result.json")
+    (ctx.out / "details.md").write_text(claims_markdown([result], figures_dir=None))
+    for f in [ctx.out / "result.json", ctx.out / "details.md", *map(Path, result.figures)]:
+        client.log_artifact(parent, str(f))
+    metrics = {**result.metrics, "wall_s": result.wall_s, "cpu_s": result.cpu_s,
+               "idle_wall_estimate_s": result.cpu_s / factor}
+    for k, v in metrics.items():
+        client.log_metric(parent, metric_name(k), float(v))
+    client.set_tag(parent, "posenc.claims.holds", result.holds)
+    client.set_terminated(parent, "FINISHED")
+    print(f"[claims] {name}: holds={result.holds}; {result.measured}\n  wall {result.wall_s:.0f} s, "
+          f"CPU {result.cpu_s:.0f} s (idle ≈ {result.cpu_s / factor:.0f} s)", file=sys.stderr)
+    return result
+
+
+def metric_name(key: str) -> str:
+    """``key`` with every character MLflow refuses in a metric name replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9_\-./ :]", "_", key).replace(" ", "_")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipelines.eval.claims", description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="+", default=None, help="experiment names (configs/experiments/<name>.yaml)")
+    p.add_argument("--smoke", action="store_true", help="tiny budget: checks the wiring, measures nothing")
+    p.add_argument("--out", default=None, help="results folder (default outputs/claims/<UTC time>)")
+    p.add_argument("--docs", default=None, help="also write the write-up here (e.g. docs/claims.md)")
+    p.add_argument("--configs", default=str(CONFIG_DIR), help="folder of experiment configs")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: the models are tiny, and on a loaded machine two "
+                        "spinning threads can be many times slower than one)")
+    p.add_argument("--list", action="store_true", help="list the experiments and exit")
+    return p.parse_args(argv)
+
+
+def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
+    import mlflow
+
+    import torch
+
+    args = parse_args(argv)
+    torch.set_num_threads(max(1, args.threads))
+    configs = experiment_configs(Path(args.configs))
+    if args.list:
+        for name, path in configs.items():
+            print(f"{name:<24} {read_config(path).get('claim', '')}: {build(path).claim}")
+        return []
+    names = args.only or list(configs)
+    unknown = [n for n in names if n not in configs]
+    if unknown:
+        raise PosencError(f"unknown experiment(s) {unknown}; known: {' '.join(configs)}")
+    for n in names:
+        build(configs[n])  # every config instantiates before anything is trained
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out or Path("outputs") / "claims" / stamp)
+    client = mlflow.MlflowClient(tracking_uri())
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT)
+    results, cache, wall0, cpu0 = [], {}, time.perf_counter(), cpu_seconds()
+    for name in names:
+        results.append(run_one(name, configs[name], client, exp_id, out, args.smoke, cache,
+                               idle_factor(args.threads)))
+    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    table = summary_table(results, wall, cpu, args.smoke, idle_factor(args.threads), args.threads)
+    (out / "claims.md").write_text(table)
+    print(table)
+    if args.docs:
+        write_docs(Path(args.docs), results, table, out)
+    print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {client.tracking_uri})")
+    return results
+
+
+def write_docs(path: Path, results: list[ClaimResult], table: str, out: Path) -> None:
+    """The write-up: the table, then each experiment's details; figures copied to docs/figures."""
+    figures = path.parent / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        moved = []
+        for f in r.figures:
+            target = figures / f"claims_{Path(f).name}"
+            shutil.copyfile(f, target)
+            moved.append(str(target))
+        r.figures = moved
+    path.write_text(claims_markdown(results, figures_dir=figures, table=table, relative_to=path.parent))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        run(argv)
+    except PosencError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

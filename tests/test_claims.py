@@ -1,0 +1,139 @@
+"""``python -m pipelines.eval.claims``: every experiment config builds, the probes' math, and a
+tiny-budget smoke of the runner (parent runs in ``posenc-claims``, nested children, the table)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines.eval.claims.runner import build, experiment_configs, metric_name, read_config
+from posenc import PosencError, RoPE
+from tests.helpers import in_dir
+
+CLAIMS = {"1", "2", "3a", "3b", "3c", "4a", "4b", "5", "6", "7", "8", "9", "10"}
+
+
+def test_every_experiment_config_instantiates_and_every_claim_has_one():
+    configs = experiment_configs()
+    claims = {str(read_config(p)["claim"]) for p in configs.values()}
+    assert claims == CLAIMS
+    for name, path in configs.items():
+        exp = build(path)
+        assert exp.claim, name
+        task = getattr(exp, "task", None)
+        if task is not None:
+            from pipelines.eval.claims.context import resolve
+
+            assert resolve(task).is_file()
+    order = [str(read_config(p)["claim"]) for p in configs.values()]
+    assert order[0] == "1" and order[-1] == "10"  # claim order, 10 after 9
+
+
+def test_bad_experiment_config_is_one_line_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("claim: '1'\nclass_path: pipelines.eval.claims.order.OrderTask\ninit_args: {nope: 1}\n")
+    with pytest.raises(PosencError, match="bad.yaml: init_args do not fit OrderTask"):
+        build(bad)
+    from pipelines.eval.claims.runner import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--only", "no_such_experiment"])
+    assert exc.value.code == 2
+
+
+def test_metric_names_are_what_mlflow_accepts():
+    assert metric_name("sinusoidal base=10000_d32 (x)") == "sinusoidal_base_10000_d32__x_"
+    assert metric_name("rope/acc_L64") == "rope/acc_L64"
+
+
+def test_lag_ratio_matches_the_closed_form_of_a_sinusoid():
+    from pipelines.eval.claims.aliasing import lag_ratio, scheme_features
+
+    d, lags = 16, 300
+    feats = scheme_features({"class_path": "posenc.Sinusoidal", "init_args": {"base": 100.0}}, d, lags + 5)
+    got = lag_ratio(feats, lags, 4)
+    omega = 100.0 ** (-2.0 * np.arange(d // 2) / d)  # float64 reference: ‖PE(t)−PE(t+T)‖² = Σ 2 − 2cos(ωT)
+    T = np.arange(1, lags + 1)
+    want = np.sqrt((2 - 2 * np.cos(np.outer(T, omega))).sum(1) / (d / 2))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_mismatched_keys_rotate_keys_only_and_eps_zero_is_rope():
+    from pipelines.eval.claims.probes import MismatchedKeys
+
+    rope = RoPE(16, 2)
+    q, k = torch.randn(2, 1, 2, 40, 8, dtype=torch.float64)
+    pos = torch.arange(40)
+    rq, rk = rope.rotate(q, k, pos, pos)
+    for eps in (0.0, 0.01):
+        mq, mk = MismatchedKeys(16, 2, rope=rope, eps=eps).rotate(q, k, pos, pos)
+        assert torch.allclose(mq, rq, atol=1e-12)
+        assert torch.allclose(mk, rk, atol=1e-12) == (eps == 0.0)
+    # the mismatch grows with the key position: zero at position 0
+    mq, mk = MismatchedKeys(16, 2, rope=rope, eps=0.1).rotate(q, k, pos, pos)
+    assert torch.allclose(mk[..., 0, :], rk[..., 0, :])
+    assert (mk[..., -1, :] - rk[..., -1, :]).abs().max() > 1e-2
+
+
+def test_gaussian_fit_recovers_width_and_rejects_a_flat_line():
+    from pipelines.eval.claims.probes import gaussian_fit
+
+    d = np.arange(33, dtype=np.float64)
+    s, r2 = gaussian_fit(d, 0.3 * np.exp(-(d**2) / (2 * 5.0**2)), 0.0)
+    assert s == pytest.approx(5.0, rel=1e-4) and r2 == pytest.approx(1.0, abs=1e-8)
+    _, r2 = gaussian_fit(d, 0.1 + 0.01 * np.sin(d), 0.0)
+    assert not r2 > 0.5
+
+
+def test_order_windows_swap_is_a_label_flip_with_the_same_tokens(tmp_path):
+    from pipelines.eval.claims.order_data import OrderDataModule
+
+    with in_dir(tmp_path):
+        dm = OrderDataModule(seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64)
+    a, b = dm.pair
+    batch = next(iter(dm.test_dataloader()[0]))
+    x, y = batch["tokens"], batch["label"]
+    assert ((x == a).sum(1) == 1).all() and ((x == b).sum(1) == 1).all()
+    first_a = (x == a).float().argmax(1) < (x == b).float().argmax(1)
+    assert torch.equal(first_a.long(), y)
+    assert 0 < y.float().mean() < 1
+    with pytest.raises(PosencError, match="two different 4-mers"):
+        OrderDataModule(kmers=["ACGT", "ACGT"])
+
+
+def test_smoke_runs_parents_children_and_the_table(tmp_path):
+    import mlflow
+
+    from pipelines.eval.claims.runner import run
+
+    with in_dir(tmp_path):
+        results = run(["--only", "aliasing", "padding_leak", "shift_invariance", "--smoke", "--out", "res",
+                       "--docs", "docs/claims.md"])
+        client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("posenc-claims")
+        runs = client.search_runs([exp.experiment_id])
+    assert [r.name for r in results] == ["aliasing", "padding_leak", "shift_invariance"]  # as asked
+    parents = {r.info.run_id: r for r in runs if r.data.tags.get("posenc.claims") == "parent"}
+    assert len(parents) == 3
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in parents]
+    assert len(children) == 4  # one trained LM per scheme of claim 10
+    assert all(math.isfinite(p.data.metrics["cpu_s"]) for p in parents.values())
+    saved = json.loads((tmp_path / "res/shift_invariance/result.json").read_text())
+    assert saved["holds"] in ("yes", "no", "partly") and saved["command"].endswith("ONLY=shift_invariance")
+    table = (tmp_path / "res/claims.md").read_text()
+    assert "SMOKE RUN" in table and table.count("\n| ") == 4  # header + three rows
+    doc = (tmp_path / "docs/claims.md").read_text()
+    assert "## 8. aliasing" in doc and "figures/claims_aliasing.png" in doc
+
+
+@pytest.mark.slow
+def test_smoke_of_every_experiment(tmp_path):
+    from pipelines.eval.claims.runner import run
+
+    with in_dir(tmp_path):
+        results = run(["--smoke", "--out", "res"])
+    assert {r.number for r in results} == CLAIMS
