@@ -75,3 +75,29 @@ class DLinearForecaster(Forecaster):
         out = self.trend(trend) + self.seasonal(seq - trend)  # (B·C, H)
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         return self.revin.denormalize(y, mu, sd) if self.revin is not None else y
+
+
+def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearForecaster:
+    """A :class:`DLinearForecaster` trained by the Lightning loop on ``dm``'s training windows
+    (AdamW + warm-up/cosine, ``epochs`` epochs of ``dm``'s sampler), the weights of its best
+    validation epoch kept (as a checkpoint on ``val/loss``); no logger, nothing left on disk.
+    ``hparams`` go to the model (``kernel_size``, ``lr``, …)."""
+    import tempfile
+
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    with torch.random.fork_rng():  # the caller's random state (e.g. the Forecaster's) is left as it was
+        torch.manual_seed(seed)
+        model = DLinearForecaster(lookback=dm.lookback, n_targets=dm.n_targets, horizon=dm.horizon,
+                                  patch_len=dm.patch_len, plot_examples=0, **hparams)
+        with tempfile.TemporaryDirectory() as tmp:
+            best = ModelCheckpoint(dirpath=tmp, monitor="val/loss", mode="min", save_top_k=1)
+            trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, callbacks=[best],
+                                enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp)
+            val = dm.val_dataloader()
+            trainer.fit(model, train_dataloaders=dm.train_dataloader(), val_dataloaders=val or None)
+            if best.best_model_path:
+                state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
+                model.load_state_dict(state["state_dict"])
+    return model.eval()

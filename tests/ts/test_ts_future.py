@@ -205,3 +205,18 @@ def test_predict_gives_the_model_the_known_future_it_was_trained_with(tmp_path):
     got = model.predict(df.iloc[: int(item["start"])])  # the calendar past the end follows the timestamps
     np.testing.assert_allclose(got["load"], want.numpy() * calendar_only.target_scale[0]
                                + calendar_only.target_loc[0], rtol=1e-5)
+
+
+def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(tmp_path):
+    dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "s.csv", seasonal_frame()), eval_lookbacks=[24],
+                                          samples_per_epoch=256))
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    found = ForecastBaselines(dlinear_epochs=3).compute(dm)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random stream is untouched
+    test = dm.windows("test")
+    truth = test["y"] * dm.target_scale + dm.target_loc
+    flat = ((truth - truth.mean()) ** 2).mean()  # forecasting the test mean, known in hindsight
+    assert found["dlinear_mse"] < 0.2 * flat
+    assert np.isfinite(found["dlinear_mae"]) and found["dlinear_mae"] > 0
+    assert "dlinear_mse" not in ForecastBaselines().compute(dm)  # off by default
