@@ -47,7 +47,7 @@ class PosencCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         for key in ("pad_id", "num_classes", "bases_per_token"):  # DNA tasks (ignored where absent)
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
-        for key in ("n_targets", "n_covariates", "horizon", "patch_len",  # time-series forecasting
+        for key in ("n_targets", "n_covariates", "n_future", "lookback", "horizon", "patch_len",  # series
                     "pe_periods"):
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
         parser.add_argument("--test_after_fit", type=bool, default=True,

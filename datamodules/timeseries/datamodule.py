@@ -35,6 +35,7 @@ from datamodules.timeseries.parse import (
     vic_elec_path,
     window_starts,
 )
+from datamodules.timeseries.select import future_columns, select_rows
 from posenc import PosencError
 
 
@@ -58,6 +59,13 @@ class TimeSeriesDataModule(L.LightningDataModule):
         target_cols: columns to forecast (default ``["Demand"]`` for vic_elec; required otherwise).
         covariate_cols: extra input columns, seen over the lookback only (default
             ``["Temperature"]`` for vic_elec, none for any other file).
+        future_cols: columns known in advance (holidays, day-ahead forecasts): inputs over the
+            lookback *and* over the horizon (added to the covariates when not listed there; default
+            ``["Holiday"]`` for vic_elec, none for any other file).
+        future_calendar: give the horizon's calendar features too (they follow from the timestamps).
+            The known-future inputs reach the model as ``fut`` (H, F), ``n_future`` = F.
+        select: keep only the rows where each named column has the value, e.g. ``{unique_id: FR}``:
+            one series out of a long table that stacks several.
         time_format: ``None`` reads any ISO 8601 timestamps (mixed precision included);
             ``mixed`` lets pandas guess each value; otherwise a ``strftime`` format.
         duplicates: rows sharing a timestamp: ``error`` (default), keep the ``first`` / ``last``
@@ -104,6 +112,9 @@ class TimeSeriesDataModule(L.LightningDataModule):
         time_col: str | None = "Time",
         target_cols: list[str] | None = None,
         covariate_cols: list[str] | None = None,
+        future_cols: list[str] | None = None,
+        future_calendar: bool = True,
+        select: dict[str, str] | None = None,
         time_format: str | None = None,
         duplicates: DuplicatePolicy = "error",
         timezone: str | None = None,
@@ -137,14 +148,18 @@ class TimeSeriesDataModule(L.LightningDataModule):
         self.num_workers, self.seed = num_workers, seed
         self.train_on_filled = train_on_filled
 
-        file, targets, covs, timezone = self._resolve_data(path, target_cols, covariate_cols, timezone)
+        file, targets, covs, future, timezone = self._resolve_data(path, target_cols, covariate_cols,
+                                                                   future_cols, timezone)
+        covs = list(covs) + [c for c in future if c not in covs]  # known-future columns are inputs too
         # The checkpoint keeps the settings used, defaults resolved (inference rebuilds inputs from them).
-        self.hparams.update(target_cols=list(targets), covariate_cols=list(covs), timezone=timezone)
+        self.hparams.update(target_cols=list(targets), covariate_cols=covs, future_cols=list(future),
+                            timezone=timezone)
         self.source = str(file)
         # Read eagerly: a bad file fails before any trainer, logger or run exists.
         self.series: Series = parse_series(
-            read_table(file), time_col, list(targets), list(covs), source=file.name,
-            time_format=time_format, nan_policy=nan_policy, fill_gaps=fill_gaps, duplicates=duplicates,
+            select_rows(read_table(file), select, file.name), time_col, list(targets), list(covs),
+            source=file.name, time_format=time_format, nan_policy=nan_policy, fill_gaps=fill_gaps,
+            duplicates=duplicates,
         )
         rank_zero_info(self.series.report.summary())
         s = self.series
@@ -153,6 +168,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         check_length(len(s), lookback, horizon, file.name)
         self.n_train, self.n_trainval = split_points(len(s), split)
         self._scale(calendar, timezone)
+        self.future_index = future_columns(s.covariate_cols, list(future), self.covariate_names[len(covs):],
+                                           future_calendar)
         self._make_windows(eval_lookbacks, context_from_previous, stride, eval_stride, file.name)
         self.periods = self._resolve_periods(periods, n_periods, file.name)
 
@@ -175,17 +192,18 @@ class TimeSeriesDataModule(L.LightningDataModule):
                               "(under 'mask' nothing is filled to train on)")
 
     @staticmethod
-    def _resolve_data(path, target_cols, covariate_cols, timezone) -> tuple[Path, list, list, str | None]:
-        """The file, target and covariate columns and zone: vic_elec's defaults only when ``path``
-        is null; for any other file the covariates default to none and the zone to the data's."""
+    def _resolve_data(path, target_cols, covariate_cols, future_cols, timezone) -> tuple:
+        """The file, target, covariate and known-future columns and zone: vic_elec's defaults only
+        when ``path`` is null; for any other file the covariates default to none and the zone to the
+        data's."""
         if path is None:
             pick = lambda given, key: given if given is not None else VIC_ELEC[key]  # noqa: E731
             return (vic_elec_path(), pick(target_cols, "target_cols"), pick(covariate_cols, "covariate_cols"),
-                    pick(timezone, "timezone"))
+                    pick(future_cols, "future_cols"), pick(timezone, "timezone"))
         file = Path(path)
         if not target_cols:
             raise PosencError(f"{file}: set data.target_cols (the columns to forecast)")
-        return file, target_cols, covariate_cols or [], timezone
+        return file, target_cols, covariate_cols or [], future_cols or [], timezone
 
     def _scale(self, calendar, timezone: str | None) -> None:
         """Training-row scalers, scaled targets (N, C) and covariates + calendar (N, K)."""
@@ -308,6 +326,11 @@ class TimeSeriesDataModule(L.LightningDataModule):
         return self.covariates.shape[1]
 
     @property
+    def n_future(self) -> int:
+        """Known-future inputs per horizon step (``fut``'s width: calendar and ``future_cols``)."""
+        return len(self.future_index)
+
+    @property
     def n_features(self) -> int:
         """Input features per step (targets + covariates + calendar)."""
         return self.n_targets + self.n_covariates
@@ -324,14 +347,15 @@ class TimeSeriesDataModule(L.LightningDataModule):
     def windows(self, split: str, lookback: int | None = None,
                 starts: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The windows of ``split`` as numpy arrays (scaled): ``x`` (n, L, C), ``y`` (n, H, C),
-        ``y_mask`` (n, H, C) and ``start`` (n,); ``starts`` picks a subset (e.g. the windows a
-        model was actually scored on), default every window of the split."""
+        ``y_mask`` (n, H, C), ``fut`` (n, H, F) and ``start`` (n,); ``starts`` picks a subset (e.g.
+        the windows a model was actually scored on), default every window of the split."""
         lookback = lookback or self.lookback
         starts = self.starts[split] if starts is None else np.asarray(starts, dtype=np.int64)
         return {
             "x": gather_windows(self.targets, starts, lookback, 0),
             "y": gather_windows(self.targets, starts, 0, self.horizon),
             "y_mask": gather_windows(self.series.observed, starts, 0, self.horizon),
+            "fut": gather_windows(self.covariates[:, self.future_index], starts, 0, self.horizon),
             "start": starts,
         }
 
@@ -341,7 +365,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
             self.targets, self.series.observed, self.covariates, self.series.time, self.starts[split],
             lookback or self.lookback, self.horizon, self.positions,
             loss_on_filled=self.train_on_filled and split == "train",
-            loc=self.target_loc, scale=self.target_scale,
+            loc=self.target_loc, scale=self.target_scale, future_index=self.future_index,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -61,7 +61,7 @@ NAN_POLICIES = ("interpolate", "ffill", "mask")
 
 # The default data set's columns and zone: applied only when data.path is null.
 VIC_ELEC = {"time_col": "Time", "target_cols": ["Demand"], "covariate_cols": ["Temperature"],
-            "timezone": "Australia/Melbourne"}
+            "future_cols": ["Holiday"], "timezone": "Australia/Melbourne"}
 
 
 # --------------------------------------------------------------------------------------- reading

@@ -99,6 +99,8 @@ class ForecastWindows(Dataset):
 
     Items:
         x: (L, C) scaled targets of the lookback; cov: (L, K) scaled covariates (+ calendar);
+        fut: (H, F) the known-future inputs over the horizon: the covariate columns
+        ``future_index`` (calendar features, columns known in advance) at the target rows;
         pos: (L,) positions — int64 step index 0..L-1 (``index``) or float32 time since the
         window's first step in units of the median step (``time``);
         y: (H, C) scaled targets; y_mask: (H, C) bool, observed targets (scored);
@@ -120,6 +122,7 @@ class ForecastWindows(Dataset):
         loss_on_filled: bool = False,
         loc: np.ndarray | None = None,
         scale: np.ndarray | None = None,
+        future_index: list[int] | None = None,
     ) -> None:
         if positions not in ("index", "time"):
             raise PosencError(f"data.positions must be 'index' or 'time', got {positions!r}")
@@ -136,6 +139,7 @@ class ForecastWindows(Dataset):
         self.loc = torch.as_tensor(np.zeros(c) if loc is None else loc, dtype=torch.float32)
         self.scale = torch.as_tensor(np.ones(c) if scale is None else scale, dtype=torch.float32)
         self._index_pos = torch.arange(lookback)
+        self.future_index = torch.as_tensor(list(future_index or []), dtype=torch.long)  # (F,)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -151,6 +155,7 @@ class ForecastWindows(Dataset):
         return {
             "x": self.targets[a:tau],
             "cov": self.covariates[a:tau],
+            "fut": self.covariates[tau:b, self.future_index],  # (H, F)
             "pos": pos,
             "y": self.targets[tau:b],
             "y_mask": y_mask,

@@ -6,6 +6,11 @@ filling), scaled with the scalers fitted on the training rows (stored in the che
 same calendar features, and the model forecasts ``horizon`` steps after each forecast origin from the
 ``lookback`` rows before it. Forecast times come from the table where it has the rows, otherwise
 continue at its median step. Outputs are in the data's original units.
+
+A model with known-future inputs gets the horizon's calendar features (computed for times past the
+table's end too) and its ``future_cols`` values, which must be in the table: rows after the last
+observed target with those columns filled (targets empty) carry them; the forecast then starts
+after the last observed target.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import pandas as pd
 import torch
 
 from datamodules.timeseries.parse import calendar_features, fit_scaler, parse_series, read_table
+from datamodules.timeseries.select import future_columns, select_rows
 from pipelines.inference.windows import inference_meta
 from posenc import PosencError
 
@@ -36,6 +42,7 @@ def prepare(model: torch.nn.Module, data: pd.DataFrame | str | Path) -> tuple:
     cfg = forecast_settings(model)
     source = Path(data).name if isinstance(data, (str, Path)) else "<DataFrame>"
     df = read_table(data) if isinstance(data, (str, Path)) else data
+    df = select_rows(df, cfg.get("select"), source)
     s = parse_series(df, cfg["time_col"], list(cfg["target_cols"]), list(cfg["covariate_cols"]),
                      source=source, time_format=cfg.get("time_format"),
                      nan_policy=cfg.get("nan_policy", "interpolate"),
@@ -93,10 +100,12 @@ def predict_forecast(
     L = int(lookback or window or cfg["lookback"])
     if L % model.patch_len:
         raise PosencError(f"lookback {L} is not a multiple of the model's patch_len={model.patch_len}")
-    n, H = len(s), model.horizon
+    H = model.horizon
+    n = int(np.flatnonzero(s.observed.all(axis=1))[-1]) + 1 if s.observed.all(axis=1).any() else len(s)
     if n < L:
         raise PosencError(f"{s.report.source}: {n} rows, fewer than the lookback of {L} rows")
     taus = np.arange(n, L - 1, -int(every))[::-1] if every else np.array([n])
+    known = future_inputs(model, s, cov, cfg, taus)  # (B, H, F) or None
     names = list(cfg["target_cols"])
     frames = []
     for b in range(0, len(taus), batch_size):
@@ -107,14 +116,42 @@ def predict_forecast(
         else:
             pos = torch.arange(L)
         dev = model.device
+        fut = None if known is None else torch.as_tensor(known[b : b + batch_size], device=dev)
         with torch.inference_mode():
             y = model(torch.as_tensor(x[rows], device=dev), torch.as_tensor(cov[rows], device=dev),
-                      pos.to(dev)).float().cpu().numpy()  # (B, H, C) scaled
+                      pos.to(dev), fut).float().cpu().numpy()  # (B, H, C) scaled
         y = y * np.asarray(cfg["target_scale"]) + np.asarray(cfg["target_loc"])
         frames += [_rows(s, cfg, tau, y[i], names, H) for i, tau in enumerate(chunk)]
         if progress is not None:
             progress(len(chunk))
     return pd.concat(frames, ignore_index=True)
+
+
+def future_inputs(model: torch.nn.Module, s: Any, cov: np.ndarray, cfg: dict,
+                  taus: np.ndarray) -> np.ndarray | None:
+    """The known-future inputs (B, H, F) after each origin ``taus`` (B,), ``None`` for a model
+    without them: ``future_cols`` from the table's rows (an error naming the columns where the
+    horizon runs past the table), calendar features from the timestamps (continued past the end)."""
+    if not getattr(model, "n_future", 0):
+        return None
+    covs, future = list(cfg["covariate_cols"]), list(cfg.get("future_cols") or [])
+    calendar = list(cfg.get("calendar") or [])
+    names = [f"{f}_{fn}" for f in calendar for fn in ("sin", "cos")]
+    index = future_columns(covs, future, names, bool(cfg.get("future_calendar", True)))
+    H, n = model.horizon, len(s)
+    end = int(taus.max()) + H  # rows needed
+    if future and end > n:
+        raise PosencError(f"{s.report.source}: the model needs the known-future column(s) {future} for the "
+                          f"{H} steps after the forecast origin, but the table ends {end - n} row(s) short; "
+                          f"add those rows (targets empty, {', '.join(future)} filled)")
+    full = cov
+    if end > n:  # calendar features of the times past the end; no covariate is read there
+        more = s.timestamps[-1] + pd.to_timedelta(np.arange(1, end - n + 1) * s.report.step, unit="s") \
+            if s.timestamps is not None else None
+        cal = calendar_features(more, calendar, cfg.get("timezone"), n_rows=end - n)  # (end - n, 2·|cal|)
+        full = np.concatenate([cov, np.concatenate([np.zeros((end - n, len(covs))), cal], axis=1)])
+    idx = taus[:, None] + np.arange(H)[None, :]  # (B, H) rows, possibly past the end
+    return full[idx][..., index].astype(np.float32)  # (B, H, F)
 
 
 def _rows(s: Any, cfg: dict, tau: int, y: np.ndarray, names: list[str], H: int) -> pd.DataFrame:
@@ -144,6 +181,8 @@ def describe_series(dm: Any) -> dict[str, Any]:
             "timezone": hp.get("timezone"), "calendar": list(hp.get("calendar") or []),
             "nan_policy": hp.get("nan_policy", "interpolate"), "fill_gaps": bool(hp.get("fill_gaps", False)),
             "duplicates": hp.get("duplicates", "error"), "positions": dm.positions,
+            "future_cols": list(hp.get("future_cols") or []),
+            "future_calendar": bool(hp.get("future_calendar", True)), "select": hp.get("select"),
             "lookback": int(dm.lookback), "horizon": int(dm.horizon), "patch_len": int(dm.patch_len)}
     scaler = {"target_loc": dm.target_loc.tolist(), "target_scale": dm.target_scale.tolist(),
               "cov_loc": cov.mean_.tolist() if has_cov else [],

@@ -11,6 +11,13 @@ from torch import Tensor, nn
 from pipelines.inference.forecast import describe_series, example_table, predict_forecast
 from pipelines.tasks.base import TaskAdapter, TaskModule
 from pipelines.tasks.distributed import EpochMeans
+from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_periods re-exported
+    ForecastTokens,
+    RevIN,
+    patch_positions,
+    patchify,
+    with_periods,
+)
 from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
     ForecastReport,
@@ -20,70 +27,9 @@ from pipelines.tasks.forecast_metrics import (
 )
 from posenc import PosencError, PositionOutOfRange
 
-Head = Literal["query", "last", "mean"]
+Head = Literal["query", "horizon", "last", "mean"]
 Loss = Literal["mse", "mae"]
-
-
-def patchify(x: Tensor, patch_len: int) -> Tensor:
-    """(B, L, F) steps → (B, L/P, P·F) tokens of P consecutive steps (step-major within a token)."""
-    b, n, f = x.shape
-    if n % patch_len:
-        raise PosencError(f"lookback {n} is not a multiple of patch_len={patch_len}")
-    return x.reshape(b, n // patch_len, patch_len * f)
-
-
-def patch_positions(pos: Tensor, patch_len: int) -> Tensor:
-    """Step positions (B, L) → token positions (B, L/P): the patch index for integer positions,
-    the patch's start time / P for float (time) positions, so both count in patches."""
-    first = pos[:, ::patch_len]
-    return first // patch_len if not first.is_floating_point() else first / patch_len
-
-
-def with_periods(pe: Any, periods: list[float]) -> Any:
-    """The encoding ``pe`` (YAML factory or ``{class_path, init_args}`` spec) with its ``periods``
-    argument set, e.g. ``posenc.PeriodicRoPE`` pinned to periods estimated from the data."""
-    periods = [float(p) for p in periods]
-    if isinstance(pe, dict):
-        return {**pe, "init_args": {**(pe.get("init_args") or {}), "periods": periods}}
-    if pe is None or not callable(pe):
-        raise PosencError("data.periods is set, but model.pe is not an encoding that takes periods "
-                          "(use posenc.PeriodicRoPE or unset data.periods)")
-
-    def factory(d_model: int, n_heads: int):
-        try:
-            return pe(d_model, n_heads, periods=periods)
-        except TypeError:
-            raise PosencError("data.periods is set, but the model's encoding takes no 'periods' argument "
-                              "(use posenc.PeriodicRoPE or unset data.periods)") from None
-
-    return factory
-
-
-class RevIN(nn.Module):
-    """Reversible instance normalisation (Kim et al., 2022, "Reversible Instance Normalization for
-    Accurate Time-Series Forecasting against Distribution Shift"): each window is normalised by its
-    own lookback mean/std per channel (then a learnable affine), and outputs are mapped back."""
-
-    def __init__(self, n_channels: int, affine: bool = True, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(n_channels)) if affine else None
-        self.bias = nn.Parameter(torch.zeros(n_channels)) if affine else None
-
-    def normalize(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, L, C) → (normalised x, mean (B, 1, C), std (B, 1, C))."""
-        mu = x.mean(dim=1, keepdim=True)
-        sd = (x.var(dim=1, keepdim=True, unbiased=False) + self.eps).sqrt()
-        z = (x - mu) / sd
-        if self.weight is not None:
-            z = z * self.weight + self.bias
-        return z, mu, sd
-
-    def denormalize(self, y: Tensor, mu: Tensor, sd: Tensor) -> Tensor:
-        """y (B, H, C) in normalised units → the input's units."""
-        if self.weight is not None:
-            y = (y - self.bias) / (self.weight + self.eps**2)
-        return y * sd + mu
+HEADS = ("query", "horizon", "last", "mean")
 
 
 class ForecastAdapter(TaskAdapter):
@@ -99,7 +45,7 @@ class ForecastAdapter(TaskAdapter):
         return int(dm.lookback)
 
     def n_positions(self, module: Any, length: int) -> int:
-        return length // module.patch_len + int(module.query is not None)  # patches + forecast token
+        return length // module.patch_len + module.n_extra_tokens  # patches + forecast tokens
 
     def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
         pred = module.to_original(module.predict_batch(batch), batch)  # (B, H, C)
@@ -135,10 +81,15 @@ class Forecaster(TaskModule):
     is its own sequence (PatchTST-style, weights shared; covariates and calendar features are
     appended to every channel's steps); otherwise one token holds all channels.
 
-    Head (works for any lookback, so longer lookbacks can be evaluated with the same weights):
-    ``query`` appends a learned forecast token at the position just after the lookback and reads
-    the forecast from its output; ``last`` reads the last lookback token; ``mean`` mean-pools all
-    tokens. A linear layer maps that vector to horizon × channels.
+    Head (works for any lookback, so longer lookbacks can be evaluated with the same weights; see
+    :class:`~pipelines.tasks.forecast_layers.ForecastTokens`): ``horizon`` appends one token per
+    horizon patch at the positions after the lookback, each carrying that patch's known-future
+    inputs, and reads each patch's forecast from its own token; ``query`` appends one learned
+    forecast token and maps its output to the whole horizon; ``last`` reads the last lookback
+    token; ``mean`` mean-pools all tokens.
+
+    Known-future inputs (``fut``, (B, H, F): the horizon's calendar features and the datamodule's
+    ``future_cols``) enter when ``n_future`` > 0 (linked from the datamodule).
 
     Metrics are on the original scale (the scaler inverted): ``test/mse``, ``test/mae`` at the
     training lookback, per horizon step (``test/mse_by_horizon`` with step = h and a
@@ -155,7 +106,9 @@ class Forecaster(TaskModule):
         channel_independent: one sequence per target channel (True) or one multivariate sequence.
         revin: reversible instance normalisation of the targets.
         revin_affine: learnable affine in RevIN.
-        head: ``query``, ``last`` or ``mean`` (see above).
+        n_future: known-future inputs per horizon step F (linked; 0: none).
+        lookback: the training lookback L (linked; recorded: the network itself takes any L).
+        head: ``horizon``, ``query``, ``last`` or ``mean`` (see above).
         loss: training loss on the scaled targets, ``mse`` or ``mae``.
         plot_examples: test windows drawn in ``forecast.png`` (0: no figure).
         pe_periods: periods in token positions given to the encoding's ``periods`` argument
@@ -175,6 +128,8 @@ class Forecaster(TaskModule):
         self,
         n_targets: int = 1,
         n_covariates: int = 0,
+        n_future: int = 0,
+        lookback: int | None = None,
         horizon: int = 48,
         patch_len: int = 1,
         channel_independent: bool = True,
@@ -189,8 +144,8 @@ class Forecaster(TaskModule):
         if pe_periods is not None:
             kwargs["pe"] = with_periods(kwargs.get("pe"), pe_periods)
         super().__init__(**kwargs)
-        if head not in ("query", "last", "mean"):
-            raise PosencError(f"model.head must be 'query', 'last' or 'mean', got {head!r}")
+        if head not in HEADS:
+            raise PosencError(f"model.head must be one of {', '.join(HEADS)}, got {head!r}")
         if loss not in ("mse", "mae"):
             raise PosencError(f"model.loss must be 'mse' or 'mae', got {loss!r}")
         for name, v in (("n_targets", n_targets), ("horizon", horizon), ("patch_len", patch_len)):
@@ -198,33 +153,42 @@ class Forecaster(TaskModule):
                 raise PosencError(f"model.{name} must be ≥ 1, got {v}")
         d_model = self.d_model
         self.n_targets, self.n_covariates, self.horizon = n_targets, n_covariates, horizon
+        self.n_future, self.lookback = n_future, lookback
         self.patch_len, self.channel_independent = patch_len, channel_independent
         self.head_kind, self.loss_kind, self.plot_examples = head, loss, plot_examples
         per_seq = 1 if channel_independent else n_targets
         self.n_inputs = patch_len * (per_seq + n_covariates)  # token width
         self.embed = nn.Linear(self.n_inputs, d_model)
-        self.query = nn.Parameter(torch.randn(1, 1, d_model) * 0.02) if head == "query" else None
-        self.head = nn.Linear(d_model, horizon * per_seq)
+        self.head = ForecastTokens(head, d_model, horizon, patch_len, per_seq, n_future)
+        self._register_load_state_dict_pre_hook(_rename_legacy_head)
         self.revin = RevIN(n_targets, affine=revin_affine) if revin else None
         self._save_hparams(
-            n_targets=n_targets, n_covariates=n_covariates, horizon=horizon, patch_len=patch_len,
-            channel_independent=channel_independent, revin=revin, revin_affine=revin_affine,
-            head=head, loss=loss, plot_examples=plot_examples, pe_periods=pe_periods,
+            n_targets=n_targets, n_covariates=n_covariates, n_future=n_future, lookback=lookback,
+            horizon=horizon, patch_len=patch_len, channel_independent=channel_independent, revin=revin,
+            revin_affine=revin_affine, head=head, loss=loss, plot_examples=plot_examples,
+            pe_periods=pe_periods,
         )
         self._reset_test_state()
         self._val = EpochMeans()  # exact over every rank's shard under DDP
 
     # ------------------------------------------------------------------ model
-    def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None) -> Tensor:
+    @property
+    def n_extra_tokens(self) -> int:
+        """Tokens appended after the lookback's: 1 (``query``), ⌈H/P⌉ (``horizon``), 0 otherwise."""
+        return self.head.n_tokens
+
+    @property
+    def query(self) -> Tensor | None:
+        """The learned forecast token(s) (1, M, D), ``None`` for ``last`` / ``mean``."""
+        return self.head.query
+
+    def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None,
+                fut: Tensor | None = None) -> Tensor:
         """Forecast (B, H, C) in scaled units from lookback targets ``x`` (B, L, C), covariates
-        ``cov`` (B, L, K) and step positions ``pos`` (B, L) or (L,) (default 0..L-1)."""
+        ``cov`` (B, L, K), step positions ``pos`` (B, L) or (L,) (default 0..L-1) and known-future
+        inputs ``fut`` (B, H, F) (required when ``n_future`` > 0)."""
         b, n, c = x.shape
-        if c != self.n_targets:
-            raise PosencError(f"the model was built for {self.n_targets} target channel(s), got {c}")
-        cov = x.new_zeros(b, n, 0) if cov is None else cov
-        if cov.shape[-1] != self.n_covariates:
-            raise PosencError(f"the model was built for {self.n_covariates} covariate(s), "
-                              f"got {cov.shape[-1]}")
+        cov, fut = self._check_inputs(x, cov, fut)
         pos = torch.arange(n, device=x.device) if pos is None else pos
         pos = pos.expand(b, n) if pos.dim() == 1 else pos
         if self.revin is not None:
@@ -232,31 +196,46 @@ class Forecaster(TaskModule):
         if self.channel_independent:
             seq = x.permute(0, 2, 1).reshape(b * c, n, 1)  # (B·C, L, 1)
             cov = cov.repeat_interleave(c, dim=0)  # (B·C, L, K)
+            fut = fut.repeat_interleave(c, dim=0)  # (B·C, H, F)
             pos = pos.repeat_interleave(c, dim=0)  # (B·C, L)
         else:
             seq = x  # (B, L, C)
         tokens = self.embed(patchify(torch.cat((seq, cov), dim=-1), self.patch_len))  # (B', N, D)
         tok_pos = patch_positions(pos, self.patch_len)  # (B', N)
-        if self.query is not None:
-            nxt = tok_pos[:, -1:] + 1 if not tok_pos.is_floating_point() else \
-                (pos[:, -1:] + 1) / self.patch_len  # the position just after the lookback
-            tokens = torch.cat((tokens, self.query.expand(tokens.shape[0], 1, -1)), dim=1)
-            tok_pos = torch.cat((tok_pos, nxt), dim=1)
+        extra = self.head.tokens(tokens.shape[0], fut)  # (B', M, D) or None
+        if extra is not None:
+            tokens = torch.cat((tokens, extra), dim=1)  # (B', N + M, D)
+            tok_pos = torch.cat((tok_pos, self.head.positions(tok_pos, pos)), dim=1)  # (B', N + M)
         if not tok_pos.is_floating_point() and bool((tok_pos == tok_pos[:1]).all()):
             tok_pos = tok_pos[0]  # shared positions as (T,): cheaper for every scheme
-        h = self.backbone(tokens, tok_pos)  # (B', T, D)
-        pooled = h.mean(dim=1) if self.head_kind == "mean" else h[:, -1]  # (B', D)
-        out = self.head(pooled)  # (B', H·C')
+        out = self.head.read(self.backbone(tokens, tok_pos), fut)  # (B', H, C')
         if self.channel_independent:
-            y = out.view(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
+            y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         else:
-            y = out.view(b, self.horizon, c)
+            y = out  # (B, H, C)
         if self.revin is not None:
             y = self.revin.denormalize(y, mu, sd)
         return y
 
+    def _check_inputs(self, x: Tensor, cov: Tensor | None, fut: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Covariates (B, L, K) and known-future inputs (B, H, F), empty when absent; clear errors
+        when their widths differ from the model's."""
+        b, n, c = x.shape
+        if c != self.n_targets:
+            raise PosencError(f"the model was built for {self.n_targets} target channel(s), got {c}")
+        cov = x.new_zeros(b, n, 0) if cov is None else cov
+        if cov.shape[-1] != self.n_covariates:
+            raise PosencError(f"the model was built for {self.n_covariates} covariate(s), "
+                              f"got {cov.shape[-1]}")
+        fut = x.new_zeros(b, self.horizon, 0) if fut is None and not self.n_future else fut
+        if fut is None or fut.shape[-1] != self.n_future or fut.shape[1] != self.horizon:
+            got = "none" if fut is None else f"{tuple(fut.shape[1:])}"
+            raise PosencError(f"the model was built for {self.n_future} known-future input(s) over "
+                              f"{self.horizon} steps, got {got}")
+        return cov, fut
+
     def predict_batch(self, batch: dict[str, Tensor]) -> Tensor:
-        return self(batch["x"], batch["cov"], batch["pos"])
+        return self(batch["x"], batch["cov"], batch["pos"], batch.get("fut"))
 
     @staticmethod
     def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
@@ -306,7 +285,7 @@ class Forecaster(TaskModule):
     def train_lookback(self) -> int | None:
         """The datamodule's training lookback while attached to a trainer, else ``None``."""
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        return getattr(dm, "lookback", None)
+        return getattr(dm, "lookback", None) or self.lookback
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict | None:
         """Accumulate errors at this batch's lookback; returns the forecast in the data's units."""
@@ -354,3 +333,13 @@ class Forecaster(TaskModule):
         defined = [n for n, e in self.test_errors.items() if e is not None]
         main = self.train_lookback()
         return main if main in defined else min(defined)
+
+
+def _rename_legacy_head(state_dict: dict, prefix: str, *args: Any) -> None:
+    """Checkpoints from before :class:`ForecastTokens` kept the query token as ``query`` and the
+    output layer as ``head``: load them under the new names."""
+    if prefix + "query" in state_dict:
+        state_dict[prefix + "head.query"] = state_dict.pop(prefix + "query")
+    for p in ("weight", "bias"):
+        if prefix + f"head.{p}" in state_dict:
+            state_dict[prefix + f"head.out.{p}"] = state_dict.pop(prefix + f"head.{p}")

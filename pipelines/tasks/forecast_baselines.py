@@ -2,12 +2,17 @@
 
 What a practitioner would use instead of the Transformer, given the same data:
 
-- ``seasonal_naive``: the value one season earlier, the period in steps of the data (the calendar
-  cycle its step implies, e.g. 24 for hourly data, or the training split's periodogram peak).
+- ``seasonal_naive``: the value one season earlier, the period in steps of the data: of the calendar
+  cycles its step implies that fit in the lookback (e.g. daily 24 and weekly 168 for hourly data),
+  the one with the lowest error on the validation windows; without a calendar, the training split's
+  periodogram peak.
 - ``linear``: ridge regression from *the inputs the Forecaster gets* — the lookback's targets
-  (``x``) and its covariates and calendar features (``cov``) — to the whole horizon (a direct
-  multi-step linear model). The Forecaster sees no future covariates, so neither does this.
+  (``x``) and its covariates and calendar features (``cov``), and the horizon's known-future inputs
+  (``fut``: calendar features, ``data.future_cols``) when the model gets them — to the whole horizon
+  (a direct multi-step linear model).
 - ``linear_ar``: the same ridge from the lookback's targets only (autoregressive).
+- ``dlinear`` (with ``dlinear_epochs`` > 0): DLinear (trend/seasonal decomposition + linear, targets
+  only), trained by the Forecaster's Lightning loop on the same training windows.
 
 Both ridges are fitted on training windows, their penalty chosen on the validation windows (as the
 Forecaster's checkpoint is), and scored on the test windows the Forecaster was scored on.
@@ -19,10 +24,11 @@ import warnings
 
 import lightning as L
 import numpy as np
+import scipy.linalg
 from lightning.pytorch.utilities import rank_zero_info
 from scipy.linalg import LinAlgWarning
-from sklearn.linear_model import Ridge
 
+from datamodules.timeseries.calendar import calendar_cycles
 from datamodules.timeseries.parse import estimate_period, format_step, gather_windows
 from posenc import PosencError
 
@@ -44,26 +50,44 @@ def seasonal_naive(values: np.ndarray, starts: np.ndarray, horizon: int, period:
 
 class LinearBaseline:
     """Ridge regression from the flattened lookback inputs (L·F) to the flattened horizon (H·C)
-    (a DLinear-style direct multi-step linear model), fitted on training windows."""
+    (a direct multi-step linear model), fitted on training windows; an unpenalised intercept, as
+    scikit-learn's ``Ridge`` (data centred, then ``(XᵀX + αI) W = XᵀY``)."""
 
     def __init__(self, alpha: float = 1.0) -> None:
-        self.model = Ridge(alpha=alpha)
+        self.alpha = float(alpha)
 
     def fit(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> LinearBaseline:
-        """x (n, L, F), y (n, H, C); windows with any unobserved target (``mask`` False) are dropped."""
+        """x (n, L, F) or (n, D), y (n, H, C); windows with any unobserved target (``mask`` False)
+        are dropped."""
+        return self.fit_path([self.alpha], x, y, mask)[0]
+
+    @classmethod
+    def fit_path(cls, alphas, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> list:
+        """One fit per penalty in ``alphas``, sharing the Gram matrix (one pass over the data)."""
         keep = np.ones(len(x), dtype=bool) if mask is None else mask.reshape(len(mask), -1).all(axis=1)
         if not keep.any():
             raise PosencError("no training window has fully observed targets for the linear baseline")
-        self.out_shape = y.shape[1:]
         n = int(keep.sum())
-        with warnings.catch_warnings():  # lagged calendar features are collinear: the penalty handles it
-            warnings.simplefilter("ignore", LinAlgWarning)
-            self.model.fit(x[keep].reshape(n, -1), y[keep].reshape(n, -1))  # (n, L·F) → (n, H·C)
-        return self
+        xs = x[keep].reshape(n, -1).astype(np.float64)  # (n, D)
+        ys = y[keep].reshape(n, -1).astype(np.float64)  # (n, H·C)
+        x_mean, y_mean = xs.mean(axis=0), ys.mean(axis=0)
+        xs -= x_mean
+        gram, cross = xs.T @ xs, xs.T @ (ys - y_mean)  # (D, D), (D, H·C)
+        fits = []
+        for alpha in alphas:
+            lin = cls(alpha)
+            with warnings.catch_warnings():  # lagged calendar features are collinear: the penalty handles it
+                warnings.simplefilter("ignore", LinAlgWarning)
+                lin.coef = scipy.linalg.solve(gram + alpha * np.eye(len(gram)), cross, assume_a="pos")
+            lin.intercept = y_mean - x_mean @ lin.coef  # (H·C,)
+            lin.out_shape = y.shape[1:]
+            fits.append(lin)
+        return fits
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """x (n, L, F) → (n, H, C)."""
-        return self.model.predict(x.reshape(len(x), -1)).reshape(len(x), *self.out_shape)
+        """x (n, L, F) or (n, D) → (n, H, C)."""
+        flat = x.reshape(len(x), -1) @ self.coef + self.intercept  # (n, H·C)
+        return flat.reshape(len(x), *self.out_shape)
 
 
 def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict[str, float]:
@@ -82,17 +106,23 @@ class ForecastBaselines(L.Callback):
     (``baseline/season_period_from``) and the data's step (``data/step``).
 
     Args:
-        season_period: seasonal-naive period in steps; ``None`` (default) → from the data: the
-            calendar cycle of its step (24 for hourly data, 48 half-hourly, 7 daily), or, without
-            a calendar (row order, numeric, irregular or sub-second time), the training split's
-            periodogram peak (see :meth:`TimeSeriesDataModule.season_period`).
+        season_period: seasonal-naive period in steps; ``None`` (default) → from the data: of the
+            calendar cycles of its step that fit in the lookback (daily 24 and weekly 168 for hourly
+            data), the best on the validation windows; or, without a calendar (row order, numeric,
+            irregular or sub-second time), the training split's periodogram peak (see
+            :meth:`TimeSeriesDataModule.season_period`).
         max_period: longest period the periodogram may pick (default: the lookback).
         ridge_alpha: L2 penalty of the linear models; ``None`` (default) → the one of
             :data:`RIDGE_ALPHAS` with the lowest error on the validation windows (1.0 without
-            validation windows), logged as ``baseline/linear_alpha`` / ``baseline/linear_ar_alpha``.
+            validation windows), logged as ``baseline/linear_alpha`` / ``baseline/linear_ar_alpha``;
+            the same-inputs ridge gets the horizon's known-future inputs when the model does.
         max_train_windows: training windows used to fit the linear models (evenly subsampled).
         max_train_values: further caps those windows so windows × lookback × features stays below it
             (memory of the design matrix).
+        dlinear_epochs: train a :class:`~pipelines.tasks.forecast_linear.DLinearForecaster` for this
+            many epochs of the datamodule's sampler (best validation epoch kept) and log it as
+            ``baseline/dlinear_{mse,mae}``; 0 (default): no DLinear. Skipped under DDP.
+        dlinear_lr: its peak learning rate.
     """
 
     def __init__(
@@ -102,12 +132,15 @@ class ForecastBaselines(L.Callback):
         ridge_alpha: float | None = None,
         max_train_windows: int = 20000,
         max_train_values: int = 20_000_000,
+        dlinear_epochs: int = 0,
+        dlinear_lr: float = 0.005,
     ) -> None:
         if season_period is not None and season_period < 1:
             raise PosencError(f"ForecastBaselines.season_period must be ≥ 1 or null, got {season_period}")
         self.season_period, self.max_period = season_period, max_period
         self.ridge_alpha, self.max_train_windows = ridge_alpha, max_train_windows
         self.max_train_values = max_train_values
+        self.dlinear_epochs, self.dlinear_lr = int(dlinear_epochs), float(dlinear_lr)
         self.results: dict[str, float] = {}
         self.period_from = ""
         self._announced = False
@@ -116,11 +149,37 @@ class ForecastBaselines(L.Callback):
         """(period in steps, how it was chosen)."""
         if self.season_period is not None:
             return int(self.season_period), "set by ForecastBaselines.season_period"
-        if hasattr(dm, "season_period"):
-            return dm.season_period(self.max_period)
-        train = dm.targets[: dm.n_train, 0]
-        max_period = min(self.max_period or dm.lookback, len(train) // 2)
-        return estimate_period(train, max_period), "periodogram peak of the training split"
+        if not hasattr(dm, "season_period"):
+            train = dm.targets[: dm.n_train, 0]
+            max_period = min(self.max_period or dm.lookback, len(train) // 2)
+            return estimate_period(train, max_period), "periodogram peak of the training split"
+        period, how = dm.season_period(self.max_period)
+        cycles = self._calendar_candidates(dm, period)
+        if len(cycles) < 2:
+            return period, how
+        errors = {p: self._naive_error(dm, p, dm.starts["val"]) for _, p in cycles}
+        name, best = min(cycles, key=lambda c: errors[c[1]])
+        tried = ", ".join(f"{n} {p}" for n, p in cycles)
+        return best, f"{name} cycle of {dm.freq} data: the best on the validation windows of {tried}"
+
+    def _calendar_candidates(self, dm, period: int) -> list[tuple[str, int]]:
+        """The calendar cycles (name, steps) that fit in the lookback (and the training split twice),
+        when ``period`` is itself one of them (a regular calendar); needs validation windows."""
+        step = getattr(dm, "step_seconds", None)
+        if step is None or len(dm.starts.get("val", ())) == 0:
+            return []
+        cycles = calendar_cycles(step)
+        longest = min(self.max_period or dm.lookback, dm.n_train // 2)
+        if period not in [p for _, p in cycles]:
+            return []
+        return [(name, p) for name, p in cycles if p <= longest]
+
+    @staticmethod
+    def _naive_error(dm, period: int, starts: np.ndarray) -> float:
+        """Seasonal-naive MSE (scaled units) at the windows ``starts``."""
+        pred = seasonal_naive(dm.targets, starts, dm.horizon, period)
+        truth = gather_windows(dm.targets, starts, 0, dm.horizon)
+        return masked_errors(pred, truth, gather_windows(dm.series.observed, starts, 0, dm.horizon))["mse"]
 
     def period(self, dm) -> int:
         """The seasonal-naive period in steps (see :meth:`choose_period`)."""
@@ -129,38 +188,45 @@ class ForecastBaselines(L.Callback):
     def _train_starts(self, dm, n_inputs: int) -> np.ndarray:
         """Training windows for the ridge fits, evenly subsampled to the caps."""
         starts = dm.starts["train"]
-        cap = min(self.max_train_windows, max(1, self.max_train_values // max(dm.lookback * n_inputs, 1)))
+        cap = min(self.max_train_windows, max(1, self.max_train_values // max(n_inputs, 1)))
         if len(starts) > cap:
             starts = starts[np.linspace(0, len(starts) - 1, cap).round().astype(int)]
         return starts
 
     @staticmethod
-    def _windows(dm, inputs: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Lookback inputs (n, L, F), targets (n, H, C) and their observed mask at ``starts``."""
-        return (gather_windows(inputs, starts, dm.lookback, 0),
-                gather_windows(dm.targets, starts, 0, dm.horizon),
+    def _design(dm, inputs: np.ndarray, future: np.ndarray | None, starts: np.ndarray) -> np.ndarray:
+        """(n, L·F + H·F') rows: ``inputs`` (N, F) over each lookback, ``future`` (N, F') over its horizon."""
+        x = gather_windows(inputs, starts, dm.lookback, 0).reshape(len(starts), -1)  # (n, L·F)
+        if future is None or future.shape[1] == 0:
+            return x
+        fut = gather_windows(future, starts, 0, dm.horizon).reshape(len(starts), -1)  # (n, H·F')
+        return np.concatenate([x, fut], axis=1)
+
+    def _targets(self, dm, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (gather_windows(dm.targets, starts, 0, dm.horizon),
                 gather_windows(dm.series.observed, starts, 0, dm.horizon))
 
-    def _fit_ridge(self, dm, inputs: np.ndarray) -> tuple[LinearBaseline, float]:
-        """Ridge from ``inputs`` (N, F) over the lookback, fitted on training windows; its penalty
-        ``ridge_alpha`` or the best of :data:`RIDGE_ALPHAS` on the validation windows."""
-        train = self._windows(dm, inputs, self._train_starts(dm, inputs.shape[1]))
+    def _fit_ridge(self, dm, inputs: np.ndarray, future: np.ndarray | None) -> tuple[LinearBaseline, float]:
+        """Ridge from ``inputs`` (N, F) over the lookback (and ``future`` (N, F') over the horizon),
+        fitted on training windows; its penalty ``ridge_alpha`` or the best of :data:`RIDGE_ALPHAS`
+        on the validation windows."""
+        width = dm.lookback * inputs.shape[1] + (0 if future is None else dm.horizon * future.shape[1])
+        starts = self._train_starts(dm, width)
+        train = (self._design(dm, inputs, future, starts), *self._targets(dm, starts))
         val = dm.starts.get("val", np.zeros(0, dtype=np.int64))
         if self.ridge_alpha is not None or len(val) == 0:
             alpha = 1.0 if self.ridge_alpha is None else float(self.ridge_alpha)
             return LinearBaseline(alpha).fit(*train), alpha
-        xv, yv, mv = self._windows(dm, inputs, val)
-        best: tuple[float, float, LinearBaseline] | None = None
-        for alpha in RIDGE_ALPHAS:
-            lin = LinearBaseline(alpha).fit(*train)
-            err = masked_errors(lin.predict(xv), yv, mv)["mse"]
-            if best is None or err < best[0]:
-                best = (err, alpha, lin)
-        return best[2], best[1]
+        xv, (yv, mv) = self._design(dm, inputs, future, val), self._targets(dm, val)
+        fits = LinearBaseline.fit_path(RIDGE_ALPHAS, *train)
+        errors = [masked_errors(lin.predict(xv), yv, mv)["mse"] for lin in fits]
+        best = int(np.argmin(errors))
+        return fits[best], RIDGE_ALPHAS[best]
 
-    def compute(self, dm, starts: np.ndarray | None = None) -> dict[str, float]:
+    def compute(self, dm, starts: np.ndarray | None = None, future: bool | None = None) -> dict[str, float]:
         """Baseline errors on ``dm``'s test windows starting at ``starts`` (default: all of them);
-        usable without a trainer."""
+        usable without a trainer. ``future``: give the same-inputs ridge the horizon's known-future
+        inputs (default: when the datamodule has any, as the Forecaster then gets them)."""
         test = dm.windows("test", starts=starts)
         loc, scale = dm.target_loc, dm.target_scale
         orig = lambda a: a * scale + loc  # noqa: E731 - scaled → original units
@@ -169,18 +235,34 @@ class ForecastBaselines(L.Callback):
         naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
         errors = masked_errors(orig(naive), truth, test["y_mask"])
         results = {f"seasonal_naive_{k}": v for k, v in errors.items()}
+        index = list(getattr(dm, "future_index", [])) if future is not False else []
+        known = dm.covariates[:, index] if index else None  # (N, F'): what the model gets as `fut`
         same_inputs = np.concatenate([dm.targets, dm.covariates], axis=1)  # (N, C + K): x and cov
-        for name, inputs in (("linear", same_inputs), ("linear_ar", dm.targets)):
+        for name, inputs, fut in (("linear", same_inputs, known), ("linear_ar", dm.targets, None)):
             if name == "linear_ar" and dm.covariates.shape[1] == 0:  # no covariates: the same model
                 results.update({f"linear_ar_{k}": results[f"linear_{k}"] for k in ("mse", "mae", "alpha")})
                 continue
-            lin, results[f"{name}_alpha"] = self._fit_ridge(dm, inputs)
-            pred = lin.predict(gather_windows(inputs, test["start"], dm.lookback, 0))  # (n, H, C)
+            lin, results[f"{name}_alpha"] = self._fit_ridge(dm, inputs, fut)
+            pred = lin.predict(self._design(dm, inputs, fut, test["start"]))  # (n, H, C)
             errors = masked_errors(orig(pred), truth, test["y_mask"])
             results.update({f"{name}_{k}": v for k, v in errors.items()})
+        if self.dlinear_epochs > 0:
+            results.update(self._dlinear(dm, test, orig, truth))
         results["season_period"] = float(period)
         results["n_windows"] = float(len(test["start"]))
         return results
+
+    def _dlinear(self, dm, test: dict, orig, truth: np.ndarray) -> dict[str, float]:
+        """DLinear trained on ``dm`` (see :func:`fit_dlinear`), its errors on the ``test`` windows."""
+        import torch
+
+        from pipelines.tasks.forecast_linear import fit_dlinear
+
+        seed = int(getattr(dm, "seed", 0) or 0)
+        model = fit_dlinear(dm, self.dlinear_epochs, seed=seed, lr=self.dlinear_lr)
+        with torch.inference_mode():
+            pred = model(torch.as_tensor(test["x"], dtype=torch.float32)).numpy()  # (n, H, C) scaled
+        return {f"dlinear_{k}": v for k, v in masked_errors(orig(pred), truth, test["y_mask"]).items()}
 
     def describe_period(self, dm, period: int, how: str) -> str:
         """``seasonal naive: period 24 steps = 1d (daily cycle of 1h data)``."""
@@ -206,7 +288,10 @@ class ForecastBaselines(L.Callback):
             return
         scored = getattr(pl_module, "scored_starts", None)  # the windows the model was scored on
         starts = np.unique(np.asarray(scored, dtype=np.int64)) if scored else None
-        self.results = self.compute(dm, starts)
+        if getattr(trainer, "world_size", 1) > 1 and self.dlinear_epochs:
+            rank_zero_info("ForecastBaselines: no DLinear baseline under DDP (train configs/ts_dlinear.yaml)")
+            self.dlinear_epochs = 0
+        self.results = self.compute(dm, starts, future=bool(getattr(pl_module, "n_future", 0)))
         self._announce(dm, int(self.results["season_period"]), self.period_from)
         params = {"baseline/season_period_from": self.period_from, "data/step": getattr(dm, "freq", "")}
         for logger in trainer.loggers:

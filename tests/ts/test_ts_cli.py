@@ -96,14 +96,17 @@ def users_hourly_file(tmp_path: Path) -> list[str]:
 def check_users_run(tmp_path: Path, out: str) -> None:
     """The log names the inferred step and the seasonal-naive period; both reach MLflow."""
     assert "x.csv: 2000 rows, step 1h (median)" in out
-    assert "seasonal naive: period 24 steps = 1d (daily cycle of 1h data)" in out
+    # the file has a weekly swing: of the calendar cycles in the lookback (24, 168), 168 forecasts the
+    # validation windows best
+    how = "weekly cycle of 1h data: the best on the validation windows of daily 24, weekly 168"
+    assert f"seasonal naive: period 168 steps = 7d ({how})" in out
     import mlflow
 
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("posenc").experiment_id])
     m, params = run.data.metrics, run.data.params
-    assert m["baseline/season_period"] == 24 and params["data/step"] == "1h"
-    assert params["baseline/season_period_from"] == "daily cycle of 1h data"
+    assert m["baseline/season_period"] == 168 and params["data/step"] == "1h"
+    assert params["baseline/season_period_from"] == how
     assert params["covariate_cols"] == "None" and params["calendar"] == "auto"  # as configured
     for key in ("test/mse", "baseline/linear_mse", "baseline/linear_ar_mse", "baseline/seasonal_naive_mse"):
         assert np.isfinite(m[key]), key

@@ -153,11 +153,11 @@ def test_time_col_null_in_the_datamodule(tmp_path):
 
 # ------------------------------------------------------------------------------ datamodule defaults
 def test_vic_elec_defaults_apply_to_the_default_data_only(tmp_path):
-    path, targets, covs, zone = TimeSeriesDataModule._resolve_data(None, None, None, None)
+    path, targets, covs, future, zone = TimeSeriesDataModule._resolve_data(None, None, None, None, None)
     assert path == vic_elec_path()
-    assert (targets, covs, zone) == (["Demand"], ["Temperature"], VIC_ELEC["timezone"])
-    own = TimeSeriesDataModule._resolve_data("x.csv", ["temp"], None, None)
-    assert own[1:] == (["temp"], [], None)  # no covariates, the timestamps' own zone
+    assert (targets, covs, future, zone) == (["Demand"], ["Temperature"], ["Holiday"], VIC_ELEC["timezone"])
+    own = TimeSeriesDataModule._resolve_data("x.csv", ["temp"], None, None, None)
+    assert own[1:] == (["temp"], [], [], None)  # no covariates, no known-future columns, the stamps' own zone
 
 
 def test_datamodule_reports_the_step_and_keeps_what_it_used(tmp_path, lightning_log):
