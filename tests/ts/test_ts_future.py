@@ -208,8 +208,8 @@ def test_predict_gives_the_model_the_known_future_it_was_trained_with(tmp_path):
 
 
 def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(tmp_path):
-    dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "s.csv", seasonal_frame()), eval_lookbacks=[24],
-                                          samples_per_epoch=256))
+    path = write_csv(tmp_path / "s.csv", seasonal_frame())
+    dm = TimeSeriesDataModule(**dm_kwargs(path, eval_lookbacks=[24], samples_per_epoch=256))
     torch.manual_seed(123)
     state = torch.random.get_rng_state()
     found = ForecastBaselines(dlinear_epochs=3).compute(dm)
