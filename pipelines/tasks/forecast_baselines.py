@@ -11,8 +11,8 @@ What a practitioner would use instead of the Transformer, given the same data:
   (``fut``: calendar features, ``data.future_cols``) when the model gets them — to the whole horizon
   (a direct multi-step linear model).
 - ``linear_ar``: the same ridge from the lookback's targets only (autoregressive).
-- ``dlinear`` (with ``dlinear_epochs`` > 0): DLinear (trend/seasonal decomposition + linear, targets
-  only), trained by the Forecaster's Lightning loop on the same training windows.
+- ``dlinear``: :class:`pipelines.tasks.forecast_linear.DLinearBaselines`, this callback plus DLinear
+  (trend/seasonal decomposition + linear) trained by the Forecaster's loop on the same windows.
 
 Both ridges are fitted on training windows, their penalty chosen on the validation windows (as the
 Forecaster's checkpoint is), and scored on the test windows the Forecaster was scored on.
@@ -119,10 +119,6 @@ class ForecastBaselines(L.Callback):
         max_train_windows: training windows used to fit the linear models (evenly subsampled).
         max_train_values: further caps those windows so windows × lookback × features stays below it
             (memory of the design matrix).
-        dlinear_epochs: train a :class:`~pipelines.tasks.forecast_linear.DLinearForecaster` for this
-            many epochs of the datamodule's sampler (best validation epoch kept) and log it as
-            ``baseline/dlinear_{mse,mae}``; 0 (default): no DLinear. Skipped under DDP.
-        dlinear_lr: its peak learning rate.
     """
 
     def __init__(
@@ -132,15 +128,12 @@ class ForecastBaselines(L.Callback):
         ridge_alpha: float | None = None,
         max_train_windows: int = 20000,
         max_train_values: int = 20_000_000,
-        dlinear_epochs: int = 0,
-        dlinear_lr: float = 0.005,
     ) -> None:
         if season_period is not None and season_period < 1:
             raise PosencError(f"ForecastBaselines.season_period must be ≥ 1 or null, got {season_period}")
         self.season_period, self.max_period = season_period, max_period
         self.ridge_alpha, self.max_train_windows = ridge_alpha, max_train_windows
         self.max_train_values = max_train_values
-        self.dlinear_epochs, self.dlinear_lr = int(dlinear_epochs), float(dlinear_lr)
         self.results: dict[str, float] = {}
         self.period_from = ""
         self._announced = False
@@ -246,23 +239,14 @@ class ForecastBaselines(L.Callback):
             pred = lin.predict(self._design(dm, inputs, fut, test["start"]))  # (n, H, C)
             errors = masked_errors(orig(pred), truth, test["y_mask"])
             results.update({f"{name}_{k}": v for k, v in errors.items()})
-        if self.dlinear_epochs > 0:
-            results.update(self._dlinear(dm, test, orig, truth))
+        results.update(self.extra(dm, test, orig, truth))
         results["season_period"] = float(period)
         results["n_windows"] = float(len(test["start"]))
         return results
 
-    def _dlinear(self, dm, test: dict, orig, truth: np.ndarray) -> dict[str, float]:
-        """DLinear trained on ``dm`` (see :func:`fit_dlinear`), its errors on the ``test`` windows."""
-        import torch
-
-        from pipelines.tasks.forecast_linear import fit_dlinear
-
-        seed = int(getattr(dm, "seed", 0) or 0)
-        model = fit_dlinear(dm, self.dlinear_epochs, seed=seed, lr=self.dlinear_lr)
-        with torch.inference_mode():
-            pred = model(torch.as_tensor(test["x"], dtype=torch.float32)).numpy()  # (n, H, C) scaled
-        return {f"dlinear_{k}": v for k, v in masked_errors(orig(pred), truth, test["y_mask"]).items()}
+    def extra(self, dm, test: dict, orig, truth: np.ndarray) -> dict[str, float]:
+        """More baselines on the same ``test`` windows (subclasses); ``orig`` maps scaled values back."""
+        return {}
 
     def describe_period(self, dm, period: int, how: str) -> str:
         """``seasonal naive: period 24 steps = 1d (daily cycle of 1h data)``."""
@@ -288,9 +272,6 @@ class ForecastBaselines(L.Callback):
             return
         scored = getattr(pl_module, "scored_starts", None)  # the windows the model was scored on
         starts = np.unique(np.asarray(scored, dtype=np.int64)) if scored else None
-        if getattr(trainer, "world_size", 1) > 1 and self.dlinear_epochs:
-            rank_zero_info("ForecastBaselines: no DLinear baseline under DDP (train configs/ts_dlinear.yaml)")
-            self.dlinear_epochs = 0
         self.results = self.compute(dm, starts, future=bool(getattr(pl_module, "n_future", 0)))
         self._announce(dm, int(self.results["season_period"]), self.period_from)
         params = {"baseline/season_period_from": self.period_from, "data/step": getattr(dm, "freq", "")}

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from pipelines.tasks.forecast import Forecaster
+from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors
 from posenc import PosencError, PositionOutOfRange
 
 # The Forecaster's Transformer is unused here: the smallest one keeps its machinery (checkpoints, specs).
@@ -101,3 +102,29 @@ def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearF
                 state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
                 model.load_state_dict(state["state_dict"])
     return model.eval()
+
+
+class DLinearBaselines(ForecastBaselines):
+    """:class:`ForecastBaselines` plus DLinear trained by the Forecaster's loop (:func:`fit_dlinear`,
+    ``epochs`` epochs of the datamodule's sampler, best validation epoch kept), scored on the same
+    test windows and logged as ``baseline/dlinear_{mse,mae}``. Not under DDP (rank 0 alone would
+    train it): use plain :class:`ForecastBaselines` there.
+
+    Args:
+        epochs: DLinear's training epochs.
+        lr: its peak learning rate.
+        **kwargs: :class:`ForecastBaselines`' arguments.
+    """
+
+    def __init__(self, epochs: int = 3, lr: float = 0.005, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if epochs < 1:
+            raise PosencError(f"DLinearBaselines.epochs must be ≥ 1, got {epochs}")
+        self.epochs, self.lr = int(epochs), float(lr)
+
+    def extra(self, dm: Any, test: dict, orig: Any, truth: Any) -> dict[str, float]:
+        seed = int(getattr(dm, "seed", 0) or 0)
+        model = fit_dlinear(dm, self.epochs, seed=seed, lr=self.lr)
+        with torch.inference_mode():
+            pred = model(torch.as_tensor(test["x"], dtype=torch.float32)).numpy()  # (n, H, C) scaled
+        return {f"dlinear_{k}": v for k, v in masked_errors(orig(pred), truth, test["y_mask"]).items()}

@@ -11,9 +11,9 @@ import torch
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines, LinearBaseline
-from pipelines.tasks.forecast_linear import DLinearForecaster, moving_average
+from pipelines.tasks.forecast_linear import DLinearBaselines, DLinearForecaster, moving_average
 from posenc import PosencError, PositionOutOfRange
-from tests.ts.conftest import dm_kwargs, seasonal_frame, write_csv
+from tests.helpers import dm_kwargs, seasonal_frame, write_csv
 
 TINY = dict(d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"})
 
@@ -212,7 +212,7 @@ def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(
     dm = TimeSeriesDataModule(**dm_kwargs(path, eval_lookbacks=[24], samples_per_epoch=256))
     torch.manual_seed(123)
     state = torch.random.get_rng_state()
-    found = ForecastBaselines(dlinear_epochs=3).compute(dm)
+    found = DLinearBaselines(epochs=3).compute(dm)
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random stream is untouched
     test = dm.windows("test")
     truth = test["y"] * dm.target_scale + dm.target_loc
