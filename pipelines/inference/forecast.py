@@ -192,12 +192,16 @@ def describe_series(dm: Any) -> dict[str, Any]:
 
 def example_table(model: Any, dm: Any) -> pd.DataFrame:
     """The last lookback rows of the training table (original units): the forecaster's input example
-    for the MLflow signature."""
+    for the MLflow signature. A series picked out of a long table (``data.select``) keeps the columns
+    that pick it, as the long table a user passes has them."""
     s, data = dm.series, inference_meta(model)["data"]
     rows = slice(len(s) - int(data["lookback"]), len(s))
     time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
             else s.time[rows] * s.report.step)
-    table = {data["time_col"]: np.asarray(time)} if data["time_col"] is not None else {}  # None: row order
+    n = rows.stop - rows.start
+    table = {col: [str(value)] * n for col, value in (data.get("select") or {}).items()}
+    if data["time_col"] is not None:  # None: row order
+        table[data["time_col"]] = np.asarray(time)
     table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
     table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
     return pd.DataFrame(table)

@@ -220,3 +220,17 @@ def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(
     assert found["dlinear_mse"] < 0.2 * flat
     assert np.isfinite(found["dlinear_mae"]) and found["dlinear_mae"] > 0
     assert "dlinear_mse" not in ForecastBaselines().compute(dm)  # off by default
+
+
+def test_a_series_selected_from_a_long_table_gets_an_input_example_its_model_accepts(tmp_path):
+    from pipelines.inference.forecast import example_table
+
+    a, b = seasonal_frame(seed=0), seasonal_frame(seed=1)
+    long = pd.concat([a.assign(site="A"), b.assign(site="B")], ignore_index=True)
+    dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "long.csv", long), select={"site": "B"}))
+    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=dm.horizon,
+                       patch_len=dm.patch_len, **TINY).eval()
+    model.posenc_inference = model.describe_data(dm)
+    example = example_table(model, dm)  # what MLflow registration records as the signature
+    assert set(example["site"]) == {"B"}
+    assert len(model.predict(example)) == dm.horizon  # the model's own predict selects it again
