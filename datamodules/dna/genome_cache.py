@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.dna.fasta import EncodeReport, Genome, IupacMode, iter_records, read_fasta
+from datamodules.paths import PACKAGE_PREFIX, packaged_file, resolve_path  # noqa: F401 - re-exported
 from datamodules.progress import interactive, progress_bar
 from posenc import PosencError
 
@@ -186,34 +187,6 @@ def cached_array(
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, lambda fh: fh.write(arr.tobytes()))
     return np.memmap(target, dtype=np.uint8, mode="r")
-
-
-PACKAGE_PREFIX = "package:"
-
-
-def packaged_file(package: str, relative: str) -> Path:
-    """A data file shipped inside an installed package, located without importing it."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise PosencError(f"package {package!r} is not installed (it ships the data file {relative})")
-    path = Path(list(spec.submodule_search_locations)[0]) / relative
-    if not path.is_file():
-        raise PosencError(f"{path}: expected data file missing from package {package!r}")
-    return path
-
-
-def resolve_path(text: str | Path) -> Path:
-    """A path, or ``package:<package>/<relative path>`` for a file shipped by an installed package
-    (e.g. ``package:bio_test_artifacts/prebuilt/artifacts/yeast_chr01.fasta``)."""
-    text = str(text)
-    if text.startswith(PACKAGE_PREFIX):
-        package, _, relative = text[len(PACKAGE_PREFIX) :].partition("/")
-        if not package or not relative:
-            raise PosencError(f"{text!r}: expected package:<package>/<path inside the package>")
-        return packaged_file(package, relative)
-    return Path(text).expanduser()
 
 
 def default_genome() -> Path:

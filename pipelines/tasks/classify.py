@@ -116,6 +116,9 @@ class SequenceClassifier(PerLengthTest):
         self.val_metrics.update(probs, target)
 
     def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:  # its few batches may hold one class (AUROC undefined) and
+            self.val_metrics.reset()  # Lightning keeps nothing logged during the sanity check anyway
+            return
         self.log_collection("val", self.val_metrics, prog_bar=True)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -176,3 +176,23 @@ def test_every_scheme_builds_in_every_dna_task_model(scheme):
                 assert length > 32, f"{scheme}: training length undefined"
                 continue
             assert y.shape[-1] == out and torch.isfinite(y).all(), scheme
+
+
+def test_classifier_sanity_check_with_one_class_batches_warns_nothing(tmp_path, recwarn):
+    """The sanity check's first validation batches may hold one class: AUROC is not computed there."""
+    import lightning as L
+    import torch
+
+    from pipelines import SequenceClassifier
+
+    torch.manual_seed(0)
+    model = SequenceClassifier(vocab_size=6, pad_id=5, num_classes=2, d_model=16, n_heads=2, n_layers=1)
+    batch = lambda *labels: {"tokens": torch.randint(0, 4, (len(labels), 32)), "label": torch.tensor(labels)}  # noqa: E731
+    val = [batch(0, 0, 0, 0), batch(0, 0, 0, 0), batch(0, 1, 0, 1)]  # the sanity check sees one class
+    loader = torch.utils.data.DataLoader(val, batch_size=None)  # already batched
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=1, num_sanity_val_steps=2, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path)
+    trainer.fit(model, loader, loader)
+    said = [str(w.message) for w in recwarn]
+    assert trainer.sanity_checking is False and not [m for m in said if "samples in target" in m], said

@@ -210,18 +210,20 @@ def test_row_order_series_forecasts_from_a_table_without_a_time_column(tmp_path)
 def test_packaged_file_paths_resolve_inside_the_installed_package(tmp_path):
     from datamodules.timeseries.parse import resolve_path
 
-    assert resolve_path("pkg:tsdata/fpp3/vic_elec.csv") == vic_elec_path()
+    assert resolve_path("package:tsdata/fpp3/vic_elec.csv") == vic_elec_path()  # as DNA paths are written
     assert resolve_path(tmp_path / "x.csv") == tmp_path / "x.csv"  # a plain path stays a path
-    frame = read_table("pkg:tsdata/fpppy/EPF_FR_BE.csv")
+    frame = read_table("package:tsdata/fpppy/EPF_FR_BE.csv")
     assert {"unique_id", "ds", "y"} <= set(frame.columns)
-    for bad, says in (("pkg:tsdata/nope.csv", "no such file"), ("pkg:no_such_pkg_x/a.csv", "not installed"),
-                      ("pkg:tsdata", "pkg:<package>/")):
+    bad = (("package:tsdata/nope.csv", "missing from package 'tsdata'"),
+           ("package:no_such_pkg_x/a.csv", "'no_such_pkg_x' is not installed"),
+           ("package:tsdata", "package:<package>/"))
+    for path, says in bad:
         with pytest.raises(PosencError, match=says):
-            resolve_path(bad)
+            resolve_path(path)
 
 
 def test_a_series_from_a_packaged_long_table(lightning_log):
-    dm = TimeSeriesDataModule(path="pkg:tsdata/fpppy/EPF_FR_BE.csv", select={"unique_id": "BE"},
+    dm = TimeSeriesDataModule(path="package:tsdata/fpppy/EPF_FR_BE.csv", select={"unique_id": "BE"},
                               time_col="ds", target_cols=["y"], future_cols=["system_load"],
                               lookback=48, horizon=24, patch_len=24)
     assert len(dm.series) == 16080 and dm.freq == "1h"  # one of the two stacked series
