@@ -14,6 +14,7 @@ only when its interval excludes 0. Wall and CPU seconds of each training run are
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import subprocess
@@ -97,13 +98,21 @@ def comparison(runs: list[SeedRun]) -> list[dict[str, object]]:
     return rows
 
 
+def decimals(value: float) -> int:
+    """Decimals that show about four significant digits of ``value`` (at least one): 195.8, 3.712."""
+    if not math.isfinite(value) or value == 0:
+        return 1
+    return max(1, 3 - math.floor(math.log10(abs(value))))
+
+
 def table(runs: list[SeedRun]) -> str:
     """The comparison as a Markdown table, then the runs with their seconds."""
     lines = ["| metric | baseline | model (mean ± CI) | baseline (mean ± CI) | model − baseline (± CI) "
              "| relative | CI excludes 0 |", "|---|---|---|---|---|---|---|"]
     for row in comparison(runs):
-        lines.append(f"| {row['metric']} | {row['baseline']} | {row['model'].text(1)} "
-                     f"| {row['base'].text(1)} | {row['diff'].text(1)} | {100 * row['relative']:+.1f} % | "
+        d = decimals(row["base"].mean)
+        lines.append(f"| {row['metric']} | {row['baseline']} | {row['model'].text(d)} "
+                     f"| {row['base'].text(d)} | {row['diff'].text(d)} | {100 * row['relative']:+.1f} % | "
                      f"{'yes' if row['called'] else 'no'} |")
     lines += ["", "| run | wall s | CPU s |", "|---|---|---|"]
     lines += [f"| {r.run_id} | {r.wall_s:.0f} | {r.cpu_s:.0f} |" for r in runs]
