@@ -88,7 +88,9 @@ def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearF
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    with torch.random.fork_rng():  # the caller's random state (e.g. the Forecaster's) is left as it was
+    # Called from a callback while the outer trainer tests (inference mode): training needs autograd back.
+    # The caller's random state (e.g. the Forecaster's) is left as it was.
+    with torch.inference_mode(False), torch.enable_grad(), torch.random.fork_rng():
         torch.manual_seed(seed)
         model = DLinearForecaster(lookback=dm.lookback, n_targets=dm.n_targets, horizon=dm.horizon,
                                   patch_len=dm.patch_len, plot_examples=0, **hparams)

@@ -220,6 +220,9 @@ def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(
     assert found["dlinear_mse"] < 0.2 * flat
     assert np.isfinite(found["dlinear_mae"]) and found["dlinear_mae"] > 0
     assert "dlinear_mse" not in ForecastBaselines().compute(dm)  # off by default
+    with torch.inference_mode():  # as in a real run: the callback runs while the trainer tests
+        again = DLinearBaselines(epochs=3).compute(dm)
+    assert again["dlinear_mse"] == pytest.approx(found["dlinear_mse"], rel=1e-5)
 
 
 def test_a_series_selected_from_a_long_table_gets_an_input_example_its_model_accepts(tmp_path):
