@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -10,6 +11,8 @@ from torch import Tensor, nn
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors
 from posenc import PosencError, PositionOutOfRange
+
+log = logging.getLogger(__name__)
 
 # The Forecaster's Transformer is unused here: the smallest one keeps its machinery (checkpoints, specs).
 _NO_BACKBONE = {"d_model": 2, "n_heads": 1, "n_layers": 0, "pe": None, "head": "last", "dropout": 0.0}
@@ -109,8 +112,8 @@ def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearF
 class DLinearBaselines(ForecastBaselines):
     """:class:`ForecastBaselines` plus DLinear trained by the Forecaster's loop (:func:`fit_dlinear`,
     ``epochs`` epochs of the datamodule's sampler, best validation epoch kept), scored on the same
-    test windows and logged as ``baseline/dlinear_{mse,mae}``. Not under DDP (rank 0 alone would
-    train it): use plain :class:`ForecastBaselines` there.
+    test windows and logged as ``baseline/dlinear_{mse,mae}``. Skipped under DDP (rank 0 alone
+    would train it, on its shard of the windows), with a log line.
 
     Args:
         epochs: DLinear's training epochs.
@@ -125,6 +128,9 @@ class DLinearBaselines(ForecastBaselines):
         self.epochs, self.lr = int(epochs), float(lr)
 
     def extra(self, dm: Any, test: dict, orig: Any, truth: Any) -> dict[str, float]:
+        if getattr(getattr(dm, "trainer", None), "world_size", 1) > 1:
+            log.info("DLinear baseline skipped: it is not trained under DDP (run without DDP to get it)")
+            return {}
         seed = int(getattr(dm, "seed", 0) or 0)
         model = fit_dlinear(dm, self.epochs, seed=seed, lr=self.lr)
         with torch.inference_mode():

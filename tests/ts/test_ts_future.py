@@ -3,6 +3,8 @@ a long table, and the baselines that get the same inputs (ridge) or the same loo
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -223,6 +225,8 @@ def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(
     with torch.inference_mode():  # as in a real run: the callback runs while the trainer tests
         again = DLinearBaselines(epochs=3).compute(dm)
     assert again["dlinear_mse"] == pytest.approx(found["dlinear_mse"], rel=1e-5)
+    dm.trainer = SimpleNamespace(world_size=2)  # under DDP rank 0 alone would train it: skipped
+    assert "dlinear_mse" not in DLinearBaselines(epochs=3).compute(dm)
 
 
 def test_a_series_selected_from_a_long_table_gets_an_input_example_its_model_accepts(tmp_path):
