@@ -163,11 +163,11 @@ def test_compare_runs_three_paired_seeds_by_default_and_shows_ci_and_calls(compa
         assert steps == [32, 64] and r.data.tags["posenc.compare.complete"] == "true"
         assert "extrapolation/trivial_baseline" in r.data.metrics
     # the (slower) reference baselines: scored once, by the first child trained, shown in the table
-    assert sum("extrapolation/baseline/markov5" in r.data.metrics for r in mine) == 1
+    assert sum("extrapolation/baseline/markov_best" in r.data.metrics for r in mine) == 1
     assert {a.path for a in c.list_artifacts(first)} >= {
         "comparison.md", "comparison.csv", "comparison_long.csv", "comparison.png"}
     md = (compared / "first" / "comparison.md").read_text()
-    assert "Seeds 0 1 2" in md and "95 % Student-t" in md and "; markov5 " in md
+    assert "Seeds 0 1 2" in md and "95 % Student-t" in md and "; markov_best " in md
     assert "| alibi | 3 | " in md and " ± " in md.split("| alibi | 3 | ")[1].splitlines()[0]
     assert "#### Difference from `alibi`" in md and "| rope+yarn | " in md
     rope_diff = next(line for line in md.splitlines() if line.startswith("| rope | +") or

@@ -73,7 +73,7 @@ class ExtrapolationEval(L.Callback):
         tolerance: also report the older relative ratio (every length within ``tolerance`` of the
             metric at the training length, e.g. 0.05); ``null``: not reported.
         max_batches: score at most this many test batches per length (``null``: all).
-        baselines: also score the task's reference baselines on the test data (e.g. order-5 Markov,
+        baselines: also score the task's reference baselines on the test data (e.g. the best Markov chain,
             ridge; the trivial baseline is always scored). ``make compare`` asks one run for them.
         use_best: evaluate the checkpoint callback's best model rather than the last weights.
     """
@@ -207,7 +207,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--max-batches", type=int, default=None, help="test batches per length (default all)")
     p.add_argument("--baselines", action="store_true",
-                   help="also score the task's reference baselines (e.g. order-5 Markov, ridge; can be slow)")
+                   help="also score the task's baselines (the best Markov chain, ridge; can be slow)")
     p.add_argument(
         "--out", default=None, help="folder for tables and figure (default outputs/extrapolation/<name>)"
     )

@@ -319,7 +319,7 @@ def evaluate(
     """Score ``module`` on ``dm``'s test split at every length, as trained and (RoPE family) with
     every inference-time variant in ``variants`` (default: all of :data:`ROPE_VARIANTS`), and the
     task's trivial baseline on the same test data; with ``baselines``, also its reference baselines
-    (``TaskAdapter.baselines``: e.g. order-5 Markov, ridge — these can take minutes)."""
+    (``TaskAdapter.baselines``: e.g. the best interpolated Markov chain, ridge — these can take minutes)."""
     adapter = adapter_for(module)
     train = adapter.train_length(dm)
     todo = resolve_lengths(train, factors, lengths)

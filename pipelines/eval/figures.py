@@ -54,7 +54,7 @@ def newest_run(client: Any, name: str, experiment: str = EXPERIMENT) -> Any | No
 
 
 def baselines(run: Any, metric: str) -> dict[str, float]:
-    """The run's baseline summaries of ``metric`` (``baseline/markov5_bits_per_base`` → ``markov5``)."""
+    """The run's baseline summaries of ``metric`` (``baseline/markov0_bits_per_base`` → ``markov0``)."""
     out = {}
     for key, value in sorted(run.data.metrics.items()):
         if key.startswith("baseline/") and key.endswith(metric) and "_by_" not in key:

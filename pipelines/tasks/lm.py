@@ -40,10 +40,12 @@ class LMAdapter(TaskAdapter):
         return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
 
     def baselines(self, dm: Any) -> dict[str, float]:
-        from pipelines.tasks.markov import MarkovModel
+        """Order 0 and the best interpolated chain (order chosen on val, as ``make train`` logs it)."""
+        from pipelines.tasks.markov import MarkovBaselines
 
-        train, test = dm.region_codes("train"), dm.region_codes("test", dm.eval_span)
-        return {f"markov{k}": MarkovModel(k).fit(train).bits_per_base(test) for k in (0, 5)}
+        found = MarkovBaselines(progress=False).compute(dm)
+        return {"markov0": found["baseline/markov0_bits_per_base"],
+                "markov_best": found["baseline/markov_bits_per_base"]}
 
     trivial_name = "order-0 Markov"  # base composition of the train region
 
