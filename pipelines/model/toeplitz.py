@@ -13,8 +13,11 @@ translation-invariant bias too (−∞ for d > 0), so it goes into the table.
 
 When the table needs a gradient (T5's learned buckets, a Gaussian prior's learned widths, DPB's
 MLP) SDPA would fall back to its explicit kernel; :class:`ToeplitzSDPA` instead runs the fused
-kernel forward and backward and adds the table's gradient — the sums of dS = P ⊙ (dP − rowsum(dO ⊙ O))
-along the anti-diagonals i + j' — computed one block of query rows at a time (memory linear in T).
+kernel forward and one blocked backward (:func:`blocked_backward`) that computes P and
+dS = P ⊙ (dP − rowsum(dO ⊙ O)) once per block of query rows and takes all four gradients from them:
+q, k, v and the table's (the sums of dS along the anti-diagonals i + j'); memory linear in T. It
+replaced the fused backward followed by a second pass that recomputed P and dP for the table alone
+(timings in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", 
 _FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 
 
-def grad_rows(batch: int, heads: int, length: int, elements: int = 1 << 20) -> int:
-    """Query rows per block of the table's gradient: blocks of ~``elements`` (4 MB in float32) stay
-    in the allocator's reused heap instead of being mapped and zeroed afresh on every call."""
+def grad_rows(batch: int, heads: int, length: int, elements: int = 1 << 19) -> int:
+    """Query rows per block of the backward: blocks of ~``elements`` (2 MB in float32) stay in the
+    allocator's reused heap instead of being mapped and zeroed afresh on every call (blocks of 8, 16
+    and 32 rows were timed at 8×512 and 1×4096 on a 2-core AMD EPYC: 16 was as fast as the best)."""
     return max(16, elements // max(1, batch * heads * length))
 
 
@@ -78,7 +82,8 @@ def toeplitz_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, drop: flo
 
 
 class ToeplitzSDPA(torch.autograd.Function):
-    """SDPA's fused CPU kernel with a Toeplitz-view bias, differentiable in the table as well."""
+    """SDPA's fused CPU kernel with a Toeplitz-view bias forward; one blocked backward for all four
+    gradients (q, k, v and the table), so P and dS are computed once."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, table: Tensor, rows: int) -> Tensor:
@@ -91,40 +96,57 @@ class ToeplitzSDPA(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout: Tensor):
         q, k, v, table, out, lse = ctx.saved_tensors
-        mask = toeplitz_view(table, q.shape[-2])
-        dout = dout.contiguous()
-        dq, dk, dv = _FLASH_BWD(dout, q, k, v, out, lse, 0.0, False, attn_mask=mask)
-        dtable = None
-        if ctx.needs_input_grad[3]:
-            dtable = anti_diagonal_grad(q, k, v, mask, out, lse, dout, ctx.rows)
-        return dq, dk, dv, dtable, None
+        acc = torch.promote_types(q.dtype, torch.float32)  # at least float32 (bf16 autocast)
+        ins = (t.to(acc).contiguous() for t in (q, k, v, table, out, lse, dout))  # q and dO come strided
+        with torch.autocast(q.device.type, enabled=False):  # matmuls stay in ``acc``
+            grads = blocked_backward(*ins, ctx.rows)
+        return (*(g.to(t.dtype) for g, t in zip(grads, (q, k, v, table), strict=True)), None)
 
 
-def anti_diagonal_grad(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, out: Tensor, lse: Tensor,
-                       dout: Tensor, rows: int) -> Tensor:
-    """Gradient of the loss in ``table``: Σ over batch and (i, j') with i + j' = x of dS[b, h, i, j'].
+def blocked_backward(q: Tensor, k: Tensor, v: Tensor, table: Tensor, out: Tensor, lse: Tensor,
+                     dout: Tensor, rows: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of ``out = softmax(q·kᵀ/√Dh + table[i + j']) · v`` in q, k, v and ``table``.
 
-    dS = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O)) with P = exp(q·kᵀ/√Dh + bias − lse), built for ``rows``
-    query rows at a time.
+    For ``rows`` query rows at a time: P = exp(q·kᵀ/√Dh + bias − lse) and
+    dS = P ⊙ (dO·vᵀ − rowsum(dO ⊙ O)); then dv += Pᵀ·dO, dq = dS·k/√Dh, dk += dSᵀ·q/√Dh and the
+    table's gradient is the sum of dS over batch and anti-diagonals i + j'. The lse and the rowsum
+    ride along as one extra column of q and dO (against a column of ones in k and v), so each is
+    subtracted inside its matmul. dS is written straight into a skewed buffer (row r shifted right
+    by r), where an anti-diagonal of the block is a column: one sum over rows gives its share.
     """
     B, H, T, Dh = q.shape
-    acc = torch.promote_types(q.dtype, torch.float32)  # sums in at least float32 (bf16 autocast)
-    grad = q.new_zeros(mask.shape[1], 2 * T - 1, dtype=acc)  # (H', 2T − 1)
-    qs = (q * Dh**-0.5).contiguous()  # (B, H, T, Dh), scaled once
-    kt, vt = k.transpose(-1, -2), v.transpose(-1, -2)  # (B, H, Dh, T)
-    delta = (dout * out).sum(-1, keepdim=True)  # rowsum(dO ⊙ O) (B, H, T, 1)
+    BH, Hp = B * H, table.shape[0]
+    mask = toeplitz_view(table, T)  # (1, H', T, T)
+    qa, ka_t, da, va_t = _augmented(q, k, v, out, lse, dout)
+    ks, qs3, do3 = (t.reshape(BH, T, Dh).contiguous() for t in (k * Dh**-0.5, qa[..., :Dh], dout))
+    dq, dk, dv = torch.empty_like(ks), torch.zeros_like(ks), torch.zeros_like(ks)  # (B·H, T, Dh)
+    grad = q.new_zeros(Hp, 2 * T - 1)  # (H', 2T − 1)
     for s in range(0, T, rows):
         e = min(T, s + rows)
         R = e - s
-        p = torch.matmul(qs[:, :, s:e], kt)  # (B, H, R, T)
+        if s == 0 or R != rows:  # a fresh skew buffer; its off-band zeros stay zero between blocks
+            skew = q.new_zeros(BH, R, T + R)
+            ds = skew.as_strided((BH, R, T), (R * (T + R), T + R + 1, 1))  # dS[:, r, j'] at column r + j'
+        p = torch.matmul(qa[:, :, s:e], ka_t)  # q·kᵀ/√Dh − lse (B, H, R, T)
         p += mask[:, :, s:e]
-        p -= lse[:, :, s:e, None]
-        p.clamp_(min=-87.0).exp_()  # below e^-87 (float32's smallest normal) P is ~0; exp is ~6× slower there
-        ds = torch.matmul(dout[:, :, s:e], vt)  # dP (B, H, R, T)
-        ds -= delta[:, :, s:e]
-        ds *= p
-        ds = ds.sum(0, dtype=acc) if mask.shape[1] == H else ds.sum((0, 1), dtype=acc)[None]  # (H', R, T)
-        skew = ds.new_zeros(ds.shape[0], R, T + R)  # row r holds dS[:, r, :] from column r on
-        skew.as_strided(ds.shape, (R * (T + R), T + R + 1, 1)).copy_(ds)
-        grad[:, s:s + T + R - 1] += skew.sum(1)[:, : T + R - 1]  # anti-diagonal x = s + r + j'
-    return grad.to(mask.dtype)
+        p = p.clamp_(min=-87.0).exp_().view(BH, R, T)  # below e^-87 P is ~0 and exp ~6× slower
+        torch.mul(torch.matmul(da[:, :, s:e], va_t).view(BH, R, T), p, out=ds)  # P ⊙ (dP − rowsum)
+        dv.baddbmm_(p.transpose(-1, -2), do3[:, s:e])
+        dq[:, s:e] = torch.bmm(ds, ks)  # (B·H, R, Dh)
+        dk.baddbmm_(ds.transpose(-1, -2), qs3[:, s:e])
+        per_x = skew.view(B, H, R, T + R).sum((0, 2)) if Hp == H else skew.sum((0, 1))[None]
+        grad[:, s:s + T + R - 1] += per_x[:, : T + R - 1]  # anti-diagonal x = s + column
+    shape = (B, H, T, Dh)
+    return dq.view(shape), dk.view(shape), dv.view(shape), grad
+
+
+def _augmented(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+               dout: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """[q/√Dh, −lse], [k, 1]ᵀ, [dO, −rowsum(dO ⊙ O)] and [v, 1]ᵀ: their products are
+    q·kᵀ/√Dh − lse and dO·vᵀ − rowsum(dO ⊙ O)."""
+    ones = q.new_ones(*q.shape[:-1], 1)  # (B, H, T, 1)
+    qa = torch.cat([q * q.shape[-1] ** -0.5, -lse[..., None]], -1)  # (B, H, T, Dh + 1)
+    ka_t = torch.cat([k, ones], -1).transpose(-1, -2).contiguous()  # (B, H, Dh + 1, T)
+    da = torch.cat([dout, -(dout * out).sum(-1, keepdim=True)], -1)  # (B, H, T, Dh + 1)
+    va_t = torch.cat([v, ones], -1).transpose(-1, -2).contiguous()  # (B, H, Dh + 1, T)
+    return qa, ka_t, da, va_t
