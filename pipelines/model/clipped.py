@@ -120,39 +120,84 @@ def _pad_rows(out: Tensor, lse: Tensor, before: int, after: int) -> tuple[Tensor
     return out, F.pad(lse, (before, after), value=-math.inf)  # (B, H, T)
 
 
-def _offsets(band: Tensor, m: int) -> range:
-    """The band's offsets o = j − i: 1 − m … m − 1 (or … 0 for a causal model's m offsets)."""
-    return range(1 - m, 1 - m + band.shape[0])
+# ----------------------------------------------------------------------------- the band
+# Queries go in chunks of C ≥ W − 1 rows; chunk c meets the L = C + W − 1 keys its rows' bands cover,
+# so one small matmul per chunk gives a (C, L) block whose skewed diagonal r, r + w is the band.
 
 
-def _shifted(x: Tensor, o: int) -> Tensor:
-    """(B, H, T, Dh) with row i holding x[i + o] (zeros where i + o is outside [0, T))."""
-    T = x.shape[-2]
-    if o >= 0:
-        return F.pad(x[:, :, o:], (0, 0, 0, o))  # (B, H, T, Dh)
-    return F.pad(x[:, :, : T + o], (0, 0, -o, 0))  # (B, H, T, Dh)
+class _Band:
+    """Chunked views for the band of W offsets o = 1 − m … 1 − m + W − 1 over T rows."""
+
+    def __init__(self, q: Tensor, m: int, width: int) -> None:
+        B, H, T, Dh = q.shape
+        self.m, self.W, self.T = m, width, T
+        self.C = max(width - 1, 16)  # chunk rows: C ≥ W − 1, so a window spills into one next chunk
+        self.n = -(-T // self.C)  # chunks
+        self.L = self.C + width - 1  # keys per chunk
+        i = torch.arange(T, device=q.device)[:, None]  # (T, 1)
+        j = i + torch.arange(1 - m, 1 - m + width, device=q.device)  # key of (i, w): (T, W)
+        self.outside = (j < 0) | (j >= T)  # (T, W)
+
+    def chunks(self, x: Tensor) -> Tensor:
+        """(B, H, T, Dh) → (B, H, n, C, Dh), zero rows appended."""
+        B, H, T, Dh = x.shape
+        return F.pad(x, (0, 0, 0, self.n * self.C - T)).view(B, H, self.n, self.C, Dh)  # (B, H, n, C, Dh)
+
+    def windows(self, x: Tensor) -> Tensor:
+        """(B, H, n, L, Dh) overlapping views: window c row l is x[c·C + l + 1 − m] (zeros outside)."""
+        B, H, T, Dh = x.shape
+        xp = F.pad(x, (0, 0, self.m - 1, (self.n + 1) * self.C - T - (self.m - 1)))  # (B, H, (n+1)·C, Dh)
+        s = xp.stride()
+        return xp.as_strided((B, H, self.n, self.L, Dh), (s[0], s[1], self.C * s[2], s[2], s[3]))
+
+    def diagonal(self, full: Tensor) -> Tensor:
+        """The (B, H, n, C, W) view ``full[..., r, r + w]`` of a contiguous (B, H, n, C, L) block."""
+        s = full.stride()
+        return full.as_strided((*full.shape[:3], self.C, self.W), (s[0], s[1], s[2], self.L + 1, 1))
+
+    def take(self, full: Tensor) -> Tensor:
+        """(B, H, n, C, L) → the band (B, H, T, W)."""
+        B, H = full.shape[:2]
+        return self.diagonal(full).reshape(B, H, self.n * self.C, self.W)[:, :, : self.T]  # (B, H, T, W)
+
+    def spread(self, band: Tensor) -> Tensor:
+        """The band (B, H, T, W) → a (B, H, n, C, L) block, zero off the band (adjoint of :meth:`take`)."""
+        B, H = band.shape[:2]
+        full = band.new_zeros(B, H, self.n, self.C, self.L)
+        rows = F.pad(band, (0, 0, 0, self.n * self.C - self.T)).view(B, H, self.n, self.C, self.W)
+        self.diagonal(full).copy_(rows)
+        return full  # (B, H, n, C, L)
+
+    def fold(self, win: Tensor) -> Tensor:
+        """Adjoint of :meth:`windows`: (B, H, n, L, Dh) sums back to (B, H, T, Dh)."""
+        B, H, n, L, Dh = win.shape
+        C = self.C
+        buf = win.new_zeros(B, H, n + 1, C, Dh)
+        buf[:, :, :n] += win[:, :, :, :C]
+        buf[:, :, 1:, : L - C] += win[:, :, :, C:]  # the W − 1 rows each window spills into the next chunk
+        return buf.view(B, H, (n + 1) * C, Dh)[:, :, self.m - 1 : self.m - 1 + self.T]  # (B, H, T, Dh)
+
+    def unchunk(self, x: Tensor) -> Tensor:
+        """(B, H, n, C, Dh) → (B, H, T, Dh)."""
+        B, H, n, C, Dh = x.shape
+        return x.reshape(B, H, n * C, Dh)[:, :, : self.T]  # (B, H, T, Dh)
 
 
-def _band_scores(q: Tensor, k: Tensor, band_k: Tensor, m: int) -> Tensor:
+def _band_scores(band: _Band, q: Tensor, k: Tensor, band_k: Tensor) -> Tensor:
     """Scaled logits (B, H, T, W) of the band keys k[i + o] + a^K_o; −∞ where i + o is outside [0, T)."""
-    T, Dh = q.shape[-2:]
-    scores = q @ band_k.t()  # q_i·a^K_o: (B, H, T, W)
-    for w, o in enumerate(_offsets(band_k, m)):
-        scores[..., w] += (q * _shifted(k, o)).sum(-1)
-    i = torch.arange(T, device=q.device)[:, None]  # (T, 1)
-    j = i + torch.tensor(list(_offsets(band_k, m)), device=q.device)  # (T, W)
-    return (scores / math.sqrt(Dh)).masked_fill((j < 0) | (j >= T), -math.inf)
+    full = band.chunks(q) @ band.windows(k).transpose(-1, -2)  # (B, H, n, C, L)
+    scores = band.take(full) + q @ band_k.t()  # (B, H, T, W)
+    return (scores / math.sqrt(q.shape[-1])).masked_fill(band.outside, -math.inf)
 
 
 def _band_forward(q: Tensor, k: Tensor, v: Tensor, band_k: Tensor, band_v: Tensor,
                   m: int) -> tuple[Tensor, Tensor]:
     """The band's normalised output (B, H, T, Dh) and log-sum-exp (B, H, T)."""
-    scores = _band_scores(q, k, band_k, m)  # (B, H, T, W)
+    band = _Band(q, m, band_k.shape[0])
+    scores = _band_scores(band, q, k, band_k)  # (B, H, T, W)
     lse = scores.logsumexp(-1)  # (B, H, T): finite, the offset 0 is always in the band
     p = (scores - lse.unsqueeze(-1)).exp()  # (B, H, T, W)
-    out = p @ band_v  # Σ_o p_o a^V_o: (B, H, T, Dh)
-    for w, o in enumerate(_offsets(band_v, m)):
-        out += p[..., w, None] * _shifted(v, o)
+    out = band.unchunk(band.spread(p) @ band.windows(v)) + p @ band_v  # (B, H, T, Dh)
     return out, lse
 
 
@@ -161,28 +206,16 @@ def _band_backward(q, k, v, band_k, band_v, m, dout, out, lse):
 
     P = exp(S − lse) on the band, dP_o = dO_i·(v_{i+o} + a^V_o), dS = P ⊙ (dP − rowsum(dO ⊙ out)).
     """
-    T, Dh = q.shape[-2:]
-    scale = 1 / math.sqrt(Dh)
-    p = (_band_scores(q, k, band_k, m) - lse.unsqueeze(-1)).exp()  # (B, H, T, W)
-    dp = dout @ band_v.t()  # dO_i·a^V_o: (B, H, T, W)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)  # (B, H, T, Dh)
-    for w, o in enumerate(_offsets(band_v, m)):
-        dp[..., w] += (dout * _shifted(v, o)).sum(-1)
-    ds = p * (dp - (dout * out).sum(-1, keepdim=True)) * scale  # (B, H, T, W), scale folded in
-    for w, o in enumerate(_offsets(band_k, m)):
-        dq += ds[..., w, None] * _shifted(k, o)
-        _add_shifted(dk, ds[..., w, None] * q, o)
-        _add_shifted(dv, p[..., w, None] * dout, o)
-    dq += ds @ band_k
+    band = _Band(q, m, band_k.shape[0])
+    p = (_band_scores(band, q, k, band_k) - lse.unsqueeze(-1)).exp().to(q.dtype)  # (B, H, T, W)
+    d_out = band.chunks(dout)  # (B, H, n, C, Dh)
+    dp = band.take(d_out @ band.windows(v).transpose(-1, -2)) + dout @ band_v.t()  # (B, H, T, W)
+    delta = (dout * out).sum(-1, keepdim=True)  # rowsum(dO ⊙ O): (B, H, T, 1)
+    ds = p * (dp - delta) / math.sqrt(q.shape[-1])  # (B, H, T, W), the logits' scale folded in
+    ds_full, p_full = band.spread(ds), band.spread(p)  # (B, H, n, C, L)
+    dq = band.unchunk(ds_full @ band.windows(k)) + ds @ band_k  # (B, H, T, Dh)
+    dk = band.fold(ds_full.transpose(-1, -2) @ band.chunks(q))  # (B, H, T, Dh)
+    dv = band.fold(p_full.transpose(-1, -2) @ d_out)  # (B, H, T, Dh)
     d_band_k = torch.einsum("bhtw,bhtd->wd", ds, q)  # (W, Dh)
     d_band_v = torch.einsum("bhtw,bhtd->wd", p, dout)  # (W, Dh)
     return dq, dk, dv, d_band_k, d_band_v
-
-
-def _add_shifted(acc: Tensor, x: Tensor, o: int) -> None:
-    """acc[i + o] += x[i] for the rows where i + o is inside [0, T) (the adjoint of :func:`_shifted`)."""
-    T = acc.shape[-2]
-    if o >= 0:
-        acc[:, :, o:] += x[:, :, : T - o]
-    else:
-        acc[:, :, : T + o] += x[:, :, -o:]
