@@ -81,7 +81,10 @@ class ShawRelative(PositionalEncoding):
     * outputs: z_i = Σ_j w_ij (v_j + a^V_ij), i.e. :meth:`value_term` returns Σ_j w_ij a^V_ij.
 
     Neither term builds a (B, H, Tq, Tk, Dh) tensor: q·a^K is computed for the 2k + 1 buckets and
-    gathered; the weights are scatter-added into their buckets and multiplied by a^V.
+    gathered; the weights are scatter-added into their buckets and multiplied by a^V. The metadata
+    says ``clipped_relative`` and :meth:`clipped_tables` hands over (k, a^K, a^V), so on CPU over
+    contiguous positions the attention runs keys beyond ±k through the fused kernel without
+    explicit weights (:mod:`pipelines.model.clipped`).
 
     Args:
         max_relative: the clipping distance k (16 by default); distances beyond ±k share a vector.

@@ -9,8 +9,10 @@ in three parts:
   mask, run by the fused CPU flash kernel, which gives its output and log-sum-exp;
 * far right, j ≥ i + m (bidirectional models only): likewise with a^K_{+m}, a^V_{+m}, queries
   [0, T − m) against keys [m, T) under "key ≥ query", i.e. a causal mask on both sequences reversed;
-* the band, |j − i| < m (j ≤ i for a causal model): 2m − 1 offsets with their own vectors, scored
-  explicitly one offset at a time (memory O(T·Dh), no T×T and no T×m×Dh tensor).
+* the band, |j − i| < m (j ≤ i for a causal model): W = 2m − 1 (causal: m) offsets with their own
+  vectors, scored explicitly: queries in chunks of C ≥ W − 1 rows, each chunk against the C + W − 1
+  keys its rows reach in one small matmul, the band read off the block's skewed diagonal (memory
+  O(T·W) per head: no T×T and no T×W×Dh tensor).
 
 The parts are merged by their log-sum-exps: lse = logsumexp over parts, out = Σ_p e^{lse_p − lse} out_p.
 In backward the flash kernel's own backward runs for each far part with the *merged* out and lse:
@@ -18,6 +20,11 @@ it recomputes P = exp(S − lse) and δ = rowsum(dO ⊙ out), which are the fina
 partial gradients are exact (as in ring attention); the band's gradients are written out here.
 The shifted keys and values enter :class:`ClippedAttention` as inputs, so autograd carries their
 gradients to k, v, a^K and a^V through the additions that made them.
+
+Cost: the two causal far parts together visit about the T² pairs of one unmasked attention where the
+flash kernel skips masked key blocks. It skips little on short inputs (torch 2.13, 8 heads × 16:
+causal over 496 rows took as long as unmasked, over 4080 rows 0.57 of it), so there each far part
+costs nearly a whole attention. The band adds O(T·W·Dh).
 """
 
 from __future__ import annotations
