@@ -110,6 +110,7 @@ class ClippedAttention(torch.autograd.Function):
 
 
 def _c(x: Tensor) -> Tensor:
+    """``x`` contiguous (the flash CPU kernels are handed dense slices)."""
     return x.contiguous()
 
 
