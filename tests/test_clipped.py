@@ -12,7 +12,7 @@ import pipelines.model.attention as attention
 from pipelines.model.attention import AttentionCall, AttentionSettings, choose_path, route
 from pipelines.model.clipped import clipped_attention
 from pipelines.model.transformer import Transformer
-from posenc import SchemeMeta, ShawRelative
+from posenc import Compose, SchemeMeta, ShawRelative
 from tests.helpers import D, H, reference_attention, scheme
 
 M = 16  # configs/posenc/shaw_relative.yaml's max_relative, the one scheme() builds
@@ -109,6 +109,9 @@ def test_chosen_only_where_allowed(monkeypatch):
     assert choose_path(meta, T, torch.device("cuda"), AttentionSettings()) == "explicit"
     plain = SchemeMeta(acts_on=("bias",), content_bias=True, value_term=True)  # a value term, not Shaw's
     assert choose_path(plain, T, torch.device("cpu"), AttentionSettings()) == "explicit"
+    both = Compose(D, H, schemes=[{"class_path": "posenc.ALiBi"}, {"class_path": "posenc.ShawRelative"}])
+    assert both.meta.value_term and not both.meta.clipped_relative  # ALiBi's bias must not be dropped
+    assert route(AttentionCall(torch.arange(T), both), T, torch.device("cpu")) == "explicit"
 
 
 def test_float32_and_bf16_autocast_track_float64():
