@@ -48,6 +48,10 @@ class SchemeMeta:
         translation_invariant: whether the bias depends on positions only through the signed
             distance ``k_pos - q_pos`` (and not on content): the attention may then ask the hook
             for one row of distances and read the L×L bias as a view of it.
+        clipped_relative: whether the bias and value term are exactly Shaw et al.'s clipped
+            relative keys and values, q_i·a^K_c/√Dh and Σ_j w_ij a^V_c with c = clip(j − i, −m, m),
+            from the tables :meth:`PositionalEncoding.clipped_tables` returns: the attention may
+            then run the far keys through the fused kernel (:mod:`pipelines.model.clipped`).
     """
 
     acts_on: tuple[Where, ...] = ()
@@ -56,6 +60,7 @@ class SchemeMeta:
     content_bias: bool = False
     value_term: bool = False
     translation_invariant: bool = False
+    clipped_relative: bool = False
 
     @property
     def attention_path(self) -> str:
@@ -129,6 +134,11 @@ class PositionalEncoding(nn.Module, metaclass=_RecordsInit):
         explicitly); Shaw et al. (2018) add Σ_j w_ij·a^V_ij here.
         """
         return None
+
+    def clipped_tables(self) -> tuple[int, Tensor, Tensor]:
+        """``(m, a^K, a^V)`` of a ``meta.clipped_relative`` scheme: the clipping distance and the
+        (2m + 1, Dh) key and value tables, row c + m for the clipped distance c."""
+        raise NotImplementedError(f"{type(self).__name__} is not a clipped relative scheme")
 
     # ----------------------------------------------------------------------- helpers
     def check_positions(self, pos: Tensor) -> None:

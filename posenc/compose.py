@@ -20,7 +20,8 @@ COMPOSE_CLASS_META = SchemeMeta(
 
 def combine_meta(metas: list[SchemeMeta]) -> SchemeMeta:
     """Union of hooks, ``extrapolates`` if all do, ``translation_invariant`` if every biasing child is,
-    every other flag if any child has it."""
+    never ``clipped_relative`` (a Compose has no :meth:`~PositionalEncoding.clipped_tables`, and its
+    other children's biases would be lost), every other flag if any child has it."""
     acts = {where for m in metas for where in m.acts_on}
     return SchemeMeta(
         acts_on=tuple(w for w in _HOOK_ORDER if w in acts) + tuple(sorted(acts - set(_HOOK_ORDER))),

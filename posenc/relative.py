@@ -81,7 +81,10 @@ class ShawRelative(PositionalEncoding):
     * outputs: z_i = Σ_j w_ij (v_j + a^V_ij), i.e. :meth:`value_term` returns Σ_j w_ij a^V_ij.
 
     Neither term builds a (B, H, Tq, Tk, Dh) tensor: q·a^K is computed for the 2k + 1 buckets and
-    gathered; the weights are scatter-added into their buckets and multiplied by a^V.
+    gathered; the weights are scatter-added into their buckets and multiplied by a^V. The metadata
+    says ``clipped_relative`` and :meth:`clipped_tables` hands over (k, a^K, a^V), so on CPU over
+    contiguous positions the attention runs keys beyond ±k through the fused kernel without
+    explicit weights (:mod:`pipelines.model.clipped`).
 
     Args:
         max_relative: the clipping distance k (16 by default); distances beyond ±k share a vector.
@@ -89,7 +92,8 @@ class ShawRelative(PositionalEncoding):
     """
 
     meta: ClassVar[SchemeMeta] = SchemeMeta(
-        acts_on=("bias",), quadratic_memory=True, content_bias=True, value_term=True
+        acts_on=("bias",), quadratic_memory=True, content_bias=True, value_term=True,
+        clipped_relative=True,
     )
 
     def __init__(self, d_model: int, n_heads: int, *, max_relative: int = 16, init_std: float = 0.02) -> None:
@@ -102,6 +106,9 @@ class ShawRelative(PositionalEncoding):
         n = 2 * self.max_relative + 1
         self.rel_key = nn.Parameter(torch.randn(n, self.head_dim) * init_std)  # a^K (2k+1, Dh)
         self.rel_value = nn.Parameter(torch.randn(n, self.head_dim) * init_std)  # a^V (2k+1, Dh)
+
+    def clipped_tables(self) -> tuple[int, Tensor, Tensor]:
+        return self.max_relative, self.rel_key, self.rel_value
 
     def bucket(self, q: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Index of clip(j − i, −k, k) + k in [0, 2k] as (B', 1, Tq, Tk) int64."""

@@ -229,9 +229,9 @@ def readable_png(path: Path) -> None:
 
 # ------------------------------------------------------- attention paths against a dense reference
 ATTN_T = 40  # blocked runs split these rows into blocks of 16, 16 and 8
-DENSE = {"long_threshold": 10**9, "toeplitz": False}
-BLOCKED = {"long_threshold": 8, "block_elements": 1, "toeplitz": False}  # 16 query rows per block
-TOEPLITZ = {}  # the default: translation-invariant biases as a view of a distance table (CPU)
+DENSE = {"long_threshold": 10**9, "toeplitz": False, "clipped": False}
+BLOCKED = {"long_threshold": 8, "block_elements": 1, "toeplitz": False, "clipped": False}  # 16 rows per block
+TOEPLITZ = {}  # the default (CPU): translation-invariant biases as a table view, Shaw's far keys fused
 
 
 def biased_schemes() -> list[type]:

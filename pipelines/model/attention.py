@@ -19,6 +19,9 @@ looked at. Paths:
   is recomputed in backward) so training memory stays linear too.
 * ``explicit`` / ``explicit-blocked`` — a value-side term (Shaw): weights computed explicitly
   (whole, or per query block) and handed to ``pe.value_term``.
+* ``clipped`` — clipped relative keys and values (``meta.clipped_relative``, Shaw) on CPU, no key
+  padding or attention dropout, unit-step positions and T > 2m: keys beyond ±m run through the fused
+  flash kernel with shifted keys/values, the 2m − 1 nearer ones explicitly (:mod:`pipelines.model.clipped`).
 * ``flex`` — CUDA only, position-only bias (``not content_bias``), no attention dropout, no gradient
   to the scheme's parameters: FlexAttention with the bias as a ``score_mod`` that calls the bias hook
   at one (query, key) pair; nothing L×L is stored. A bias that does not trace (``torch.unique`` in
@@ -48,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from pipelines.model.clipped import clipped_attention, fits
 from pipelines.model.share import ForwardShare
 from pipelines.model.toeplitz import distance_table, grad_rows, toeplitz_attention
 from posenc import PositionalEncoding, SchemeMeta, as_batched
@@ -65,12 +69,14 @@ class AttentionSettings:
         block_elements: bias elements (B'·H·R·Tk) per query block; sets the rows R per block.
         flex: use FlexAttention for position-only biases on CUDA.
         toeplitz: read translation-invariant biases as a view of a distance table (CPU).
+        clipped: run clipped relative schemes through the fused kernel where allowed (CPU).
     """
 
     long_threshold: int = 4096
     block_elements: int = 1 << 25
     flex: bool = True
     toeplitz: bool = True
+    clipped: bool = True
 
 
 @dataclass(frozen=True)
@@ -133,13 +139,15 @@ class Attention(nn.Module):
 def route(ctx: AttentionCall, length: int, device: torch.device) -> str:
     """The call's path: :func:`choose_path` on the scheme's metadata, with the conditions only the
     call knows (asked only when the path they guard would be chosen): FlexAttention has not failed
-    on this scheme instance and no gradient must reach its parameters; the Toeplitz view needs no
-    key padding and positions in unit steps."""
+    on this scheme instance and no gradient must reach its parameters; the Toeplitz view and the
+    clipped path need no key padding and positions in unit steps, the clipped path T > 2m."""
     pe = ctx.pe
+    can_toeplitz = lambda: ctx.key_padding_mask is None and ctx.share.unit_steps(ctx.pos)
     return choose_path(
         pe.meta, length, device, ctx.settings, ctx.drop,
         can_flex=lambda: not pe.__dict__.get(_FLEX_FAILED, False) and not _learns_bias(pe),
-        can_toeplitz=lambda: ctx.key_padding_mask is None and ctx.share.unit_steps(ctx.pos),
+        can_toeplitz=can_toeplitz,
+        can_clip=lambda: can_toeplitz() and fits(pe, length),
     )
 
 
@@ -162,6 +170,7 @@ def choose_path(
     *,
     can_flex: Callable[[], bool] = _yes,
     can_toeplitz: Callable[[], bool] = _yes,
+    can_clip: Callable[[], bool] = _yes,
 ) -> str:
     """The attention path for a scheme's metadata at key length ``length`` on ``device``.
 
@@ -171,10 +180,13 @@ def choose_path(
         can_flex: whether this call may use FlexAttention (asked only if it would otherwise).
         can_toeplitz: whether this call's input allows the Toeplitz view (asked likewise; it may
             read the positions, so a device sync is spent only where the view is in question).
+        can_clip: whether this call's input allows the ``clipped`` path (asked likewise).
     """
     path = meta.attention_path  # explicit | sdpa+toeplitz | sdpa+bias | sdpa-fused
     if path == "sdpa-fused":
         return path
+    if meta.clipped_relative and device.type == "cpu" and settings.clipped and not dropout and can_clip():
+        return "clipped"
     position_only = path in ("sdpa+bias", "sdpa+toeplitz") and not meta.content_bias
     if position_only and device.type == "cuda" and settings.flex and not dropout and can_flex():
         return "flex"
@@ -213,6 +225,12 @@ def toeplitz(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
 def explicit(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``explicit``: whole-sequence weights, handed to the scheme's value-side term."""
     return _weighted(q, k, v, _mask(q, k, ctx), ctx, ctx.pos, ctx.pos)
+
+
+def clipped(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``clipped``: far keys by the flash kernel, the band explicitly (:mod:`pipelines.model.clipped`)."""
+    m, rel_key, rel_value = ctx.pe.clipped_tables()
+    return clipped_attention(q, k, v, m, rel_key, rel_value, ctx.causal)
 
 
 def blocked(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall, value_side: bool = False) -> Tensor:
@@ -320,6 +338,7 @@ KERNELS: dict[str, Callable[[Tensor, Tensor, Tensor, AttentionCall], Tensor]] = 
     "sdpa-blocked": blocked,
     "explicit": explicit,
     "explicit-blocked": explicit_blocked,
+    "clipped": clipped,
     "flex": flex_or_sdpa,
 }
 """Path name (as :func:`choose_path` returns it) → kernel."""

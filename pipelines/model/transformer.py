@@ -68,6 +68,8 @@ class Transformer(nn.Module):
         flex: use FlexAttention for position-only biases on CUDA.
         toeplitz: on CPU, read translation-invariant biases as a strided view of one distance
             table (:mod:`pipelines.model.toeplitz`) instead of a dense or blocked mask.
+        clipped: on CPU, run clipped relative schemes (Shaw) through the fused kernel for keys
+            beyond the clipping distance (:mod:`pipelines.model.clipped`) instead of explicit weights.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Transformer(nn.Module):
         block_elements: int = 1 << 25,
         flex: bool = True,
         toeplitz: bool = True,
+        clipped: bool = True,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -97,7 +100,7 @@ class Transformer(nn.Module):
         self.causal = causal
         self.scale = math.sqrt(d_model) if scale_embedding else 1.0
         self.use_compile = compile
-        settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz)
+        settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             Block(d_model, n_heads, d_ff or 4 * d_model, dropout, settings) for _ in range(n_layers)
