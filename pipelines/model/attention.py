@@ -25,7 +25,8 @@ looked at. Paths:
 * ``flex`` — CUDA only, position-only bias (``not content_bias``), no attention dropout, no gradient
   to the scheme's parameters: FlexAttention with the bias as a ``score_mod`` that calls the bias hook
   at one (query, key) pair; nothing L×L is stored. A bias that does not trace (``torch.unique`` in
-  DynamicBias) falls back to the SDPA paths; the verdict is kept on that scheme instance.
+  DynamicBias) falls back to the SDPA paths; the verdict is kept on that scheme instance
+  (:mod:`pipelines.model.flex`).
 
 A position-only mask or distance table is built by the first layer of a forward and read by the
 others (:mod:`pipelines.model.share`).
@@ -52,6 +53,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from pipelines.model.clipped import clipped_attention, fits
+from pipelines.model.flex import _FLEX, flex  # noqa: F401 - _FLEX: tests swap in an eager kernel
 from pipelines.model.share import ForwardShare
 from pipelines.model.toeplitz import distance_table, grad_rows, toeplitz_attention
 from posenc import PositionalEncoding, SchemeMeta, as_batched
@@ -274,50 +276,6 @@ class _BlockFn:
         if self.value_side:
             return _weighted(qb, kb, vb, mask, ctx, q_pos, k_pos)
         return F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=ctx.drop)  # (B, H, R, Dh)
-
-
-# ----------------------------------------------------------------------------- FlexAttention (CUDA)
-_FLEX: dict[str, object] = {}
-
-
-def _flex_kernel():
-    """The compiled ``flex_attention`` (compiled once per process: eager flex materialises scores)."""
-    if "fn" not in _FLEX:
-        from torch.nn.attention.flex_attention import flex_attention
-
-        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
-    return _FLEX["fn"]
-
-
-def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
-    """``flex``: FlexAttention with the scheme's position-only bias as ``score_mod`` (CUDA).
-
-    ``score_mod`` evaluates ``pe.bias`` at one (query position, key position) pair, so any
-    position-only scheme whose bias is built from traceable tensor ops works unchanged. A row whose
-    keys are all masked gives zeros here (the SDPA paths give uniform weights). Raises whatever
-    tracing raises for a bias that does not trace (:func:`flex_or_sdpa` then falls back).
-    """
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    B, H, T, Dh = q.shape
-    pe, pad, causal = ctx.pe, ctx.key_padding_mask, ctx.causal
-    pos_b = as_batched(ctx.pos).expand(B, T)  # (B, T)
-    stand_in = q.new_zeros(()).expand(1, H, 1, Dh)
-
-    def score_mod(score, b, h, qi, ki):
-        bias = pe.bias(stand_in, pos_b[b, qi].reshape(1), pos_b[b, ki].reshape(1))  # (1, H', 1, 1)
-        return score + bias.expand(1, H, 1, 1).reshape(H)[h].to(score.dtype)
-
-    block_mask = None
-    if causal or pad is not None:
-
-        def mask_mod(b, h, qi, ki):
-            keep = (ki <= qi) if causal else (ki >= 0)
-            return keep & ~pad[b, ki] if pad is not None else keep
-
-        block_mask = create_block_mask(mask_mod, B if pad is not None else None, None, T, T,
-                                       device=q.device)
-    return _flex_kernel()(q, k, v, score_mod=score_mod, block_mask=block_mask)  # (B, H, T, Dh)
 
 
 def flex_or_sdpa(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
