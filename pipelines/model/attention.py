@@ -53,7 +53,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from pipelines.model.clipped import clipped_attention, fits
-from pipelines.model.flex import _FLEX, flex  # noqa: F401 - _FLEX: tests swap in an eager kernel
+from pipelines.model.flex import _FLEX, flex_attention_bias  # noqa: F401 - _FLEX: tests swap in an eager kernel
 from pipelines.model.share import ForwardShare
 from pipelines.model.toeplitz import distance_table, grad_rows, toeplitz_attention
 from posenc import PositionalEncoding, SchemeMeta, as_batched
@@ -276,6 +276,12 @@ class _BlockFn:
         if self.value_side:
             return _weighted(qb, kb, vb, mask, ctx, q_pos, k_pos)
         return F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=ctx.drop)  # (B, H, R, Dh)
+
+
+def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+    """``flex``: FlexAttention with the scheme's position-only bias as ``score_mod`` (CUDA;
+    :func:`pipelines.model.flex.flex_attention_bias`)."""
+    return flex_attention_bias(q, k, v, ctx.pe, ctx.pos, ctx.key_padding_mask, ctx.causal)
 
 
 def flex_or_sdpa(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:

@@ -6,15 +6,10 @@ the SDPA paths when a scheme's bias does not trace.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor
 
-from posenc import as_batched
-
-if TYPE_CHECKING:
-    from pipelines.model.attention import AttentionCall
+from posenc import PositionalEncoding, as_batched
 
 _FLEX: dict[str, object] = {}
 
@@ -28,19 +23,19 @@ def _flex_kernel():
     return _FLEX["fn"]
 
 
-def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
-    """``flex``: FlexAttention with the scheme's position-only bias as ``score_mod`` (CUDA).
+def flex_attention_bias(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, pos: Tensor,
+                        pad: Tensor | None, causal: bool) -> Tensor:
+    """FlexAttention of (B, H, T, Dh) q, k, v with ``pe``'s position-only bias as ``score_mod``.
 
     ``score_mod`` evaluates ``pe.bias`` at one (query position, key position) pair, so any
     position-only scheme whose bias is built from traceable tensor ops works unchanged. A row whose
     keys are all masked gives zeros here (the SDPA paths give uniform weights). Raises whatever
-    tracing raises for a bias that does not trace (:func:`flex_or_sdpa` then falls back).
+    tracing raises for a bias that does not trace (the attention then falls back to SDPA).
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
     B, H, T, Dh = q.shape
-    pe, pad, causal = ctx.pe, ctx.key_padding_mask, ctx.causal
-    pos_b = as_batched(ctx.pos).expand(B, T)  # (B, T)
+    pos_b = as_batched(pos).expand(B, T)  # (B, T)
     stand_in = q.new_zeros(()).expand(1, H, 1, Dh)
 
     def score_mod(score, b, h, qi, ki):
