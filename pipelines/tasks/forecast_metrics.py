@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive
 from posenc import PosencError, PositionOutOfRange
 
 
@@ -161,9 +162,11 @@ def horizon_table(errors: ForecastErrors) -> str:
     return "\n".join(lines) + "\n"
 
 
-def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: int = 0, ylabel: str = ""):
+def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: int = 0, ylabel: str = "",
+                    period: int | None = None):
     """One panel per example: the end of the lookback, the truth and the forecast of target
-    ``channel`` against steps from the forecast start (matplotlib ``Figure``, no pyplot state).
+    ``channel`` against steps from the forecast start (matplotlib ``Figure``, no pyplot state),
+    and the seasonal-naive forecast from the same lookback when ``period`` (steps) fits in it.
 
     Each example holds ``x`` (L, C), ``y`` (H, C), ``pred`` (H, C), ``mask`` (H, C) and a
     ``title``.
@@ -179,10 +182,14 @@ def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: 
         truth = np.where(ex["mask"][:, channel], ex["y"][:, channel], np.nan)
         ax.plot(np.arange(horizon), truth, color="k", lw=1.5, label="truth")
         ax.plot(np.arange(horizon), ex["pred"][:, channel], color="C3", lw=1.5, label="forecast")
+        if period is not None and period <= len(ex["x"]):
+            naive = seasonal_naive(ex["x"], np.array([len(ex["x"])]), horizon, period)[0]  # (H, C)
+            ax.plot(np.arange(horizon), naive[:, channel], color="C0", lw=1, ls="--",
+                    label=f"seasonal naive ({period} steps)")
         ax.axvline(0, color="0.7", ls="--", lw=0.8)
         ax.set_title(ex["title"], fontsize=9)
         ax.set_ylabel(ylabel, fontsize=8)
-    axes[0].legend(loc="upper left", fontsize=8, ncol=3)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=4)
     axes[-1].set_xlabel(f"steps from forecast start (lookback {lookback}, last {context} shown)")
     return fig
 
@@ -248,5 +255,14 @@ class ForecastReport(Callback):
             if self._picked:
                 names = getattr(getattr(trainer.datamodule, "series", None), "target_cols", None) or [""]
                 fig = forecast_figure(sorted(self._picked, key=lambda e: e["start"]), pl_module.horizon, main,
-                                      ylabel=str(names[0]))
+                                      ylabel=str(names[0]), period=naive_period(trainer))
                 client.log_figure(run_id, fig, "forecast.png")
+
+
+def naive_period(trainer) -> int | None:
+    """The seasonal-naive period (steps) of the run's :class:`ForecastBaselines` callback, if it has one."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, ForecastBaselines) and getattr(trainer, "datamodule", None) is not None:
+            found = callback.results.get("season_period")
+            return int(found) if found else callback.period(trainer.datamodule)
+    return None

@@ -17,6 +17,7 @@ from pipelines.tasks.forecast_baselines import (
 from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
     evaluate_lookbacks,
+    forecast_figure,
     log_lookback_metrics,
     lookback_table,
 )
@@ -211,3 +212,16 @@ def test_lookback_metrics_are_logged_with_step_equal_to_lookback():
     assert {"test/mse_L48", "test/mae_L96"} <= {k for _, m in rec.metrics for k in m}
     assert rec.params == {"extrapolation/undefined_lookbacks": "192"}
     assert lookback_table({48: acc, 192: None}) == "lookback,mse,mae,defined\n48,4,2,true\n192,,,false\n"
+
+
+def test_forecast_figure_draws_the_seasonal_naive_from_each_lookback():
+    """The dashed line repeats the lookback one period back; a period longer than it draws nothing."""
+    rng = np.random.default_rng(0)
+    ex = {"x": rng.normal(size=(12, 2)), "y": rng.normal(size=(5, 2)), "pred": rng.normal(size=(5, 2)),
+          "mask": np.ones((5, 2), bool), "title": "w"}
+    fig = forecast_figure([ex], horizon=5, lookback=12, channel=1, period=4)
+    (naive,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("seasonal naive")]
+    expected = [ex["x"][8 + h % 4, 1] for h in range(5)]  # x[L + h − 4·ceil((h + 1)/4)]
+    np.testing.assert_allclose(naive.get_ydata(), expected)
+    labels = {line.get_label() for line in forecast_figure([ex], 5, 12, period=13).axes[0].get_lines()}
+    assert not any(label.startswith("seasonal naive") for label in labels)
