@@ -248,21 +248,24 @@ class ForecastReport(Callback):
         if not any(e is not None for e in errors.values()):
             return
         main = pl_module.main_lookback()
-        for logger in mlflow_loggers(trainer):
+        loggers = mlflow_loggers(trainer)
+        fig = None
+        if self._picked and loggers:  # drawn once, logged to every MLflow logger
+            names = getattr(getattr(trainer.datamodule, "series", None), "target_cols", None) or [""]
+            fig = forecast_figure(sorted(self._picked, key=lambda e: e["start"]), pl_module.horizon, main,
+                                  ylabel=str(names[0]), period=naive_period(trainer))
+        for logger in loggers:
             client, run_id = logger.experiment, logger.run_id
             client.log_text(run_id, horizon_table(errors[main]), "horizon_metrics.csv")
             client.log_text(run_id, lookback_table(errors), "lookback_metrics.csv")
-            if self._picked:
-                names = getattr(getattr(trainer.datamodule, "series", None), "target_cols", None) or [""]
-                fig = forecast_figure(sorted(self._picked, key=lambda e: e["start"]), pl_module.horizon, main,
-                                      ylabel=str(names[0]), period=naive_period(trainer))
+            if fig is not None:
                 client.log_figure(run_id, fig, "forecast.png")
 
 
 def naive_period(trainer) -> int | None:
     """The seasonal-naive period (steps) of the run's :class:`ForecastBaselines` callback, if it has one."""
-    for callback in trainer.callbacks:
-        if isinstance(callback, ForecastBaselines) and getattr(trainer, "datamodule", None) is not None:
-            found = callback.results.get("season_period")
-            return int(found) if found else callback.period(trainer.datamodule)
-    return None
+    dm = getattr(trainer, "datamodule", None)
+    found = next((c for c in trainer.callbacks if isinstance(c, ForecastBaselines)), None)
+    if dm is None or found is None:
+        return None
+    return int(found.results.get("season_period") or found.period(dm))
