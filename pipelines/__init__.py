@@ -1,14 +1,13 @@
-"""posenc pipelines: the Transformer, task LightningModules, evaluation, inference and MLflow wiring.
+"""posenc pipelines: task LightningModules, evaluation, inference and MLflow wiring.
 
-Sub-packages: ``model`` (Transformer, attention and its kernels), ``tasks`` (one module per task),
-``eval`` (length extrapolation, comparisons, statistics), ``inference`` (loading, predictors, the
-predict command), ``tracking`` (MLflow, registry, resume), ``bench``. The names below are public API:
-configs, checkpoints and registered MLflow models name them by these paths.
+The Transformer and its attention belong to the library (:mod:`posenc.nn`). Sub-packages: ``tasks``
+(one module per task), ``eval`` (length extrapolation, comparisons, statistics), ``inference``
+(loading, predictors, the predict command), ``tracking`` (MLflow, registry, resume), ``bench``. The
+names below are public API: configs, checkpoints and registered MLflow models name them by these paths.
 """
 
 from pipelines.eval.evaluate import ExtrapolationEval
 from pipelines.inference import load_model
-from pipelines.model import Attention, Transformer, build_mask
 from pipelines.tasks.base import TaskModule
 from pipelines.tasks.classify import KmerBaseline, SequenceClassifier
 from pipelines.tasks.forecast import Forecaster
@@ -19,7 +18,7 @@ from pipelines.tasks.mlm import MaskedDNAModel
 from pipelines.tasks.segment import FrameSegmenter
 
 __all__ = [
-    "Attention", "Transformer", "build_mask", "TaskModule",           # the model
+    "TaskModule",                                                      # what every task shares
     "DNALanguageModel", "MaskedDNAModel", "FrameSegmenter", "SequenceClassifier", "Forecaster",  # tasks
     "MarkovBaselines", "ForecastBaselines", "KmerBaseline",           # baselines beside every run
     "ExtrapolationEval",                                               # evaluation after fit

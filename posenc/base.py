@@ -51,7 +51,7 @@ class SchemeMeta:
         clipped_relative: whether the bias and value term are exactly Shaw et al.'s clipped
             relative keys and values, q_i·a^K_c/√Dh and Σ_j w_ij a^V_c with c = clip(j − i, −m, m),
             from the tables :meth:`PositionalEncoding.clipped_tables` returns: the attention may
-            then run the far keys through the fused kernel (:mod:`pipelines.model.clipped`).
+            then run the far keys through the fused kernel (:mod:`posenc.nn.clipped`).
     """
 
     acts_on: tuple[Where, ...] = ()

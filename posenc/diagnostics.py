@@ -152,7 +152,7 @@ def bias_vs_distance(pe: PositionalEncoding, max_distance: int, seed: int = 0) -
 
 
 def _attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The attention layers of a ``pipelines.model.Transformer`` (modules with ``qkv`` and ``n_heads``)."""
+    """The attention layers of a ``posenc.nn.Transformer`` (modules with ``qkv`` and ``n_heads``)."""
     return [m for m in model.modules() if hasattr(m, "qkv") and hasattr(m, "n_heads")]
 
 

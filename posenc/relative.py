@@ -84,7 +84,7 @@ class ShawRelative(PositionalEncoding):
     gathered; the weights are scatter-added into their buckets and multiplied by a^V. The metadata
     says ``clipped_relative`` and :meth:`clipped_tables` hands over (k, a^K, a^V), so on CPU over
     contiguous positions the attention runs keys beyond ±k through the fused kernel without
-    explicit weights (:mod:`pipelines.model.clipped`).
+    explicit weights (:mod:`posenc.nn.clipped`).
 
     Args:
         max_relative: the clipping distance k (16 by default); distances beyond ±k share a vector.

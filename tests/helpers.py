@@ -250,7 +250,7 @@ def other_schemes() -> list[type]:
 
 def reference_attention(attn, x, pos, pe, kpm, causal):
     """Plain softmax attention from the hooks alone, in the input's dtype (float64 in the tests):
-    softmax(q·kᵀ/√Dh + bias + mask)·v plus the value-side term, independent of pipelines.model.attention."""
+    softmax(q·kᵀ/√Dh + bias + mask)·v plus the value-side term, independent of posenc.nn.attention."""
     import math
 
     B, L, C = x.shape

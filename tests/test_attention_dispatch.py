@@ -9,10 +9,10 @@ import logging
 import pytest
 import torch
 
-import pipelines.model.attention as attention
-import pipelines.model.share as share
-from pipelines.model import Transformer
-from pipelines.model.attention import AttentionCall, route
+import posenc.nn.attention as attention
+import posenc.nn.share as share
+from posenc.nn import Transformer
+from posenc.nn.attention import AttentionCall, route
 from tests.helpers import ATTN_T as T
 from tests.helpers import (
     BLOCKED,

@@ -12,9 +12,9 @@ import pickle
 import pytest
 import torch
 
-from pipelines.model.attention import AttentionSettings, choose_path
-from pipelines.model.transformer import Transformer, length_bucket
 from posenc import PositionalEncoding, SchemeMeta, build_encoding
+from posenc.nn.attention import AttentionSettings, choose_path
+from posenc.nn.transformer import Transformer, length_bucket
 from tests.helpers import ATTN_T as T
 from tests.helpers import (
     BLOCKED,
@@ -253,7 +253,7 @@ def test_flex_score_mod_matches_dense_reference_eager_cpu(cls, monkeypatch):
     """The FlexAttention score_mod/mask_mod, run by eager flex_attention on CPU (inference only)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    import pipelines.model.attention as attention
+    import posenc.nn.attention as attention
 
     monkeypatch.setitem(attention._FLEX, "fn", flex_attention)  # eager: no compiler needed
     pe = scheme(cls)

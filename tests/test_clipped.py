@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-import pipelines.model.attention as attention
-from pipelines.model.attention import AttentionCall, AttentionSettings, choose_path, route
-from pipelines.model.clipped import clipped_attention
-from pipelines.model.transformer import Transformer
+import posenc.nn.attention as attention
 from posenc import Compose, SchemeMeta, ShawRelative
+from posenc.nn.attention import AttentionCall, AttentionSettings, choose_path, route
+from posenc.nn.clipped import clipped_attention
+from posenc.nn.transformer import Transformer
 from tests.helpers import D, H, reference_attention, scheme
 
 M = 16  # configs/posenc/shaw_relative.yaml's max_relative, the one scheme() builds

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipelines.model import Transformer, build_mask
 from posenc import ALiBi, PositionalEncoding, RoPE, alibi_slopes, all_schemes
+from posenc.nn import Transformer, build_mask
 from tests.helpers import D, H, scheme
 
 T = 32

@@ -31,7 +31,7 @@ def module_names() -> list[str]:
 
 def test_every_module_imports():
     names = module_names()
-    assert {"posenc", "datamodules", "pipelines", "pipelines.cli", "pipelines.model.attention"} <= set(names)
+    assert {"posenc", "datamodules", "pipelines", "pipelines.cli", "posenc.nn.attention"} <= set(names)
     failed = {}
     for name in names:
         try:
@@ -43,7 +43,7 @@ def test_every_module_imports():
 
 @pytest.mark.parametrize("cls", all_schemes(), ids=lambda c: c.__name__)
 def test_every_scheme_builds_and_runs_a_forward(cls):
-    from pipelines.model import Transformer
+    from posenc.nn import Transformer
 
     path = public_class_path(cls)
     assert path in SCHEME_SPECS, f"no configs/posenc/*.yaml names {path}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipelines.model.toeplitz import ToeplitzSDPA, blocked_backward, toeplitz_view
+from posenc.nn.toeplitz import ToeplitzSDPA, blocked_backward, toeplitz_view
 
 
 def dense(q, k, v, table):

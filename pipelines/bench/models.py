@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipelines.model.transformer import Transformer
 from posenc import build_encoding, sinusoidal_table
 from posenc.base import relative_distance
+from posenc.nn.transformer import Transformer
 
 #: scheme name → posenc spec (the same defaults as configs/posenc/*.yaml).
 SCHEMES: dict[str, dict] = {

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pipelines.model import Transformer
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, build_encoding
+from posenc.nn import Transformer
 from posenc.registry import EncodingFactory
 
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``

@@ -14,7 +14,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model.transformer import Transformer
 from posenc import (
     Binary,
     ComplexExponential,
@@ -33,6 +32,7 @@ from posenc import (
     SinusoidalOffset,
     TrainableSinusoidal,
 )
+from posenc.nn.transformer import Transformer
 
 D, H = 8, 2
 SETTINGS = settings(max_examples=30, deadline=None)

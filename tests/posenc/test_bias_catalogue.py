@@ -14,7 +14,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model import Attention, Transformer
 from posenc import (
     FIRE,
     DeBERTa,
@@ -27,6 +26,7 @@ from posenc import (
     TransformerXL,
     t5_relative_bucket,
 )
+from posenc.nn import Attention, Transformer
 
 D, H, B = 8, 2, 2
 DH = D // H

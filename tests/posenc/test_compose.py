@@ -12,7 +12,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model import Attention, Transformer
 from posenc import (
     Compose,
     GaussianPrior,
@@ -24,6 +23,7 @@ from posenc import (
     build_encoding,
 )
 from posenc.compose import COMPOSE_CLASS_META, combine_meta
+from posenc.nn import Attention, Transformer
 
 ROOT = Path(__file__).resolve().parents[2]
 D, H, B, T = 16, 2, 3, 10

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.model.transformer import Transformer
 from posenc import (
     ALiBi,
     Learned,
@@ -25,6 +24,7 @@ from posenc import (
 from posenc import diagnostic_plots as plots
 from posenc import diagnostics as dg
 from posenc.base import public_class_path
+from posenc.nn.transformer import Transformer
 from tests.helpers import SCHEME_SPECS, D, H, readable_png
 
 

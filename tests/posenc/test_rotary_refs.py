@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.model.transformer import Transformer
 from posenc import PeriodicRoPE, PosencError, RoPE, XPos
+from posenc.nn.transformer import Transformer
 
 D, H = 16, 2
 DH = D // H

@@ -1,6 +1,6 @@
 """FlexAttention (CUDA) for position-only biases: the bias hook as a ``score_mod``.
 
-Split from :mod:`pipelines.model.attention`, which routes to it (path ``flex``) and falls back to
+Split from :mod:`posenc.nn.attention`, which routes to it (path ``flex``) and falls back to
 the SDPA paths when a scheme's bias does not trace.
 """
 

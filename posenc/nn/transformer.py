@@ -1,8 +1,8 @@
 """One pre-LN Transformer encoder whose attention takes any ``posenc`` scheme.
 
-The attention (its module, path choice and kernels) is :mod:`pipelines.model.attention`. A
+The attention (its module, path choice and kernels) is :mod:`posenc.nn.attention`. A
 position-only bias (or distance table) is computed once per forward and shared by every layer
-through a :class:`pipelines.model.share.ForwardShare` (the scheme instance is shared, so the bias is
+through a :class:`posenc.nn.share.ForwardShare` (the scheme instance is shared, so the bias is
 the same); under evaluation it is kept between forwards while positions and parameters are unchanged.
 """
 
@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipelines.model.attention import Attention, AttentionSettings
-from pipelines.model.share import ForwardShare, share_key
 from posenc import PosencError, PositionalEncoding, as_batched
+from posenc.nn.attention import Attention, AttentionSettings
+from posenc.nn.share import ForwardShare, share_key
 
 __all__ = ["Block", "Transformer", "length_bucket"]
 
@@ -67,9 +67,9 @@ class Transformer(nn.Module):
         block_elements: bias elements per query block on the blocked path (sets memory per block).
         flex: use FlexAttention for position-only biases on CUDA.
         toeplitz: on CPU, read translation-invariant biases as a strided view of one distance
-            table (:mod:`pipelines.model.toeplitz`) instead of a dense or blocked mask.
+            table (:mod:`posenc.nn.toeplitz`) instead of a dense or blocked mask.
         clipped: on CPU, run clipped relative schemes (Shaw) through the fused kernel for keys
-            beyond the clipping distance (:mod:`pipelines.model.clipped`) instead of explicit weights.
+            beyond the clipping distance (:mod:`posenc.nn.clipped`) instead of explicit weights.
     """
 
     def __init__(

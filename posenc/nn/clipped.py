@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pipelines.model.toeplitz import _FLASH, _FLASH_BWD
 from posenc import PositionalEncoding
+from posenc.nn.toeplitz import _FLASH, _FLASH_BWD
 
 
 def fits(pe: PositionalEncoding, length: int) -> bool:

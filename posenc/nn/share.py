@@ -3,7 +3,7 @@
 A position-only bias (``not content_bias``) is the same in every layer, because the layers share
 one scheme instance and one set of positions. The first layer builds it (the dense mask, or the
 Toeplitz path's distance table) and the others read it from the :class:`ForwardShare` that
-:class:`pipelines.model.transformer.Transformer` hands to every layer of the forward. Under
+:class:`posenc.nn.transformer.Transformer` hands to every layer of the forward. Under
 evaluation it is also kept between forwards while :func:`share_key` says it is still valid.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from pipelines.model.toeplitz import unit_steps
 from posenc import PositionalEncoding
+from posenc.nn.toeplitz import unit_steps
 
 
 class ForwardShare:
@@ -48,7 +48,7 @@ class ForwardShare:
         return value
 
     def unit_steps(self, pos: Tensor) -> bool:
-        """:func:`pipelines.model.toeplitz.unit_steps` of ``pos``, checked once per forward."""
+        """:func:`posenc.nn.toeplitz.unit_steps` of ``pos``, checked once per forward."""
         if self.unit is None:
             self.unit = unit_steps(pos)
         return self.unit

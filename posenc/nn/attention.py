@@ -10,7 +10,7 @@ looked at. Paths:
   mask (``is_causal`` for a causal model without padding), SDPA's fused kernels.
 * ``sdpa+toeplitz`` — a translation-invariant position-only bias on CPU, contiguous positions and no
   key padding: the bias is a (1, H, T, T) strided view of one (H, 2T − 1) distance table, read by
-  SDPA's fused kernel at any length (:mod:`pipelines.model.toeplitz`); memory linear in T, no blocks.
+  SDPA's fused kernel at any length (:mod:`posenc.nn.toeplitz`); memory linear in T, no blocks.
 * ``sdpa+bias`` — a bias hook, short input: the dense (B', H, T, T) bias as SDPA's additive mask.
 * ``sdpa-blocked`` — a bias hook, long input: queries in blocks of R rows; each block asks the
   scheme for its (B', H, R, Tk) bias (positions are explicit, so ``bias(q_blk, q_pos_blk, k_pos, k)``
@@ -21,15 +21,15 @@ looked at. Paths:
   (whole, or per query block) and handed to ``pe.value_term``.
 * ``clipped`` — clipped relative keys and values (``meta.clipped_relative``, Shaw) on CPU, no key
   padding or attention dropout, unit-step positions and T > 2m: keys beyond ±m run through the fused
-  flash kernel with shifted keys/values, the 2m − 1 nearer ones explicitly (:mod:`pipelines.model.clipped`).
+  flash kernel with shifted keys/values, the 2m − 1 nearer ones explicitly (:mod:`posenc.nn.clipped`).
 * ``flex`` — CUDA only, position-only bias (``not content_bias``), no attention dropout, no gradient
   to the scheme's parameters: FlexAttention with the bias as a ``score_mod`` that calls the bias hook
   at one (query, key) pair; nothing L×L is stored. A bias that does not trace (``torch.unique`` in
   DynamicBias) falls back to the SDPA paths; the verdict is kept on that scheme instance
-  (:mod:`pipelines.model.flex`).
+  (:mod:`posenc.nn.flex`).
 
 A position-only mask or distance table is built by the first layer of a forward and read by the
-others (:mod:`pipelines.model.share`).
+others (:mod:`posenc.nn.share`).
 
 Adding a path is a local change: write a kernel ``fn(q, k, v, ctx) -> (B, H, T, Dh)`` reading
 what else it needs from the :class:`AttentionCall` (and ``ctx.share`` for anything built once per
@@ -52,11 +52,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from pipelines.model.clipped import clipped_attention, fits
-from pipelines.model.flex import _FLEX, flex_attention_bias  # noqa: F401 - _FLEX: tests swap in an eager kernel
-from pipelines.model.share import ForwardShare
-from pipelines.model.toeplitz import distance_table, grad_rows, toeplitz_attention
 from posenc import PositionalEncoding, SchemeMeta, as_batched
+from posenc.nn.clipped import clipped_attention, fits
+from posenc.nn.flex import _FLEX, flex_attention_bias  # noqa: F401 - _FLEX: tests swap in an eager kernel
+from posenc.nn.share import ForwardShare
+from posenc.nn.toeplitz import distance_table, grad_rows, toeplitz_attention
 
 log = logging.getLogger(__name__)
 _FLEX_FAILED = "_flex_failed"  # set in a scheme instance's __dict__ once FlexAttention failed on it
@@ -230,7 +230,7 @@ def explicit(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
 
 
 def clipped(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
-    """``clipped``: far keys by the flash kernel, the band explicitly (:mod:`pipelines.model.clipped`)."""
+    """``clipped``: far keys by the flash kernel, the band explicitly (:mod:`posenc.nn.clipped`)."""
     m, rel_key, rel_value = ctx.pe.clipped_tables()
     return clipped_attention(q, k, v, m, rel_key, rel_value, ctx.causal)
 
@@ -280,7 +280,7 @@ class _BlockFn:
 
 def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``flex``: FlexAttention with the scheme's position-only bias as ``score_mod`` (CUDA;
-    :func:`pipelines.model.flex.flex_attention_bias`)."""
+    :func:`posenc.nn.flex.flex_attention_bias`)."""
     return flex_attention_bias(q, k, v, ctx.pe, ctx.pos, ctx.key_padding_mask, ctx.causal)
 
 
