@@ -36,7 +36,7 @@ class PositionOutOfRange(PosencError):
 
 @dataclass(frozen=True)
 class SchemeMeta:
-    """What a scheme is, for the pipelines and the docs.
+    """What a scheme is, for the attention (which path it may take) and the docs.
 
     Attributes:
         acts_on: the hooks the scheme overrides (``input``, ``rotate``, ``bias``, ``conv``).

@@ -1,6 +1,6 @@
 """Figures of the diagnostics in :mod:`posenc.diagnostics`, written as PNG files (matplotlib, Agg).
 
-Each ``plot_*`` function takes the numbers, writes one file and returns its path, so the pipelines
+Each ``plot_*`` function takes the numbers, writes one file and returns its path, so a caller
 can log the file to MLflow; :func:`write_all` writes every figure that applies to a scheme.
 """
 

@@ -10,14 +10,13 @@ its frequencies, so it works for every scheme of the catalogue, compositions inc
 * :func:`phase_mismatch_signal` — how the q·k signal of a periodic pattern decays when the band
   that carries it rotates at a slightly different frequency;
 * :func:`bias_vs_distance` — the logit bias per head against the signed distance;
-* :func:`attention_distance_histogram` — where a trained model's attention mass falls.
-
-Command line (figures for one scheme config): ``python -m pipelines.eval.diagnose
-configs/posenc/periodic_rope.yaml --out figs/``.
+* :func:`attention_weights` and :func:`attention_distance_histogram` — where a model's attention
+  mass falls (any model built on :class:`posenc.nn.Attention`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.base import PosencError, PositionalEncoding, as_batched
+from posenc.nn.attention import Attention
 
 # ----------------------------------------------------------------------------- features
 
@@ -151,44 +151,21 @@ def bias_vs_distance(pe: PositionalEncoding, max_distance: int, seed: int = 0) -
 # ----------------------------------------------------------------------------- trained models
 
 
-def _attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The attention layers of a ``posenc.nn.Transformer`` (modules with ``qkv`` and ``n_heads``)."""
-    return [m for m in model.modules() if hasattr(m, "qkv") and hasattr(m, "n_heads")]
-
-
-def _weights(attn: nn.Module, args: tuple, kwargs: dict) -> Tensor:
-    """Softmax weights (B, H, T, T) of one attention call, recomputed from its inputs."""
-    names = ("x", "pos", "pe", "key_padding_mask", "causal")
-    a = {**dict(zip(names, args, strict=False)), **kwargs}
-    x, pos, pe = a["x"], a["pos"], a["pe"]
-    B, T, C = x.shape
-    H = attn.n_heads
-    q, k, _ = attn.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
-    q, k = pe.rotate(q, k, pos, pos)
-    scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(C // H)  # (B, H, T, T)
-    bias = pe.bias(q, pos, pos, k=k)
-    if bias is not None:
-        scores = scores + bias.float()
-    keep = torch.ones(T, T, dtype=torch.bool, device=x.device)
-    if a.get("causal", False):
-        keep = keep.tril()
-    keep = keep[None, None]  # (1, 1, T, T)
-    if a.get("key_padding_mask") is not None:
-        keep = keep & ~a["key_padding_mask"][:, None, None, :]  # (B, 1, T, T)
-    return scores.masked_fill(~keep, float("-inf")).softmax(dim=-1).nan_to_num(0.0)
-
-
 @torch.no_grad()
 def attention_weights(model: nn.Module, run: Callable[[], Any]) -> list[Tensor]:
-    """Attention weights (B, H, T, T) of every attention layer during ``run()`` (a forward pass)."""
+    """Attention weights (B, H, T, T) of every :class:`posenc.nn.Attention` layer of ``model`` during
+    ``run()`` (a forward pass), recomputed explicitly from each layer's inputs."""
     captured: list[Tensor] = []
+    names = inspect.signature(Attention.forward).parameters
+    arg_names = [n for n in names if n != "self"]
 
-    def hook(module, args, kwargs, _out):
-        captured.append(_weights(module, args, kwargs).cpu())
+    def hook(module: Attention, args: tuple, kwargs: dict, _out: Tensor) -> None:
+        a = {**dict(zip(arg_names, args, strict=False)), **kwargs}
+        captured.append(module.weights(a["x"], a["pos"], a.get("key_padding_mask")).cpu())
 
-    layers = _attention_modules(model)
+    layers = [m for m in model.modules() if isinstance(m, Attention)]
     if not layers:
-        raise PosencError(f"{type(model).__name__} has no attention layers with qkv/n_heads")
+        raise PosencError(f"{type(model).__name__} has no posenc.nn.Attention layers")
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in layers]
     try:
         run()

@@ -101,7 +101,7 @@ def test_bias_path_equals_dense_reference():
     q, k, v = attn.qkv(x).view(2, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
     w = (q @ k.transpose(-1, -2) / (D // H) ** 0.5 + pe.bias(q, pos, pos)).softmax(-1)
     ref = attn.out((w @ v).transpose(1, 2).reshape(2, T, D))
-    torch.testing.assert_close(attn(x, pos, pe), ref)
+    torch.testing.assert_close(attn(x, pos), ref)
 
 
 def test_alibi_reference_float64():
@@ -126,3 +126,28 @@ def test_build_mask_combinations():
                    torch.device("cpu"))
     low = torch.finfo(torch.float32).min
     assert m[0, 0, 0, 1] == low and m[0, 0, 2, 2] == low and m[0, 0, 1, 0] == 0
+
+
+def test_the_shared_encoding_is_saved_once_and_loaded_into_every_layer():
+    """Each attention holds the encoding it was built with (one instance for the whole Transformer);
+    the state dict names it once, ``pe.…``, as checkpoints always did, and loading fills every layer."""
+    from posenc import T5Bias
+
+    m = model(T5Bias(D, H))
+    assert all(block.attn.pe is m.pe for block in m.blocks)
+    saved = m.state_dict()
+    assert [k for k in saved if ".pe." in k or k.startswith("pe.")] == ["pe.table"]
+    fresh = model(T5Bias(D, H))
+    fresh.load_state_dict({k: v + 1 for k, v in saved.items()})  # strict: no key missing or left over
+    for block in fresh.blocks:
+        torch.testing.assert_close(block.attn.pe.table, saved["pe.table"] + 1)
+
+
+def test_assigning_the_encoding_swaps_it_in_every_layer():
+    """``model.pe = other`` (how inference-time RoPE scaling swaps schemes) reaches every attention."""
+    m = model(RoPE(D, H))
+    x, pos = torch.randn(2, T, D), torch.arange(T)
+    other = ALiBi(D, H)
+    m.pe = other
+    assert all(block.attn.pe is other for block in m.blocks)
+    torch.testing.assert_close(m(x, pos), model(ALiBi(D, H))(x, pos))

@@ -25,8 +25,7 @@ looked at. Paths:
 * ``flex`` — CUDA only, position-only bias (``not content_bias``), no attention dropout, no gradient
   to the scheme's parameters: FlexAttention with the bias as a ``score_mod`` that calls the bias hook
   at one (query, key) pair; nothing L×L is stored. A bias that does not trace (``torch.unique`` in
-  DynamicBias) falls back to the SDPA paths; the verdict is kept on that scheme instance
-  (:mod:`posenc.nn.flex`).
+  DynamicBias) falls back to the SDPA paths; the layer keeps the verdict (:mod:`posenc.nn.flex`).
 
 A position-only mask or distance table is built by the first layer of a forward and read by the
 others (:mod:`posenc.nn.share`).
@@ -45,21 +44,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from posenc import PositionalEncoding, SchemeMeta, as_batched
+from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched
 from posenc.nn.clipped import clipped_attention, fits
-from posenc.nn.flex import _FLEX, flex_attention_bias  # noqa: F401 - _FLEX: tests swap in an eager kernel
+from posenc.nn.flex import flex_attention_bias
+from posenc.nn.mask import build_mask
 from posenc.nn.share import ForwardShare
 from posenc.nn.toeplitz import distance_table, grad_rows, toeplitz_attention
 
 log = logging.getLogger(__name__)
-_FLEX_FAILED = "_flex_failed"  # set in a scheme instance's __dict__ once FlexAttention failed on it
 
 
 @dataclass(frozen=True)
@@ -93,6 +92,7 @@ class AttentionCall:
         drop: attention dropout probability (0 outside training).
         settings: how the attention runs.
         share: what the layers of this forward share (a fresh one lives for this call alone).
+        flex_ok: FlexAttention has not failed on this layer's bias.
     """
 
     pos: Tensor
@@ -102,52 +102,106 @@ class AttentionCall:
     drop: float = 0.0
     settings: AttentionSettings = field(default_factory=AttentionSettings)
     share: ForwardShare = field(default_factory=ForwardShare)
+    flex_ok: bool = True
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention calling ``pe.rotate``, ``pe.bias`` and ``pe.value_term``."""
+    """Multi-head self-attention with its positional encoding built in.
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
+    The encoding is given once, when the attention is built (a
+    :class:`~posenc.nn.transformer.Transformer` hands one instance to all its layers); every call
+    then asks it for ``rotate``, ``bias`` and ``value_term``. ``embed`` acts on the token
+    embeddings before the first layer, so it is the caller's (the Transformer calls it).
+
+    Args:
+        d_model: width D (divisible by ``n_heads``).
+        n_heads: heads H.
+        pe: the positional encoding, built for (d_model, n_heads); ``None``: no encoding (NoPE).
+        dropout: attention dropout probability (applied in training only).
+        causal: forbid keys after the query.
+        settings: how the attention runs (every path gives the same result).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, pe: PositionalEncoding | None = None,
+                 dropout: float = 0.0, causal: bool = False,
                  settings: AttentionSettings | None = None) -> None:
         super().__init__()
+        if d_model % n_heads:
+            raise PosencError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
+        self.pe = pe if pe is not None else PositionalEncoding(d_model, n_heads)
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.dropout = dropout
+        self.causal = causal
         self.settings = settings or AttentionSettings()
+        self.flex_ok = True  # False once FlexAttention failed to trace this layer's bias
 
-    def forward(
-        self,
-        x: Tensor,
-        pos: Tensor,
-        pe: PositionalEncoding,
-        key_padding_mask: Tensor | None = None,
-        causal: bool = False,
-        share: ForwardShare | None = None,
-    ) -> Tensor:
-        """Attend over ``x`` (B, T, C) at positions ``pos``; ``share`` comes from the Transformer."""
+    def forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None,
+                share: ForwardShare | None = None) -> Tensor:
+        """Attend over ``x`` (B, T, C) at positions ``pos`` (T,) or (B, T).
+
+        Args:
+            key_padding_mask: (B, T) bool, True at padded keys, or ``None``.
+            share: what the layers of one forward share (the Transformer passes it); ``None``
+                for a call on its own.
+        """
         B, T, C = x.shape
-        H = self.n_heads
-        q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
-        q, k = pe.rotate(q, k, pos, pos)
+        q, k, v = self._qkv(x, pos)  # 3 × (B, H, T, Dh)
         drop = self.dropout if self.training else 0.0
         share = share if share is not None else ForwardShare()
-        ctx = AttentionCall(pos, pe, key_padding_mask, causal, drop, self.settings, share)
-        y = KERNELS[route(ctx, T, x.device)](q, k, v, ctx)  # the path, chosen once: (B, H, T, Dh)
+        ctx = AttentionCall(pos, self.pe, key_padding_mask, self.causal, drop, self.settings, share,
+                            self.flex_ok)
+        path = route(ctx, T, x.device)  # the path, chosen once
+        y = self._flex_or_sdpa(q, k, v, ctx) if path == "flex" else KERNELS[path](q, k, v, ctx)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, Dh) → (B, T, C)
         return self.out(y)
+
+    def _qkv(self, x: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries and keys rotated by the encoding, and values: 3 × (B, H, T, Dh)."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k = self.pe.rotate(q, k, pos, pos)
+        return q, k, v
+
+    def _flex_or_sdpa(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
+        """``flex``; a bias that does not trace falls back to the SDPA paths for good (this layer
+        keeps the verdict: later forwards skip flex)."""
+        try:
+            return flex(q, k, v, ctx)
+        except Exception as exc:  # noqa: BLE001 - any tracing failure means "not expressible"
+            self.flex_ok = False
+            log.warning("FlexAttention unavailable for %s (%s); using SDPA", type(self.pe).__name__, exc)
+        ctx = replace(ctx, flex_ok=False)
+        return KERNELS[route(ctx, q.shape[-2], q.device)](q, k, v, ctx)
+
+    @torch.no_grad()
+    def weights(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The softmax weights (B, H, T, T) this layer gives ``x`` (B, T, C), computed explicitly
+        in float32 (what the attention diagnostics plot); a row whose keys are all masked is 0."""
+        T = x.shape[1]
+        q, k, _ = self._qkv(x, pos)  # (B, H, T, Dh) each
+        scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # (B, H, T, T)
+        bias = self.pe.bias(q, pos, pos, k=k)
+        if bias is not None:
+            scores = scores + bias.float()
+        keep = torch.ones(T, T, dtype=torch.bool, device=x.device)
+        keep = (keep.tril() if self.causal else keep)[None, None]  # (1, 1, T, T)
+        if key_padding_mask is not None:
+            keep = keep & ~key_padding_mask[:, None, None, :]  # (B, 1, T, T)
+        return scores.masked_fill(~keep, float("-inf")).softmax(dim=-1).nan_to_num(0.0)
 
 
 def route(ctx: AttentionCall, length: int, device: torch.device) -> str:
     """The call's path: :func:`choose_path` on the scheme's metadata, with the conditions only the
     call knows (asked only when the path they guard would be chosen): FlexAttention has not failed
-    on this scheme instance and no gradient must reach its parameters; the Toeplitz view and the
+    in this layer and no gradient must reach the scheme's parameters; the Toeplitz view and the
     clipped path need no key padding and positions in unit steps, the clipped path T > 2m."""
     pe = ctx.pe
     can_toeplitz = lambda: ctx.key_padding_mask is None and ctx.share.unit_steps(ctx.pos)
     return choose_path(
         pe.meta, length, device, ctx.settings, ctx.drop,
-        can_flex=lambda: not pe.__dict__.get(_FLEX_FAILED, False) and not _learns_bias(pe),
+        can_flex=lambda: ctx.flex_ok and not _learns_bias(pe),
         can_toeplitz=can_toeplitz,
         can_clip=lambda: can_toeplitz() and fits(pe, length),
     )
@@ -284,17 +338,6 @@ def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     return flex_attention_bias(q, k, v, ctx.pe, ctx.pos, ctx.key_padding_mask, ctx.causal)
 
 
-def flex_or_sdpa(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
-    """``flex``: :func:`flex`; a scheme whose bias does not trace falls back to the SDPA paths for
-    good (the verdict is kept on the scheme instance, so every layer and later forward skips flex)."""
-    try:
-        return flex(q, k, v, ctx)
-    except Exception as exc:  # noqa: BLE001 - any tracing failure means "not expressible"
-        ctx.pe.__dict__[_FLEX_FAILED] = True
-        log.warning("FlexAttention unavailable for %s (%s); using SDPA", type(ctx.pe).__name__, exc)
-    return KERNELS[route(ctx, q.shape[-2], q.device)](q, k, v, ctx)  # chosen again once per scheme
-
-
 KERNELS: dict[str, Callable[[Tensor, Tensor, Tensor, AttentionCall], Tensor]] = {
     "sdpa-fused": fused,
     "sdpa+toeplitz": toeplitz,
@@ -303,7 +346,7 @@ KERNELS: dict[str, Callable[[Tensor, Tensor, Tensor, AttentionCall], Tensor]] = 
     "explicit": explicit,
     "explicit-blocked": explicit_blocked,
     "clipped": clipped,
-    "flex": flex_or_sdpa,
+    "flex": flex,  # Attention falls back to the SDPA paths when the bias does not trace
 }
 """Path name (as :func:`choose_path` returns it) → kernel."""
 
@@ -337,46 +380,3 @@ def _weighted(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: Attenti
 def block_rows(settings: AttentionSettings, batch: int, heads: int, tk: int) -> int:
     """Query rows per block so one block's bias holds about ``block_elements`` elements."""
     return max(16, settings.block_elements // max(1, batch * heads * tk))
-
-
-def build_mask(
-    bias: Tensor | None,
-    key_padding_mask: Tensor | None,
-    causal: bool,
-    tq: int,
-    tk: int,
-    dtype: torch.dtype,
-    device: torch.device,
-    q_offset: int | None = None,
-) -> Tensor | None:
-    """Combine a logit bias, a key-padding mask and causality into one additive float mask.
-
-    Masked logits get the dtype's most negative finite value (not −inf), so a row whose keys are
-    all masked gives uniform weights instead of NaN.
-
-    Args:
-        bias: (B', H', Tq, Tk) additive bias or ``None``.
-        key_padding_mask: (B, Tk) bool, True where the key is padding, or ``None``.
-        causal: forbid keys after the query.
-        q_offset: index of the first query among the keys (default Tk − Tq: the queries are the
-            last Tq positions); a query block starting at row s passes s.
-
-    Returns:
-        ``None`` when nothing is masked or biased (so SDPA keeps its fused path), else a float mask
-        broadcastable to (B, H, Tq, Tk).
-    """
-    if bias is None and key_padding_mask is None and not causal:
-        return None
-    keep = None
-    if key_padding_mask is not None:
-        keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, Tk)
-    if causal:
-        offset = tk - tq if q_offset is None else q_offset
-        tri = torch.ones(tq, tk, dtype=torch.bool, device=device).tril(offset)  # (Tq, Tk)
-        keep = tri if keep is None else keep & tri
-    base = bias.to(dtype) if bias is not None else torch.zeros((), dtype=dtype, device=device)
-    if base.dim() and base.stride(-1) != 1:  # e.g. a gathered (…, Tk, H) table permuted to (…, H, …, Tk)
-        base = base.contiguous()  # SDPA reads a key-contiguous mask ~3× faster on CPU
-    if keep is None:
-        return base
-    return torch.where(keep, base, torch.finfo(dtype).min)  # (B, H', Tq, Tk)

@@ -9,6 +9,7 @@ the same); under evaluation it is kept between forwards while positions and para
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -22,21 +23,29 @@ __all__ = ["Block", "Transformer", "length_bucket"]
 
 
 class Block(nn.Module):
-    """Pre-LN block: x + Attn(LN(x)), then x + MLP(LN(x))."""
+    """Pre-LN block around a built attention: x + Attn(LN(x)), then x + MLP(LN(x)).
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
-                 settings: AttentionSettings | None = None) -> None:
+    Args:
+        attn: the attention (its encoding, causality and settings are given when it is built).
+        d_ff: MLP width.
+        dropout: dropout on the attention output and in the MLP.
+    """
+
+    def __init__(self, attn: Attention, d_ff: int, dropout: float = 0.0) -> None:
         super().__init__()
+        d_model = attn.out.out_features
         self.ln1 = nn.LayerNorm(d_model)
-        self.attn = Attention(d_model, n_heads, dropout, settings)
+        self.attn = attn
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
         )
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, pos, pe, key_padding_mask, causal, share: ForwardShare | None = None) -> Tensor:
-        x = x + self.drop(self.attn(self.ln1(x), pos, pe, key_padding_mask, causal, share))
+    def forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None,
+                share: ForwardShare | None = None) -> Tensor:
+        """``x`` (B, T, D) at positions ``pos`` → (B, T, D)."""
+        x = x + self.drop(self.attn(self.ln1(x), pos, key_padding_mask, share))
         return x + self.mlp(self.ln2(x))
 
 
@@ -103,9 +112,19 @@ class Transformer(nn.Module):
         settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, d_ff or 4 * d_model, dropout, settings) for _ in range(n_layers)
+            Block(Attention(d_model, n_heads, pe, dropout, causal, settings), d_ff or 4 * d_model, dropout)
+            for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
+        self.register_state_dict_post_hook(_save_encoding_once)
+        self.register_load_state_dict_pre_hook(_load_encoding_everywhere)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Assigning ``pe`` swaps the encoding of every layer too (one encoding per Transformer)."""
+        super().__setattr__(name, value)
+        if name == "pe" and "blocks" in self._modules:
+            for block in self.blocks:
+                block.attn.pe = value
 
     def forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Encode ``x`` (B, T, D); outputs at padded positions (mask True) are zero."""
@@ -119,7 +138,7 @@ class Transformer(nn.Module):
         share = ForwardShare(self.__dict__.get("_mask_cache"), key, pos)
         x = self.drop(self.pe.embed(x * self.scale, pos))  # (B, T, D)
         for block in self.blocks:
-            x = block(x, pos, self.pe, key_padding_mask, self.causal, share)
+            x = block(x, pos, key_padding_mask, share)
         self.__dict__["_mask_cache"] = share if key is not None and share.ready else None
         x = self.ln_f(x)
         if key_padding_mask is not None:
@@ -149,3 +168,19 @@ class Transformer(nn.Module):
         state.pop("_compiled", None)  # a compiled function does not pickle; rebuilt on first use
         state.pop("_mask_cache", None)
         return state
+
+
+_LAYER_PE = re.compile(r"blocks\.\d+\.attn\.pe\.")
+
+
+def _save_encoding_once(module: Transformer, state_dict: dict, prefix: str, _meta: object) -> None:
+    """State-dict post-hook: the encoding every layer shares is saved once, under ``pe.``."""
+    for key in [k for k in state_dict if k.startswith(prefix) and _LAYER_PE.match(k, len(prefix))]:
+        del state_dict[key]
+
+
+def _load_encoding_everywhere(module: Transformer, state_dict: dict, prefix: str, *_args: object) -> None:
+    """Load pre-hook: the saved ``pe.`` entries also fill each layer's (shared) encoding."""
+    saved = {k[len(prefix) + 3:]: v for k, v in state_dict.items() if k.startswith(prefix + "pe.")}
+    for i in range(len(module.blocks)):
+        state_dict.update({f"{prefix}blocks.{i}.attn.pe.{rest}": v for rest, v in saved.items()})

@@ -365,9 +365,10 @@ def test_shaw_constant_beyond_clipping(kmax, beyond):
 def test_shaw_inside_attention_matches_the_paper():
     """Attention's explicit path with Shaw = softmax(q·(k + a^K)/√Dh)·(v + a^V), in float64."""
     torch.manual_seed(0)
-    attn, pe = Attention(D, H).eval(), perturbed(ShawRelative(D, H, max_relative=2))
+    pe = perturbed(ShawRelative(D, H, max_relative=2))
+    attn = Attention(D, H, pe).eval()
     x, pos = torch.randn(B, 6, D), torch.tensor([0, 1, 2, 5, 9, 10])
-    out = attn(x, pos, pe)
+    out = attn(x, pos)
     q, k, v = f64(attn.qkv(x)).view(B, 6, 3, H, DH).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
     idx = (pos[None, :] - pos[:, None]).clamp(-2, 2) + 2  # (T, T)
     a_k, a_v = f64(pe.rel_key)[idx], f64(pe.rel_value)[idx]  # (T, T, Dh), materialised on purpose

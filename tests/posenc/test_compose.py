@@ -60,11 +60,11 @@ def test_rope_gaussian_equals_both_applied_by_hand():
     torch.testing.assert_close(pe.rotate(q, k, pos, pos), (q_rot, k_rot))
     torch.testing.assert_close(pe.bias(q_rot, pos, pos, k=k_rot), gauss.bias(q_rot, pos, pos))
     # …and inside the attention: SDPA over rotated q, k with the Gaussian bias as the mask.
-    attn = Attention(D, H).eval()
+    attn = Attention(D, H, pe).eval()
     q0, k0, v0 = attn.qkv(x).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
     q1, k1 = rope.rotate(q0, k0, pos, pos)
     y = F.scaled_dot_product_attention(q1, k1, v0, attn_mask=gauss.bias(q1, pos, pos))  # (B, H, T, Dh)
-    torch.testing.assert_close(attn(x, pos, pe), attn.out(y.transpose(1, 2).reshape(B, T, D)))
+    torch.testing.assert_close(attn(x, pos), attn.out(y.transpose(1, 2).reshape(B, T, D)))
 
 
 def test_instance_meta_combines_children_and_class_meta_stays_valid():
