@@ -100,7 +100,7 @@ def periods_from_data(
         min_period: shortest period considered (2 = Nyquist).
         top_k: how many periods to return.
         codes: treat ``x`` as categorical codes and sum the spectra of one indicator series per
-            listed code, e.g. ``(0, 1, 2, 3)`` for A, C, G, T in ``datamodules.dna.fasta`` (N left out).
+            listed code, e.g. ``(0, 1, 2, 3)`` for A, C, G, T as the DNA tasks encode bases (N left out).
 
     Returns:
         Periods in samples (positions), as floats, sorted by spectral power.

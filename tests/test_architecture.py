@@ -1,11 +1,15 @@
-"""The shape of the code: layers without back-arrows, no import circle, each task's knowledge in its own
-module, a task added from outside the package going through fit → evaluate → predict, and test modules
-that share helpers only through tests/helpers.py and the conftest fixtures."""
+"""The shape of the code: layers without back-arrows, no import circle, no module re-exporting its
+neighbours' names, ``posenc`` whole on torch alone, each task's knowledge in its own module, a task added
+from outside the package going through fit → evaluate → predict, and test modules that share helpers
+only through tests/helpers.py and the conftest fixtures."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import workdir_with_store
@@ -99,6 +103,94 @@ def test_layers_point_one_way_and_parsers_stay_light():
     for rel in PARSERS:
         used = {name.split(".")[0] for name in imports(ROOT / rel)}
         assert not used & {"lightning", "mlflow", "pipelines"}, rel
+
+
+def layer(module: str) -> int:
+    """Its layer, lowest first: posenc's encodings, posenc.nn (the attention and Transformer), posenc's
+    diagnostics, datamodules, pipelines.tasks, the rest of pipelines, the ``pipelines`` package itself."""
+    prefixes = ("posenc.nn", "posenc.diagnostic", "datamodules", "pipelines.tasks", "pipelines.")
+    ranks = [i + 1 for i, p in enumerate(prefixes) if module == p or module.startswith(p)]
+    return ranks[0] if ranks else (6 if module == "pipelines" else 0)
+
+
+#: back-arrows left (issue 28, item 4: the predictors move beside their tasks); this list only shrinks
+KNOWN_BACK_ARROWS = {
+    ("pipelines.tasks.classify", "pipelines.inference.dna"),
+    ("pipelines.tasks.forecast", "pipelines.inference.forecast"),
+    ("pipelines.tasks.forecast_metrics", "pipelines.tracking.store"),
+    ("pipelines.tasks.lm", "pipelines.inference.dna"),
+    ("pipelines.tasks.mlm", "pipelines.inference.dna"),
+    ("pipelines.tasks.segment", "pipelines.inference.dna"),
+}
+
+
+def test_imports_point_down_the_layers():
+    """No module imports one of a higher layer (function bodies included), save the listed ones."""
+    back = {(m, t) for m, targets in project_graph().items() for t in targets if layer(t) > layer(m)}
+    assert back - KNOWN_BACK_ARROWS == set(), "new back-arrows"
+    assert KNOWN_BACK_ARROWS - back == set(), "fixed: take them off KNOWN_BACK_ARROWS"
+
+
+def reexports(source: str, package: str | None = None) -> set[str]:
+    """The names a module imports from a project module only to hand them on: never read in the
+    module, or listed in its ``__all__``. ``package``: the module is that package's ``__init__``,
+    which may hand on its own submodules' names (its public surface), not others'."""
+    tree = ast.parse(source)
+    imported = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and node.level == 0 and (node.module or "").split(".")[0] in PACKAGES
+                and not (package and node.module.startswith(package + ".")) for a in node.names}
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    listed = {c.value for node in tree.body if isinstance(node, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+              for c in ast.walk(node.value) if isinstance(c, ast.Constant)}
+    return (imported - read) | (imported & listed)
+
+
+def test_the_reexport_finder_finds_both_kinds():
+    source = ("from posenc.base import A, B, C  # noqa: F401 - re-exported\nfrom os import path\n"
+              "def f():\n    return A\n__all__ = ['C', 'f']\n")
+    assert reexports(source) == {"B", "C"}
+    assert reexports(source, "posenc") == set()  # posenc/__init__.py: its own submodules' names
+
+
+def test_no_module_reexports_its_neighbours_names():
+    """A name is imported from the module that defines it: only a package's ``__init__`` (its public
+    surface) hands on names, and only its own submodules'."""
+    hubs = {m: sorted(names) for m, path in modules().items()
+            if (names := reexports(path.read_text(), m if path.name == "__init__.py" else None))}
+    assert hubs == {}
+
+
+# ----------------------------------------------------------------------------------------- posenc whole
+LIBRARY_NEEDS = {"torch", "numpy"}  # numpy: periods_from_data and the diagnostics' arrays
+OPTIONAL = {"posenc.diagnostic_plots": {"matplotlib"}}  # figures; not imported by ``import posenc``
+PIPELINE_STACK = ("lightning", "mlflow", "pandas", "matplotlib", "pipelines", "datamodules")
+
+
+def test_posenc_needs_only_torch_and_names_no_pipeline():
+    for module, path in modules().items():
+        if module.split(".")[0] == "posenc":
+            outside = {n.split(".")[0] for n in imports(path)} - set(sys.stdlib_module_names) - {"posenc"}
+            assert outside <= LIBRARY_NEEDS | OPTIONAL.get(module, set()), (module, outside)
+            assert not re.search(r"pipelines|datamodules", path.read_text()), module
+
+
+def readme_snippet() -> str:
+    """The code block of the README's "Use it in your own model" section."""
+    section = (ROOT / "README.md").read_text().split("## Use it in your own model", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_snippet_runs_on_torch_alone(tmp_path):
+    """The README's snippet, run as written in a fresh interpreter, gives the shapes its comments say
+    and imports none of the pipeline's stack."""
+    check = (f"\nimport sys\nassert y.shape == z.shape == (8, 256, 64), (y.shape, z.shape)\n"
+             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(PIPELINE_STACK)!r}))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", readme_snippet() + check], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1] == "[]"
 
 
 def test_task_names_live_only_in_their_task_module():

@@ -127,7 +127,7 @@ def read_table_missing(path: Path):
 
 
 def too_short(tmp: Path):
-    from datamodules.timeseries.parse import check_length
+    from datamodules.timeseries.windows import check_length
 
     s = series(tmp, "t,y,x\n" + GOOD_ROWS)
     return check_length(len(s), lookback=24, horizon=6, source="s.csv")

@@ -6,18 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from datamodules.timeseries.parse import (
+from datamodules.timeseries.calendar import calendar_features
+from datamodules.timeseries.parse import parse_series, read_table, vic_elec_path
+from datamodules.timeseries.windows import (
     ForecastWindows,
     apply_scaler,
-    calendar_features,
     check_length,
     estimate_period,
     fit_scaler,
     gather_windows,
-    parse_series,
-    read_table,
     split_points,
-    vic_elec_path,
     window_starts,
 )
 from posenc import PosencError

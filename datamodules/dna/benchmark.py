@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from datamodules.dna.genome_cache import default_genome, load_genome, resolve_path
+from datamodules.dna.genome_cache import default_genome, load_genome
+from datamodules.paths import resolve_path
 from posenc.registry import import_class
 
 ROOT = Path(__file__).resolve().parents[2]

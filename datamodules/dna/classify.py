@@ -12,13 +12,7 @@ from torch.utils.data import DataLoader
 from datamodules.dna.annotation import call_genes
 from datamodules.dna.fasta import IupacMode, split_regions
 from datamodules.dna.genome import report_genome
-from datamodules.dna.genome_cache import (
-    DEFAULT_CACHE_DIR,
-    cached_json,
-    default_genome,
-    load_genome,
-    resolve_path,
-)
+from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, cached_json, default_genome, load_genome
 from datamodules.dna.samples import (
     SPLITS,
     SampleSet,
@@ -30,6 +24,7 @@ from datamodules.dna.samples import (
     split_samples,
 )
 from datamodules.dna.tokenize import KmerTokenizer
+from datamodules.paths import resolve_path
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
 

@@ -11,15 +11,10 @@ from torch.utils.data import DataLoader
 
 from datamodules.dna.fasta import Genome, IupacMode, split_regions
 from datamodules.dna.fasta import split_records as split_whole_records
-from datamodules.dna.genome_cache import (
-    DEFAULT_CACHE_DIR,
-    default_genome,
-    load_genome,
-    packaged_file,
-    resolve_path,
-)
+from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load_genome
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.dna.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
+from datamodules.paths import resolve_path
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
 
@@ -42,7 +37,7 @@ def report_genome(genome: Genome) -> None:
         _REPORTED.add(key)
         rank_zero_info(line)
 
-__all__ = ["DNADataModule", "GenomeDataModule", "MaskedDNADataModule", "default_genome", "packaged_file"]
+__all__ = ["DNADataModule", "GenomeDataModule", "MaskedDNADataModule"]
 
 
 class GenomeDataModule(L.LightningDataModule):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.dna.fasta import EncodeReport, Genome, IupacMode, iter_records, read_fasta
-from datamodules.paths import PACKAGE_PREFIX, packaged_file, resolve_path  # noqa: F401 - re-exported
+from datamodules.paths import packaged_file
 from datamodules.progress import interactive, progress_bar
 from posenc import PosencError
 

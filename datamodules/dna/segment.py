@@ -16,8 +16,9 @@ from datamodules.dna.annotation import (
     read_annotation,
 )
 from datamodules.dna.genome import GenomeDataModule
-from datamodules.dna.genome_cache import cached_array, cached_json, file_sha256, resolve_path
+from datamodules.dna.genome_cache import cached_array, cached_json, file_sha256
 from datamodules.dna.windows import WindowItem
+from datamodules.paths import resolve_path
 from posenc import PosencError
 
 log = logging.getLogger(__name__)

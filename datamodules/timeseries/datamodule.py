@@ -9,33 +9,38 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from datamodules.paths import resolve_path
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
-from datamodules.timeseries.calendar import auto_calendar, calendar_cycles
+from datamodules.timeseries.calendar import (
+    CALENDAR_FEATURES,
+    CalendarFeature,
+    auto_calendar,
+    calendar_cycles,
+    calendar_features,
+)
 from datamodules.timeseries.calendar import season_period as choose_season_period
 from datamodules.timeseries.parse import (
-    CALENDAR_FEATURES,
     VIC_ELEC,
-    CalendarFeature,
     DuplicatePolicy,
-    ForecastWindows,
     NanPolicy,
-    PositionMode,
     Series,
+    format_step,
+    parse_series,
+    read_table,
+    vic_elec_path,
+)
+from datamodules.timeseries.select import future_columns, select_rows
+from datamodules.timeseries.windows import (
+    ForecastWindows,
+    PositionMode,
     apply_scaler,
-    calendar_features,
     check_length,
     estimate_periods,
     fit_scaler,
-    format_step,
     gather_windows,
-    parse_series,
-    read_table,
-    resolve_path,
     split_points,
-    vic_elec_path,
     window_starts,
 )
-from datamodules.timeseries.select import future_columns, select_rows
 from posenc import PosencError
 
 

@@ -10,7 +10,7 @@ The pipeline, in order (each step a small function, so each is testable on its o
    the median step (the series' frequency) and the gaps against it, applies the missing-value
    policy and keeps an *observed* mask per target, so filled targets can be left out of the loss.
 3. Splitting, training-split-only scaling, the window arithmetic and :class:`ForecastWindows`
-   live in :mod:`datamodules.timeseries.windows` (re-exported here).
+   live in :mod:`datamodules.timeseries.windows`.
 
 Errors in the input raise :class:`posenc.PosencError` with one line naming the file and the column
 or row. Rows are counted from 0 in file order, like pandas; in a CSV, row ``i`` is line ``i + 2``.
@@ -25,34 +25,14 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from datamodules.paths import packaged_file, resolve_path  # noqa: F401 - resolve_path re-exported
-from datamodules.timeseries.calendar import (  # noqa: F401 - re-exported
-    CALENDAR_FEATURES,
-    CalendarFeature,
-    TimeKind,
-    auto_calendar,
-    calendar_features,
-)
-from datamodules.timeseries.timestamps import (  # noqa: F401 - re-exported
-    DUPLICATE_POLICIES,
+from datamodules.paths import packaged_file, resolve_path
+from datamodules.timeseries.calendar import TimeKind
+from datamodules.timeseries.timestamps import (
     DuplicatePolicy,
     format_step,
     merge_duplicates,
     parse_time,
     row_name,
-)
-from datamodules.timeseries.windows import (  # noqa: F401 - re-exported: the pipeline's later steps
-    ForecastWindows,
-    PositionMode,
-    apply_scaler,
-    check_length,
-    estimate_period,
-    estimate_periods,
-    fit_scaler,
-    gather_windows,
-    min_series_length,
-    split_points,
-    window_starts,
 )
 from posenc import PosencError
 

@@ -36,8 +36,7 @@ from pipelines.bench.models import SCHEMES, build, matmul_peak
 from pipelines.bench.plan import IMPLS, NOPE_REF, QUICK, Cell, Plan, Workload
 from pipelines.bench.report import data_line, fmt_rate, machine_header, render
 
-__all__ = ["Plan", "Workload", "dense_estimate_gb", "main", "measure_group", "pin_cpus", "render", "run",
-           "run_group"]
+__all__ = ["dense_estimate_gb", "main", "measure_group", "pin_cpus", "run", "run_group"]
 _GROUPS = itertools.count()  # one id per measure_group call: cells timed in the same rounds share it
 
 

@@ -22,8 +22,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from datamodules.timeseries.parse import calendar_features, fit_scaler, parse_series, read_table
+from datamodules.timeseries.calendar import calendar_features
+from datamodules.timeseries.parse import parse_series, read_table
 from datamodules.timeseries.select import future_columns, select_rows
+from datamodules.timeseries.windows import fit_scaler
 from pipelines.inference.windows import inference_meta
 from posenc import PosencError
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc import PosencError, PositionalEncoding, PositionOutOfRange, build_encoding
+from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import Transformer
 from posenc.registry import EncodingFactory
 
@@ -214,5 +214,4 @@ def positions(length: int, device: torch.device) -> Tensor:
     return torch.arange(length, device=device)
 
 
-__all__ = ["TASKS", "EncodingFactory", "PositionOutOfRange", "TaskAdapter", "TaskModule", "check_task",
-           "positions"]
+__all__ = ["TASKS", "TaskAdapter", "TaskModule", "check_task", "positions"]

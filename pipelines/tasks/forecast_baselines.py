@@ -29,7 +29,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from scipy.linalg import LinAlgWarning
 
 from datamodules.timeseries.calendar import calendar_cycles
-from datamodules.timeseries.parse import estimate_period, format_step, gather_windows
+from datamodules.timeseries.parse import format_step
+from datamodules.timeseries.windows import estimate_period, gather_windows
 from posenc import PosencError
 
 RIDGE_ALPHAS = (0.1, 1.0, 10.0, 100.0, 1000.0)  # penalties tried on the validation windows

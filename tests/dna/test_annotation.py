@@ -7,8 +7,8 @@ import pytest
 
 from datamodules.dna.annotation import CDS, frame_labels, rc_labels, read_annotation
 from datamodules.dna.fasta import decode_bases, read_fasta
-from datamodules.dna.genome_cache import resolve_path
 from datamodules.dna.tokenize import reverse_complement
+from datamodules.paths import resolve_path
 from posenc import PosencError
 from tests.helpers import random_bases, write_fasta, write_gff
 

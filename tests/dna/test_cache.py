@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from datamodules.dna.fasta import read_fasta
-from datamodules.dna.genome_cache import cached_array, load_genome, resolve_path
+from datamodules.dna.genome_cache import cached_array, load_genome
+from datamodules.paths import resolve_path
 from posenc import PosencError
 from tests.helpers import random_bases, write_fasta
 

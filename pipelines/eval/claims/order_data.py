@@ -16,8 +16,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.dna.fasta import split_regions
-from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load_genome, resolve_path
+from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load_genome
 from datamodules.dna.tokenize import KmerTokenizer
+from datamodules.paths import resolve_path
 from posenc import PosencError
 
 SPLIT_SALT = {"train": 0, "val": 1, "test": 2}
