@@ -21,13 +21,16 @@ import argparse
 import logging
 import os
 import re
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from datamodules.progress import LineProgress, set_progress
+from posenc import PosencError
 
 #: (message regex, category, module regex): library warnings with nothing to act on.
 WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
@@ -112,6 +115,17 @@ def configure(verbose: bool | None = None, progress: bool | None = None) -> None
         quiet()
     if progress is not None:
         set_progress(progress)
+
+
+@contextmanager
+def user_errors_exit() -> Iterator[None]:
+    """A command's body: a user mistake (:class:`posenc.PosencError`) ends as one ``error: …`` line on
+    stderr and exit status 2, no traceback."""
+    try:
+        yield
+    except PosencError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def parse_bool(text: str) -> bool:

@@ -18,14 +18,15 @@ from posenc.base import (
     relative_distance,
 )
 from posenc.bias import ALiBi, BiasEncoding, alibi_slopes
-from posenc.registry import all_schemes, build_encoding, scheme_table
-from posenc.rotary import RoPE, apply_rotation, rope_angles, rope_inv_freq
-
-# [catalogue: absolute and rotary schemes]
-# isort: split
+from posenc.compose import Compose
 from posenc.content import ConditionalLearnedPE, ConditionalPE, ConvPE
 from posenc.discrete import Binary, GrayCode, Integer
+from posenc.kernel_bias import GaussianPrior, Kerple
+from posenc.learned_bias import FIRE, DynamicBias, T5Bias, t5_relative_bucket
 from posenc.periods import periods_from_data
+from posenc.registry import all_schemes, build_encoding, scheme_table
+from posenc.relative import DeBERTa, ShawRelative, TransformerXL
+from posenc.rotary import RoPE, apply_rotation, rope_angles, rope_inv_freq
 from posenc.rotary_variants import PeriodicRoPE, XPos
 from posenc.spectral import (
     ComplexExponential,
@@ -35,17 +36,6 @@ from posenc.spectral import (
     SinusoidalOffset,
     TrainableSinusoidal,
 )
-
-# [/catalogue: absolute and rotary schemes]
-
-# [catalogue: bias schemes and composition]
-# isort: split
-from posenc.compose import Compose
-from posenc.kernel_bias import GaussianPrior, Kerple
-from posenc.learned_bias import FIRE, DynamicBias, T5Bias, t5_relative_bucket
-from posenc.relative import DeBERTa, ShawRelative, TransformerXL
-
-# [/catalogue: bias schemes and composition]
 
 __all__ = sorted(  # every public name above except the submodules themselves
     name for name, obj in dict(globals()).items()

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched
+from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched, check_max_len
 
 Integration = Literal["add", "concat"]
 
@@ -132,8 +132,7 @@ class Learned(AbsoluteEncoding):
         table_dim: int | None = None,
     ) -> None:
         super().__init__(d_model, n_heads, integration=integration, table_dim=table_dim)
-        if max_len <= 0:
-            raise PosencError(f"Learned max_len must be positive, got {max_len}")
+        max_len = check_max_len("Learned", max_len)
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, self.table_dim) * init_std)
 

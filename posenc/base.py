@@ -172,6 +172,15 @@ def public_class_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def check_max_len(scheme: str, max_len: Any) -> int:
+    """``max_len`` of a table scheme as an int; :class:`PosencError` naming ``scheme`` unless it is a
+    positive integer (``2.0`` is accepted, ``2.5``, ``0`` and ``True`` are not)."""
+    ok = isinstance(max_len, (int, float)) and not isinstance(max_len, bool) and max_len == int(max_len) >= 1
+    if not ok:
+        raise PosencError(f"{scheme} max_len must be a positive integer, got {max_len!r}")
+    return int(max_len)
+
+
 def as_batched(pos: Tensor) -> Tensor:
     """Positions (T,) or (B, T) as (B', T) with B' ∈ {1, B}."""
     if pos.dim() == 1:

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from posenc._numerics import require_integers
 from posenc.absolute import AbsoluteEncoding, Integration, sinusoidal_table
-from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched
+from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched, check_max_len
 
 
 def content_gate(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
@@ -130,8 +130,7 @@ class ConditionalLearnedPE(_GatedTable):
         integration: Integration = "add",
         table_dim: int | None = None,
     ) -> None:
-        if int(max_len) != max_len or max_len < 1:
-            raise PosencError(f"ConditionalLearnedPE max_len must be a positive integer, got {max_len!r}")
+        max_len = check_max_len("ConditionalLearnedPE", max_len)
         if not init_std >= 0:
             raise PosencError(f"ConditionalLearnedPE init_std must be >= 0, got {init_std}")
         super().__init__(d_model, n_heads, integration=integration, table_dim=table_dim)

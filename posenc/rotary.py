@@ -109,11 +109,6 @@ def pair_to_features(values: Tensor, layout: Layout) -> Tensor:
     return torch.cat((values, values), dim=-1)  # (…, Dh): v0 v1 … v0 v1 …
 
 
-def ntk_base(base: float, scale: float, head_dim: int) -> float:
-    """NTK-aware base (bloc97, 2023): base·s^(d/(d−2))."""
-    return base * scale ** (head_dim / (head_dim - 2))
-
-
 def ntk_factors(n_pairs: int, head_dim: int, scale: Tensor | float) -> Tensor:
     """θ'_i/θ_i = s^(−2i/(d−2)) for the NTK base; ``scale`` of shape S gives S + (n_pairs,)."""
     s = scale if isinstance(scale, Tensor) else torch.tensor(scale, dtype=torch.float64)

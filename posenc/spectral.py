@@ -29,7 +29,7 @@ from posenc._numerics import (
     work_dtype,
 )
 from posenc.absolute import AbsoluteEncoding, Integration, sinusoidal_table
-from posenc.base import PosencError, SchemeMeta
+from posenc.base import PosencError, SchemeMeta, check_max_len
 
 # --------------------------------------------------------------------------------- pure math
 
@@ -167,8 +167,7 @@ class SinusoidalOffset(AbsoluteEncoding):
         super().__init__(d_model, n_heads, integration=integration, table_dim=table_dim)
         if self.table_dim % 2:
             raise PosencError(f"SinusoidalOffset needs an even table width, got {self.table_dim}")
-        if int(max_len) != max_len or max_len < 1:
-            raise PosencError(f"SinusoidalOffset max_len must be a positive integer, got {max_len!r}")
+        max_len = check_max_len("SinusoidalOffset", max_len)
         if base <= 1:
             raise PosencError(f"SinusoidalOffset base must be > 1, got {base}")
         self.max_len, self.base = int(max_len), base

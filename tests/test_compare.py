@@ -174,14 +174,16 @@ def test_compare_runs_three_paired_seeds_by_default_and_shows_ci_and_calls(compa
                      line.startswith("| rope | -"))
     assert any(sym in rope_diff for sym in "▲▼·")
     assert "#### Retained gain over the trivial baseline (order-0 Markov)" in md
-    assert "Skipped (the task cannot run them): `broken`: Learned max_len must be positive, got 0" in md
+    assert ("Skipped (the task cannot run them): `broken`: Learned max_len must be a positive integer, "
+            "got 0") in md
     table = pd.read_csv(compared / "first" / "comparison.csv")
     assert list(table.scheme) == ["alibi", "rope", "rope+pi", "rope+ntk", "rope+dynamic_ntk", "rope+yarn"]
     assert table[["mean_L32", "lo_L32", "hi_L32", "mean_L64"]].notna().all().all()
     assert (table.lo_L32 < table.mean_L32).all() and (table.mean_L32 < table.hi_L32).all()
     steps = [m.step for m in c.get_metric_history(first, "rope/yarn/bits_per_base_by_length")]
     assert steps == [32, 64] and c.get_run(first).info.status == "FINISHED"
-    assert "broken: Learned max_len must be positive" in c.get_run(first).data.tags["posenc.compare.skipped"]
+    skipped = c.get_run(first).data.tags["posenc.compare.skipped"]
+    assert "broken: Learned max_len must be a positive integer" in skipped
 
 
 def test_more_seeds_train_only_the_new_ones(compared):

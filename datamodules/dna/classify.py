@@ -159,18 +159,3 @@ class ClassificationDataModule(L.LightningDataModule):
     def test_dataloader(self) -> list[DataLoader]:
         """One loader per evaluation length over the same test sequences."""
         return [self._loader("test", n) for n in self.eval_lengths]
-
-
-def write_demo_fasta(sets: dict[str, SampleSet], class_names: list[str], out: Path) -> Path:
-    """Write demo samples as FASTA + ``labels.tsv`` (for inspecting or reusing the demo data)."""
-    out.mkdir(parents=True, exist_ok=True)
-    alphabet = np.frombuffer(b"ACGTN-", dtype=np.uint8)
-    with open(out / "demo.fa", "w") as fa, open(out / "labels.tsv", "w") as tsv:
-        tsv.write("id\tlabel\n")
-        for name in SPLITS:
-            s = sets[name]
-            for i, rid in enumerate(s.names):
-                seq = alphabet[np.asarray(s.codes[s.starts[i] : s.ends[i]])].tobytes().decode()
-                fa.write(f">{rid}\n{seq}\n")
-                tsv.write(f"{rid}\t{class_names[s.labels[i]]}\n")
-    return out / "demo.fa"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from datamodules.progress import progress_bar
-from pipelines.console import add_console_args, configure
+from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.compare_report import figure, markdown, write_csvs
 from pipelines.eval.compare_runs import ChildRun, child_key, find_finished, read_child, train_child
 from pipelines.eval.compare_stats import Comparison, compare
@@ -273,11 +273,8 @@ def log_parent_metrics(client: Any, parent: str, cmp: Comparison) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
+    with user_errors_exit():
         run(argv)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

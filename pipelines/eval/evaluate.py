@@ -25,7 +25,7 @@ import lightning as L
 import torch
 import yaml
 
-from pipelines.console import add_console_args, configure
+from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.extrapolation import (
     DEFAULT_FACTORS,
     ROPE_VARIANTS,
@@ -257,11 +257,8 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
+    with user_errors_exit():
         run(argv)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

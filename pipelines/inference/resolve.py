@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from posenc import PosencError
 
@@ -194,10 +193,3 @@ def find_checkpoint(folder: Path, source: str) -> Path:
         raise PosencError(f"{source}: several checkpoints among its artifacts ({names}); "
                           "give a runs:/ URI to one")
     return found[0]
-
-
-def is_mlflow_source(source: Any) -> bool:
-    """Whether ``source`` would be looked up in MLflow (not a local path)."""
-    text = str(source)
-    return not Path(text).exists() and (bool(RUN_ID.match(text)) or text.startswith(("runs:/", "models:/",
-                                                                                     "mlflow-artifacts:/")))

@@ -388,3 +388,11 @@ def test_causal_model_with_conv_pe_stays_causal(causal):
     y[:, 12:] = torch.randn(1, 12, 16)
     leak = (m(x, torch.arange(24))[:, :12] - m(y, torch.arange(24))[:, :12]).abs().max().item()
     assert (leak == 0.0) if causal else (leak > 1e-4)  # the centred kernel sees 2 bases ahead
+
+
+@pytest.mark.parametrize("cls", [Learned, SinusoidalOffset, ConditionalLearnedPE], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8"])
+def test_every_table_scheme_rejects_a_bad_max_len_with_one_message(cls, bad):
+    with pytest.raises(PosencError, match=rf"^{cls.__name__} max_len must be a positive integer, got "):
+        cls(D, H, max_len=bad)
+    assert cls(D, H, max_len=4.0).max_len == 4

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from pipelines.console import user_errors_exit
 from pipelines.eval.claims.base import ClaimResult, Experiment
 from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.eval.claims.report import claims_markdown, summary_table
@@ -211,8 +212,5 @@ def write_docs(path: Path, results: list[ClaimResult], table: str, out: Path) ->
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
+    with user_errors_exit():
         run(argv)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
