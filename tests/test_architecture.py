@@ -280,7 +280,8 @@ def test_the_test_import_check_finds_each_kind_of_reach():
 
 def test_test_modules_share_helpers_only_through_helpers_and_conftest():
     """A test module imports its helpers from tests/helpers.py (fixtures reach it through conftest.py),
-    never from another test module or a conftest: those import chains once tied unrelated tests together."""
+    never from another test module or a conftest: an import chain between test modules ties unrelated
+    tests together."""
     reaches = {}
     for path in sorted((ROOT / "tests").rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts)

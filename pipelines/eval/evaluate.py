@@ -70,7 +70,7 @@ class ExtrapolationEval(L.Callback):
             of pi, ntk, dynamic_ntk, yarn; ``[]``: none).
         retain: the extrapolation ratio is the longest length up to which retained gain over the
             task's trivial baseline stays ≥ ``retain`` (one run: its value, no interval).
-        tolerance: also report the older relative ratio (every length within ``tolerance`` of the
+        tolerance: also report the relative ratio (every length within ``tolerance`` of the
             metric at the training length, e.g. 0.05); ``null``: not reported.
         max_batches: score at most this many test batches per length (``null``: all).
         baselines: also score the task's reference baselines on the test data (e.g. the best Markov chain,

@@ -20,9 +20,9 @@ kept at length L, 0 = none of it (see :mod:`pipelines.eval.statistics`).
 The summary ("extrapolation ratio") is the largest tested length L up to which retained gain stays
 ≥ ``retain`` (0.9) at every tested length — over seeds its lower 95 % bound (``make compare``); for
 one run, its value. An undefined length ends the run; a model that does not beat b at the training
-length gets no ratio. It is reported as L and as L / train length. The older relative rule (every
-length within ``tolerance`` of the metric at the training length, in the bad direction only) is
-kept as an option (``tolerance_ratio``).
+length gets no ratio. It is reported as L and as L / train length. A relative rule (every length
+within ``tolerance`` of the metric at the training length, in the bad direction only) is an option
+(``tolerance_ratio``).
 """
 
 from __future__ import annotations

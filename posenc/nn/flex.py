@@ -1,7 +1,7 @@
 """FlexAttention (CUDA) for position-only biases: the bias hook as a ``score_mod``.
 
-Split from :mod:`posenc.nn.attention`, which routes to it (path ``flex``) and falls back to
-the SDPA paths when a scheme's bias does not trace.
+:mod:`posenc.nn.attention` routes to it (path ``flex``); a layer whose scheme's bias does not trace
+falls back to the SDPA paths.
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ When the table needs a gradient (T5's learned buckets, a Gaussian prior's learne
 MLP) SDPA would fall back to its explicit kernel; :class:`ToeplitzSDPA` instead runs the fused
 kernel forward and one blocked backward (:func:`blocked_backward`) that computes P and
 dS = P ⊙ (dP − rowsum(dO ⊙ O)) once per block of query rows and takes all four gradients from them:
-q, k, v and the table's (the sums of dS along the anti-diagonals i + j'); memory linear in T. It
-replaced the fused backward followed by a second pass that recomputed P and dP for the table alone
-(timings in docs/performance.md).
+q, k, v and the table's (the sums of dS along the anti-diagonals i + j'); memory linear in T (timings
+in docs/performance.md).
 """
 
 from __future__ import annotations
