@@ -57,11 +57,13 @@ compare: $(STAMP) ## Train CONFIG per scheme in SCHEMES="..." and seed in SEEDS 
 figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train runs (DNA LM, forecaster)
 	$(PY) -m pipelines.eval.figures --out docs/figures $(ARGS)
 
-test: $(STAMP) ## Run the fast test suite (what CI runs)
-	$(PY) -m pytest -q $(ARGS)
+# -n 2: two pytest-xdist workers (one torch thread each, tests/conftest.py); --dist loadfile keeps a
+# file's tests, and so its module-scoped trained fixtures, on one worker; --durations: where time goes.
+test: $(STAMP) ## Run the fast test suite (what CI runs) on 2 workers, slowest 15 tests listed
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(ARGS)
 
 smoke: $(STAMP) ## Quick wiring check (about 30 s): every module imports, every scheme runs, one tiny fit
-	$(PY) -m pytest -q -m smoke $(ARGS)
+	$(PY) -m pytest -q -m smoke tests/test_smoke.py $(ARGS)
 
 test-all: $(STAMP) ## Run every test, slow ones included
 	$(PY) -m pytest -q -m "slow or not slow" $(ARGS)

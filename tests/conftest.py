@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test``: ``-n 2``) each worker runs torch on one thread, and so do
+    the processes it starts: two workers × torch's default of one thread per core would put four busy
+    threads on two cores, where the threads of tiny models' ops spend their time waiting on each other."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
