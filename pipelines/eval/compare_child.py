@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     if hook is not None and hook.result is None:
         hook.run(trainer, cli.model)
     run_id = next((lg.run_id for lg in mlflow_loggers(trainer)), None)
-    best = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+    best = getattr(trainer.checkpoint_callback, "best_model_path", "")
+    best = str(Path(best).resolve()) if best else None  # absolute: the caller may run elsewhere
     swept = not trainer.interrupted if hook is None else hook.result is not None
     found = {"run_id": run_id, "swept": swept, "checkpoint": best}
     tmp = out.with_suffix(".tmp")

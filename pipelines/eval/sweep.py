@@ -179,7 +179,8 @@ def _fit_here(args: list[str], command: str, run_name: str) -> TrainedRun:
     hook = next((c for c in trainer.callbacks if isinstance(c, ExtrapolationEval)), None)
     if hook is not None and hook.result is None:
         hook.run(trainer, cli.model)
-    best = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+    best = getattr(trainer.checkpoint_callback, "best_model_path", "")
+    best = str(Path(best).resolve()) if best else None  # absolute: the caller may run elsewhere
     return TrainedRun(run_id, 0, "trained", checkpoint=best, module=cli.model, datamodule=cli.datamodule,
                       sweep=hook.result if hook is not None else None)
 
