@@ -65,8 +65,9 @@ def train_seeds(config: list[str], seeds: list[int], extra: list[str], experimen
     exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
     names = "+".join(Path(c).stem for c in config)
     parent = client.create_run(exp_id, run_name=f"seeds-{names}", tags={NAMESPACE: "parent"}).info.run_id
-    client.log_params(parent, {"configs": " ".join(config), "seeds": " ".join(map(str, seeds)),
-                               "arguments": " ".join(extra)})
+    for name, value in (("configs", " ".join(config)), ("seeds", " ".join(map(str, seeds))),
+                        ("arguments", " ".join(extra)[:6000])):
+        client.log_param(parent, name, value)
     key = config_key([read_layers(config), extra])
     runs = []
     for seed in seeds:
