@@ -37,7 +37,7 @@ from pipelines.eval.compare_runs import NAMESPACE, TAGS, ChildRun, child_key, re
 from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
-from pipelines.eval.sweep import TrainingFailed, train_run
+from pipelines.eval.sweep import TrainingFailed, experiment_id, train_run
 from pipelines.tracking.store import tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
@@ -152,8 +152,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     config = load_config(args.config)
     callbacks = sweep_callbacks(config, args.factors)
     client = mlflow.MlflowClient(tracking_uri())
-    exp = client.get_experiment_by_name(args.experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(args.experiment)
+    exp_id = experiment_id(client, args.experiment)
     names = "+".join(Path(c).stem for c in args.config)
     tags = {"posenc.compare": "parent"}
     parent = client.create_run(exp_id, run_name=f"compare-{names}", tags=tags).info.run_id

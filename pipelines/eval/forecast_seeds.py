@@ -58,11 +58,10 @@ def train_seeds(config: list[str], seeds: list[int], extra: list[str], experimen
                 retrain: bool) -> tuple[str, list[SeedRun]]:
     """Train ``config`` (+ ``extra`` CLI arguments) at every seed as children of a new parent run
     (initialisation and training-window order seeded as ``pipelines.eval.compare`` seeds them)."""
-    from pipelines.eval.sweep import config_key, read_layers, train_run
+    from pipelines.eval.sweep import config_key, experiment_id, read_layers, train_run
 
     client = _client()
-    exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    exp_id = experiment_id(client, experiment)
     names = "+".join(Path(c).stem for c in config)
     parent = client.create_run(exp_id, run_name=f"seeds-{names}", tags={NAMESPACE: "parent"}).info.run_id
     for name, value in (("configs", " ".join(config)), ("seeds", " ".join(map(str, seeds))),

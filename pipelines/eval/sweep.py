@@ -86,7 +86,8 @@ def config_key(parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _experiment_id(client: Any, experiment: str) -> str:
+def experiment_id(client: Any, experiment: str) -> str:
+    """The id of MLflow experiment ``experiment``, created if missing (for the caller's parent run)."""
     exp = client.get_experiment_by_name(experiment)
     return exp.experiment_id if exp else client.create_experiment(experiment)
 
