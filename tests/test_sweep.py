@@ -101,13 +101,11 @@ def test_the_seed_decides_the_weights_and_the_same_seed_gives_the_same_numbers(s
     assert scores(first) == scores(retrained) and scores(first) != scores(other)
 
 
-def test_a_config_the_cli_refuses_is_one_line_and_no_finished_child(tmp_path):
+def test_a_config_the_cli_refuses_is_one_line_and_writes_no_run(tmp_path):
     layers = [tiny_setup(tmp_path)]
     broken = {"model": {"init_args": {"pe": {"class_path": "posenc.Learned", "init_args": {"max_len": 0}}}}}
     with workdir_with_store(tmp_path), pytest.raises(TrainingFailed) as exc:
-        train_run(layers, broken, 0, experiment=EXPERIMENT, run_name="broken", namespace=NS, key="k")
+        train_run(layers, broken, 0, experiment=EXPERIMENT, run_name="broken", namespace=NS)
     assert exc.value.reason == "Learned max_len must be positive, got 0"
     assert str(exc.value) == "training broken failed: Learned max_len must be positive, got 0"
-    client = store_client(tmp_path)
-    exp = client.get_experiment_by_name(EXPERIMENT)
-    assert exp is None or not client.search_runs([exp.experiment_id], f"tags.`{NS}.complete` = 'true'")
+    assert not (tmp_path / "mlflow.db").exists()  # refused before any run was opened

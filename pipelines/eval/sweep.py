@@ -227,12 +227,13 @@ def train_run(layers: Sequence[Path | str], overlay: dict[str, Any] | Sequence[s
     """
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri())
     tags = {k: str(v) for k, v in (tags or {}).items()}
-    found = find_finished(client, experiment, namespace, key, seed, tags) if key and reuse else None
-    if found:
-        print(f"[sweep] {run_name}: reusing finished run {found}", file=sys.stderr)
-        return _read_back(client, TrainedRun(found, seed, "reused"), namespace)
+    if key and reuse:  # the store is opened only when needed: a config the CLI refuses writes none
+        client = MlflowClient(tracking_uri())
+        found = find_finished(client, experiment, namespace, key, seed, tags)
+        if found:
+            print(f"[sweep] {run_name}: reusing finished run {found}", file=sys.stderr)
+            return _read_back(client, TrainedRun(found, seed, "reused"), namespace)
     print(f"[sweep] training {run_name}", file=sys.stderr)
     mine = {**tags, f"{namespace}.seed": str(seed), **({f"{namespace}.key": key} if key else {}),
             **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})}
@@ -249,6 +250,7 @@ def train_run(layers: Sequence[Path | str], overlay: dict[str, Any] | Sequence[s
         else:
             run = _fit_here(fit_args, _command(layers, args, own), run_name)
     run.seed, run.wall_s, run.cpu_s = seed, time.perf_counter() - wall0, _cpu_seconds() - cpu0
+    client = MlflowClient(tracking_uri())
     if run.checkpoint:
         client.set_tag(run.run_id, f"{namespace}.checkpoint", run.checkpoint)
     client.set_tag(run.run_id, f"{namespace}.complete", "true")
