@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,10 +33,11 @@ from typing import Any
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.compare_report import figure, markdown, write_csvs
-from pipelines.eval.compare_runs import ChildRun, child_key, find_finished, read_child, train_child
+from pipelines.eval.compare_runs import NAMESPACE, TAGS, ChildRun, child_key, read_child, untrained_positions
 from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
+from pipelines.eval.sweep import TrainingFailed, experiment_id, train_run
 from pipelines.tracking.store import tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
@@ -151,10 +151,8 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per child otherwise
     config = load_config(args.config)
     callbacks = sweep_callbacks(config, args.factors)
-    data_class = (config.get("data") or {}).get("class_path")
     client = mlflow.MlflowClient(tracking_uri())
-    exp = client.get_experiment_by_name(args.experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(args.experiment)
+    exp_id = experiment_id(client, args.experiment)
     names = "+".join(Path(c).stem for c in args.config)
     tags = {"posenc.compare": "parent"}
     parent = client.create_run(exp_id, run_name=f"compare-{names}", tags=tags).info.run_id
@@ -162,7 +160,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
                        ("seeds", " ".join(map(str, args.seeds))), ("reference", args.reference or labels[0]),
                        ("retain", args.retain)):
         client.log_param(parent, key, value)
-    children = train_all(args, labels, client, exp_id, parent, callbacks, data_class)
+    children = train_all(args, labels, parent, callbacks)
     for c in children:
         if c.ok:
             read_child(client, c)
@@ -175,8 +173,8 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     return parent, cmp, out
 
 
-def train_all(args: argparse.Namespace, labels: list[str], client: Any, exp_id: str, parent: str,
-              callbacks: list[dict[str, Any]], data_class: str | None) -> list[ChildRun]:
+def train_all(args: argparse.Namespace, labels: list[str], parent: str,
+              callbacks: list[dict[str, Any]]) -> list[ChildRun]:
     """Every scheme × seed, seed by seed: reused when finished before, else trained; a scheme the
     task cannot run is skipped for every seed after its first failure. The first child trained also
     scores the task's reference baselines (the same test data for all; slow for some tasks)."""
@@ -191,14 +189,15 @@ def train_all(args: argparse.Namespace, labels: list[str], client: Any, exp_id: 
         if extra:
             print(f"[compare] {lab}: + {' '.join(extra)}", file=sys.stderr)
     n_runs = len(args.seeds) * len(labels)
-    with tempfile.TemporaryDirectory() as tmp, progress_bar(n_runs, "compare", "run", live=False) as bar:
+    with progress_bar(n_runs, "compare", "run", live=False) as bar:
         for seed in args.seeds:
             for lab in labels:
                 if lab in skipped:
                     children.append(ChildRun(lab, seed, None, "skipped", skipped[lab]))
                 else:
-                    run = Path(tmp), client, exp_id, parent, with_baselines(callbacks, first)
-                    child = reuse_or_train(args, layers[lab], lab, seed, keys[lab], data_class, run)
+                    overlay = {"test_after_fit": args.test_after_fit,
+                               "trainer": {"callbacks": with_baselines(callbacks, first)}}
+                    child = reuse_or_train(args, layers[lab], lab, seed, keys[lab], parent, overlay)
                     if child.source == "trained":
                         first = first and not child.ok
                     if not child.ok:
@@ -208,17 +207,23 @@ def train_all(args: argparse.Namespace, labels: list[str], client: Any, exp_id: 
     return children
 
 
-def reuse_or_train(args: argparse.Namespace, layers: list[Path], lab: str, seed: int, key: str,
-                   data_class: str | None, run: tuple[Path, Any, str, str, list[dict[str, Any]]]) -> ChildRun:
-    """A finished child with the same key, scheme and seed (unless ``--retrain``), else a new one."""
-    workdir, client, exp_id, parent, sweep = run
-    found = None if args.retrain else find_finished(client, exp_id, key, lab, seed)
-    if found:
-        print(f"[compare] {lab} (seed {seed}): reusing run {found}", file=sys.stderr)
-        return ChildRun(lab, seed, found, "reused")
-    print(f"[compare] training {lab} (seed {seed})", file=sys.stderr)
-    return train_child(layers, lab, seed, key, parent, args.experiment, sweep, data_class, workdir,
-                       args.test_after_fit)
+def reuse_or_train(args: argparse.Namespace, layers: list[Path], lab: str, seed: int, key: str, parent: str,
+                   overlay: dict[str, Any]) -> ChildRun:
+    """A finished child with the same key, scheme and seed (unless ``--retrain``), else a new one
+    nested under ``parent``; a scheme the task cannot run (a one-line config error) comes back
+    skipped, with the reason."""
+    try:
+        run = train_run(layers, overlay, seed, experiment=args.experiment, run_name=f"{lab}-seed{seed}",
+                        parent_run_id=parent, namespace=NAMESPACE, key=key, tags={TAGS["scheme"]: lab},
+                        reuse=not args.retrain)
+    except TrainingFailed as exc:
+        return ChildRun(lab, seed, None, "skipped", exc.reason)
+    note = untrained_positions(run.module, run.datamodule) if run.module is not None else ""
+    if note:
+        from mlflow import MlflowClient
+
+        MlflowClient(tracking_uri()).set_tag(run.run_id, TAGS["note"], note)
+    return ChildRun(lab, seed, run.run_id, run.source, note=note)
 
 
 def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:

@@ -1,14 +1,14 @@
-"""A comparison child in its own process, for trainers that start several processes (DDP).
+"""A sweep's run in its own process, for trainers that start several processes (DDP).
 
-``pipelines.eval.compare`` trains its children in-process. Lightning's DDP launcher starts the
-other ranks by re-running the *current command* (``python -m <module> <argv>``) — for an in-process
-child that would be the whole comparison, once more per rank. So when a child's trainer launches
-processes (:func:`launches_processes`), the comparison runs it as ``python -m
-pipelines.eval.compare_child --result <file> -- <fit arguments>``: a command whose re-runs are
-exactly the other ranks of that one fit. Rank 0 runs the length sweep of
-:class:`~pipelines.eval.evaluate.ExtrapolationEval` (logged to the child's MLflow run, like any
-child's) and writes the run id into ``<file>``; the comparison reads the sweep back from MLflow, so
-the report is the same as with in-process children.
+:func:`pipelines.eval.sweep.train_run` (compare, claims, forecast_seeds) trains in-process.
+Lightning's DDP launcher starts the other ranks by re-running the *current command* (``python -m
+<module> <argv>``) — for an in-process run that would be the whole comparison, once more per rank.
+So when a run's trainer launches processes (:func:`launches_processes`), the runner starts it as
+``python -m pipelines.eval.compare_child --result <file> -- <fit arguments>``: a command whose
+re-runs are exactly the other ranks of that one fit. Rank 0 runs the length sweep of
+:class:`~pipelines.eval.evaluate.ExtrapolationEval` if the config has one (logged to the run's
+MLflow run, like any run's) and writes the run id and best checkpoint into ``<file>``; the caller
+reads everything else back from MLflow, so the report is the same as with in-process runs.
 """
 
 from __future__ import annotations
@@ -53,24 +53,25 @@ def launches_processes(config: dict[str, Any]) -> bool:
     return torch.cuda.device_count() > 1
 
 
-def run_in_subprocess(fit_args: list[str], result: Path) -> tuple[str | None, str]:
-    """Train one child as its own process group: (its MLflow run id, "") or (None, the reason).
+def run_in_subprocess(fit_args: list[str], result: Path) -> tuple[str | None, str, str | None]:
+    """Train one run as its own process group: (its MLflow run id, "", its best checkpoint or
+    ``None``), or (None, the reason, None).
 
-    The child's sweep (:class:`~pipelines.eval.evaluate.ExtrapolationEval`) is logged to that run
-    by rank 0, where the comparison reads it back like any other child's.
+    The run's length sweep (:class:`~pipelines.eval.evaluate.ExtrapolationEval`) is logged to that
+    run by rank 0, where the caller reads it back like any other run's.
     """
     cmd = [sys.executable, "-m", "pipelines.eval.compare_child", "--result", str(result), "--", *fit_args]
     done = subprocess.run(cmd, check=False)
     if done.returncode != 0 or not result.is_file():
-        return None, f"exit status {done.returncode}"
+        return None, f"exit status {done.returncode}", None
     found = json.loads(result.read_text())
     if not found["swept"]:
-        return None, "training was interrupted"
-    return found["run_id"], ""
+        return None, "training was interrupted", None
+    return found["run_id"], "", found.get("checkpoint")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``--result FILE -- <fit arguments>``: run the fit; rank 0 writes what the comparison needs."""
+    """``--result FILE -- <fit arguments>``: run the fit; rank 0 writes what the runner needs."""
     from pipelines.cli import main as cli_main
     from pipelines.eval.evaluate import ExtrapolationEval
     from pipelines.tracking.store import mlflow_loggers
@@ -83,11 +84,14 @@ def main(argv: list[str] | None = None) -> None:
     trainer = cli.trainer
     if not trainer.is_global_zero:
         return
-    hook = next(c for c in trainer.callbacks if isinstance(c, ExtrapolationEval))
-    if hook.result is None:
+    hook = next((c for c in trainer.callbacks if isinstance(c, ExtrapolationEval)), None)
+    if hook is not None and hook.result is None:
         hook.run(trainer, cli.model)
     run_id = next((lg.run_id for lg in mlflow_loggers(trainer)), None)
-    found = {"run_id": run_id, "swept": hook.result is not None}
+    best = getattr(trainer.checkpoint_callback, "best_model_path", "")
+    best = str(Path(best).resolve()) if best else None  # absolute: the caller may run elsewhere
+    swept = not trainer.interrupted if hook is None else hook.result is not None
+    found = {"run_id": run_id, "swept": swept, "checkpoint": best}
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(found))
     tmp.replace(out)

@@ -1,6 +1,7 @@
-"""The comparison's child runs in MLflow: their key, finding finished ones, training new ones, and
-reading their sweeps back (a comparison's statistics are always read from the runs, so one can be
-extended with more seeds or schemes without retraining the runs it has).
+"""The comparison's child runs in MLflow: their key and reading their sweeps back (a comparison's
+statistics are always read from the runs, so one can be extended with more seeds or schemes
+without retraining the runs it has). They are trained, or finished ones found by their key, by
+:func:`pipelines.eval.sweep.train_run`.
 
 A child is identified by a *key*: a hash of what decides its numbers — the layered config contents
 (comments and the summary-only options ``tolerance``/``retain`` aside), the scheme file, its
@@ -10,28 +11,19 @@ are not hashed: after changing either, start a new experiment (``--experiment``)
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import io
-import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from pipelines.eval.compare_child import launches_processes, run_in_subprocess
-from pipelines.eval.evaluate import ExtrapolationEval, load_config
 from pipelines.eval.extrapolation import ROPE_VARIANTS, TRAINED, adapter_for
 from pipelines.eval.report import PREFIX
-from pipelines.tracking.store import mlflow_loggers, tracking_uri
-from posenc.registry import import_class
+from pipelines.eval.sweep import config_key, read_layers
 
-TAGS = {"key": "posenc.compare.key", "scheme": "posenc.compare.scheme", "seed": "posenc.compare.seed",
-        "complete": "posenc.compare.complete", "note": "posenc.compare.note"}
+NAMESPACE = "posenc.compare"  # the children's tags (key, seed, complete: set by the sweep runner)
+TAGS = {name: f"{NAMESPACE}.{name}" for name in ("key", "scheme", "seed", "complete", "note")}
 #: ExtrapolationEval options that change no number of the child's sweep (so not part of its key)
 SUMMARY_ONLY = ("tolerance", "retain", "baselines")
 
@@ -86,104 +78,10 @@ def _without_summary_options(config: Any) -> Any:
 
 def child_key(layers: Sequence[Path], callbacks: list[dict[str, Any]]) -> str:
     """Hash of the parsed YAML ``layers`` (in order) and the sweep ``callbacks`` (16 hex digits)."""
-    parsed = [yaml.safe_load(Path(p).read_text()) or {} for p in layers]
-    blob = json.dumps(_without_summary_options([parsed, callbacks]), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return config_key(_without_summary_options([read_layers(layers), callbacks]))
 
 
-def find_finished(client: Any, experiment_id: str, key: str, scheme: str, seed: int) -> str | None:
-    """The newest FINISHED, completely swept child with this key, scheme and seed, or ``None``."""
-    runs = client.search_runs(
-        [experiment_id],
-        filter_string=f"tags.`{TAGS['key']}` = '{key}' and tags.`{TAGS['complete']}` = 'true' "
-        "and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"],
-    )
-    for run in runs:
-        tags = run.data.tags
-        if tags.get(TAGS["scheme"]) == scheme and tags.get(TAGS["seed"]) == str(seed):
-            return run.info.run_id
-    return None
-
-
-# ----------------------------------------------------------------------------- training one child
-def seed_overlay(data_class: str | None, seed: int) -> dict[str, Any]:
-    """``seed_everything`` and, when the datamodule takes a ``seed`` (sampling order, augmentation),
-    ``data.init_args.seed`` too: one seed fixes initialisation and data order, the same for every
-    scheme."""
-    import inspect
-
-    out: dict[str, Any] = {"seed_everything": seed}
-    if data_class:
-        params = inspect.signature(import_class(data_class, what="datamodule class")).parameters
-        if "seed" in params:
-            out["data"] = {"init_args": {"seed": seed}}
-    return out
-
-
-class _Tee(io.TextIOBase):
-    """Write to the real stderr and remember the last ``error: …`` line."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream, self.error = stream, ""
-
-    def write(self, text: str) -> int:
-        for line in text.splitlines():
-            if line.startswith("error: "):
-                self.error = line[len("error: "):]
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-
-def train_child(layers: list[Path], scheme: str, seed: int, key: str, parent: str, experiment: str,
-                callbacks: list[dict[str, Any]], data_class: str | None, workdir: Path,
-                test_after_fit: bool) -> ChildRun:
-    """Train one scheme × seed with the CLI as a run nested under ``parent`` and sweep it; a scheme
-    the task cannot run (a one-line config error) comes back skipped, with the reason."""
-    from pipelines.cli import main as cli_main
-
-    tags = {"mlflow.parentRunId": parent, TAGS["key"]: key, TAGS["scheme"]: scheme, TAGS["seed"]: str(seed)}
-    logger = {"class_path": "lightning.pytorch.loggers.MLFlowLogger",
-              "init_args": {"experiment_name": experiment, "tracking_uri": tracking_uri(),
-                            "run_name": f"{scheme}-seed{seed}", "log_model": True, "tags": tags}}
-    overlay = workdir / f"{scheme}-seed{seed}.yaml"
-    overlay.write_text(yaml.safe_dump({**seed_overlay(data_class, seed), "test_after_fit": test_after_fit,
-                                       "trainer": {"logger": logger, "callbacks": callbacks}}))
-    args = ["fit", *[a for p in [*layers, overlay] for a in ("--config", str(p))]]
-    command = " ".join(["python -m pipelines.train", *args[:-2], f"--seed_everything={seed}"])
-    if launches_processes(load_config([*map(str, layers), str(overlay)])):  # DDP: the ranks re-run a command
-        return train_in_subprocess(scheme, seed, args, workdir / f"{scheme}-seed{seed}.result")
-    tee = _Tee(sys.stderr)
-    try:
-        with contextlib.redirect_stderr(tee):
-            cli = cli_main(args, command=command)  # the model card: how to retrain this child alone
-    except SystemExit as exc:  # a config error, printed as one line by the CLI
-        return ChildRun(scheme, seed, None, "skipped", tee.error or f"exit status {exc.code}")
-    run_id = next((lg.run_id for lg in mlflow_loggers(cli.trainer)), None)
-    hook = next(c for c in cli.trainer.callbacks if isinstance(c, ExtrapolationEval))
-    if hook.result is None:
-        hook.run(cli.trainer, cli.model)
-    client = next(lg.experiment for lg in mlflow_loggers(cli.trainer))
-    note = untrained_positions(cli.model, cli.datamodule)
-    if note:
-        client.set_tag(run_id, TAGS["note"], note)
-    client.set_tag(run_id, TAGS["complete"], "true")
-    return ChildRun(scheme, seed, run_id, "trained", note=note)
-
-
-def train_in_subprocess(scheme: str, seed: int, args: list[str], result: Path) -> ChildRun:
-    """A child whose trainer starts several processes (DDP), as its own command (``compare_child``)."""
-    from mlflow import MlflowClient
-
-    run_id, error = run_in_subprocess(args, result)
-    if run_id is None:
-        return ChildRun(scheme, seed, None, "skipped", error)
-    MlflowClient(tracking_uri()).set_tag(run_id, TAGS["complete"], "true")
-    return ChildRun(scheme, seed, run_id, "trained")
-
-
+# ----------------------------------------------------------------------------- notes on a child
 def untrained_positions(module: Any, dm: Any) -> str:
     """A note when the encoding defines positions the model never saw in training (a learned table
     longer than the training length: its extra rows never received a gradient), else ``""``."""

@@ -1,31 +1,32 @@
-"""A forecaster against its baselines over seeds: train one config at several seeds (each a normal
-``pipelines.train fit`` run, sequentially), read every run's test metrics and the baselines logged
+"""A forecaster against its baselines over seeds: train one config at several seeds (sequentially,
+each a child of one parent run in experiment ``posenc-forecast-seeds``, through the sweep runner
+:func:`pipelines.eval.sweep.train_run`), read every run's test metrics and the baselines logged
 beside it from MLflow, and print the paired comparison (mean ± 95 % Student-t interval over seeds).
 
     python -m pipelines.eval.forecast_seeds --config configs/ts_forecast.yaml --seeds 0 1 2
     python -m pipelines.eval.forecast_seeds --runs <run id> <run id> <run id>   # no training
 
 Arguments after ``--`` go to every training run unchanged (e.g. ``-- --data.init_args.path=x.csv``).
-The table has, for MSE and MAE, the model's mean ± CI and, for each baseline, its mean and the paired
-difference model − baseline (± CI, and relative to the baseline's mean). A difference is *called*
-only when its interval excludes 0. Wall and CPU seconds of each training run are logged too.
+A seed already trained with the same configs and arguments (a FINISHED child of an earlier call in
+the experiment) is reused unless ``--retrain``. The table has, for MSE and MAE, the model's mean ± CI
+and, for each baseline, its mean and the paired difference model − baseline (± CI, and relative to
+the baseline's mean). A difference is *called* only when its interval excludes 0. Wall and CPU
+seconds of each run trained now are shown too; the table goes onto the parent run (``seeds.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import resource
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pipelines.eval.statistics import estimate, paired_difference
 from pipelines.tracking.store import tracking_uri
 from posenc import PosencError
 
+NAMESPACE = "posenc.forecast_seeds"  # the parent's and the children's tags
 BASELINES = ("linear", "linear_ar", "seasonal_naive", "dlinear")
 METRICS = ("mse", "mae")
 
@@ -53,32 +54,30 @@ def read_run(run_id: str, wall_s: float = float("nan"), cpu_s: float = float("na
     return SeedRun(run_id, dict(run.data.metrics), wall_s, cpu_s, dict(run.data.params))
 
 
-def newest_run(experiment: str = "posenc") -> str | None:
-    """The id of the most recently started run of ``experiment`` (``None``: none yet)."""
+def train_seeds(config: list[str], seeds: list[int], extra: list[str], experiment: str,
+                retrain: bool) -> tuple[str, list[SeedRun]]:
+    """Train ``config`` (+ ``extra`` CLI arguments) at every seed as children of a new parent run
+    (initialisation and training-window order seeded as ``pipelines.eval.compare`` seeds them)."""
+    from pipelines.eval.sweep import config_key, experiment_id, read_layers, train_run
+
     client = _client()
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return None
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)
-    return runs[0].info.run_id if runs else None
-
-
-def train_seed(config: list[str], seed: int, extra: list[str]) -> SeedRun:
-    """Run ``pipelines.train fit`` at ``seed`` (initialisation and training-window order, as
-    ``pipelines.eval.compare`` seeds them); its run read back with wall and CPU seconds."""
-    before = newest_run()
-    cmd = [sys.executable, "-m", "pipelines.train", "fit", *[a for c in config for a in ("--config", c)],
-           f"--seed_everything={seed}", f"--data.init_args.seed={seed}", *extra]  # init and data order
-    print("$", " ".join(cmd), flush=True)
-    usage0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    done = subprocess.run(cmd, env=os.environ.copy(), check=False)
-    wall = time.perf_counter() - t0
-    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
-    after = newest_run()
-    if done.returncode != 0 or after is None or after == before:
-        raise PosencError(f"training at seed {seed} failed (exit status {done.returncode}); see its output")
-    return read_run(after, wall, cpu)
+    exp_id = experiment_id(client, experiment)
+    names = "+".join(Path(c).stem for c in config)
+    parent = client.create_run(exp_id, run_name=f"seeds-{names}", tags={NAMESPACE: "parent"}).info.run_id
+    for name, value in (("configs", " ".join(config)), ("seeds", " ".join(map(str, seeds))),
+                        ("arguments", " ".join(extra)[:6000])):
+        client.log_param(parent, name, value)
+    key = config_key([read_layers(config), extra])
+    runs = []
+    for seed in seeds:
+        try:
+            run = train_run(config, extra, seed, experiment=experiment, run_name=f"{names}-seed{seed}",
+                            parent_run_id=parent, namespace=NAMESPACE, key=key, reuse=not retrain)
+        except PosencError:
+            client.set_terminated(parent, "FAILED")
+            raise
+        runs.append(SeedRun(run.run_id, run.metrics, run.wall_s, run.cpu_s))
+    return parent, runs
 
 
 def comparison(runs: list[SeedRun]) -> list[dict[str, object]]:
@@ -105,6 +104,11 @@ def decimals(value: float) -> int:
     return max(1, 3 - math.floor(math.log10(abs(value))))
 
 
+def _seconds(value: float) -> str:
+    """Whole seconds, or ``–`` for a run not trained now (read or reused)."""
+    return "–" if math.isnan(value) else f"{value:.0f}"
+
+
 def table(runs: list[SeedRun]) -> str:
     """The comparison as a Markdown table, then the runs with their seconds."""
     lines = ["| metric | baseline | model (mean ± CI) | baseline (mean ± CI) | model − baseline (± CI) "
@@ -115,7 +119,7 @@ def table(runs: list[SeedRun]) -> str:
                      f"| {row['base'].text(d)} | {row['diff'].text(d)} | {100 * row['relative']:+.1f} % | "
                      f"{'yes' if row['called'] else 'no'} |")
     lines += ["", "| run | wall s | CPU s |", "|---|---|---|"]
-    lines += [f"| {r.run_id} | {r.wall_s:.0f} | {r.cpu_s:.0f} |" for r in runs]
+    lines += [f"| {r.run_id} | {_seconds(r.wall_s)} | {_seconds(r.cpu_s)} |" for r in runs]
     return "\n".join(lines)
 
 
@@ -128,13 +132,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", action="append", default=[], help="training config (repeatable)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--runs", nargs="+", help="read these MLflow runs instead of training")
+    parser.add_argument("--experiment", default="posenc-forecast-seeds", help="MLflow experiment")
+    parser.add_argument("--retrain", action="store_true", help="train every seed, reusing no finished run")
     args = parser.parse_args(own)
     try:
         if not args.runs and not args.config:
             raise PosencError("give --config (to train) or --runs (to read finished runs)")
-        runs = [read_run(r) for r in args.runs] if args.runs else \
-            [train_seed(args.config, s, extra) for s in args.seeds]
-        print(table(runs))
+        if args.runs:
+            print(table([read_run(r) for r in args.runs]))
+            return 0
+        from pipelines.eval.evaluate import load_config
+
+        load_config(args.config)  # a missing or broken file: one line, before any run
+        parent, runs = train_seeds(args.config, args.seeds, extra, args.experiment, args.retrain)
+        text = table(runs)
+        _client().log_text(parent, text, "seeds.md")
+        _client().set_terminated(parent, "FINISHED")
+        print(f"{text}\n\nMLflow parent run {parent} (experiment {args.experiment})")
     except PosencError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

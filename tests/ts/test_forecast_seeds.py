@@ -30,3 +30,31 @@ def test_the_table_shows_about_four_significant_digits():
     text = table([seed_run(i, 8.0 + i, 2.9) for i in range(3)])
     assert "| mse | linear | 9.00 ± 2.48 | 10.00 ± 0.00 | -1.00 ± 2.48 | -10.0 % | no |" in text
     assert "| run2 | 22 | 30 |" in text
+
+
+@pytest.mark.slow  # three tiny forecaster fits through the sweep runner
+def test_seeds_are_children_of_one_parent_and_a_rerun_trains_only_new_seeds(tmp_path, series_csv, capsys):
+    from pipelines.eval.forecast_seeds import NAMESPACE, main
+    from tests.helpers import ROOT, store_client, workdir_with_store
+
+    small = [f"--data.path={series_csv}", "--data.time_col=when", "--data.target_cols=[load]",
+             "--data.covariate_cols=[temp]", "--data.timezone=null", "--data.lookback=24", "--data.horizon=6",
+             "--data.patch_len=4", "--data.eval_stride=8", "--data.batch_size=16",
+             "--data.samples_per_epoch=32",
+             "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=1",
+             "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false", "--register.register=false"]
+    config = ["--config", str(ROOT / "configs" / "ts_forecast.yaml")]
+    with workdir_with_store(tmp_path):
+        assert main([*config, "--seeds", "0", "1", "--", *small]) == 0
+        assert main([*config, "--seeds", "0", "1", "2", "--", *small]) == 0
+    out = capsys.readouterr().out
+    assert "| mse | linear | " in out and "| – | – |" in out  # reused seeds: no seconds of their own
+    client = store_client(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("posenc-forecast-seeds").experiment_id])
+    parents = sorted((r for r in runs if r.data.tags.get(NAMESPACE) == "parent"),
+                     key=lambda r: r.info.start_time)
+    assert [p.info.status for p in parents] == ["FINISHED", "FINISHED"]
+    seeds = [sorted(r.data.tags[f"{NAMESPACE}.seed"] for r in runs
+                    if r.data.tags.get("mlflow.parentRunId") == p.info.run_id) for p in parents]
+    assert seeds == [["0", "1"], ["2"]]  # seeds 0 and 1 of the first call reused by the second
+    assert {a.path for a in client.list_artifacts(parents[1].info.run_id)} == {"seeds.md"}

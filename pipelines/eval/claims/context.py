@@ -1,53 +1,33 @@
-"""Training children for the claim experiments: one LightningCLI ``fit`` per (task, scheme, seed),
-logged as a nested MLflow run of the experiment's parent run in experiment ``posenc-claims``.
+"""Training children for the claim experiments: one ``fit`` per (task, scheme, seed) through the
+sweep runner (:func:`pipelines.eval.sweep.train_run`), logged as a nested MLflow run of the
+experiment's parent run in experiment ``posenc-claims``.
 
-Children are trained in this process through :func:`pipelines.cli.main`, exactly as
-``python -m pipelines.train fit --config <task> [--config <scheme>] --config <overlay>`` would,
-with registration, resume checkpoints and model logging off (the experiments keep the trained
-module in memory). Within one suite run a child with the same task, scheme, seed and overrides is
-trained once: later experiments get a run of their own under their parent that points to it
-(tag ``posenc.claims.trained_in``) and carries a copy of its metrics.
+Children are trained in this process, exactly as ``python -m pipelines.train fit --config <task>
+--config <overlay>`` would, with registration, resume checkpoints and model logging off (the
+experiments keep the trained module in memory). Within one suite run a child with the same task,
+scheme, seed and overrides is trained once: later experiments get a run of their own under their
+parent that points to it (tag ``posenc.claims.trained_in``) and carries a copy of its metrics.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
-import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pipelines.eval.evaluate import ExtrapolationEval, _merge, load_config
-from pipelines.eval.extrapolation import Extrapolation
-from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from pipelines.eval.evaluate import _merge, load_config
+from pipelines.eval.sweep import TrainedRun, config_key, read_layers, train_run
 from posenc import PosencError
 
 ROOT = Path(__file__).resolve().parents[3]
 EXPERIMENT = "posenc-claims"
+NAMESPACE = "posenc.claims"  # the children's tags
 #: what ``--smoke`` lays over every child: two batches of everything (not 1: the CLI reads an
 #: integer 1 as the fraction 1.0, i.e. every batch)
 SMOKE = {
     "trainer": {"limit_train_batches": 2, "limit_val_batches": 2, "limit_test_batches": 2, "max_epochs": 1}
 }
-
-
-@dataclass
-class Trained:
-    """A trained child: its MLflow run, the module and datamodule (in memory), its sweep result."""
-
-    label: str
-    seed: int
-    run_id: str | None
-    module: Any
-    datamodule: Any
-    sweep: Extrapolation | None
-    seconds: float
 
 
 @dataclass
@@ -60,7 +40,7 @@ class Context:
     parent: str
     out: Path
     smoke: bool = False
-    cache: dict[str, Trained] = field(default_factory=dict)
+    cache: dict[tuple[str, int], TrainedRun] = field(default_factory=dict)
     children: list[str] = field(default_factory=list)
 
     def max_batches(self, n: int | None) -> int | None:
@@ -79,80 +59,44 @@ class Context:
         label: str,
         overrides: dict | None = None,
         test: bool = False,
-    ) -> Trained:
+    ) -> TrainedRun:
         """Fit ``task`` (a YAML path) with ``scheme`` (a ``configs/posenc`` name, a YAML path or an
         encoding spec) and ``overrides`` (merged over the task), seed ``seed``; cached per suite run."""
-        task_cfg = load_config([str(resolve(task))])
         pe = scheme_spec(scheme)
-        key = hashlib.sha256(
-            json.dumps(
-                [task_cfg, pe, seed, overrides, test, self.smoke], sort_keys=True, default=str
-            ).encode()
-        ).hexdigest()[:16]
-        if key in self.cache:
-            return self._alias(self.cache[key], label)
+        layers = [resolve(task)]
+        key = config_key([read_layers(layers), pe, overrides, test, self.smoke])
+        if (key, seed) in self.cache:
+            return self._alias(self.cache[key, seed], label)
         overlay = _merge(overrides or {}, {"model": {"init_args": {"pe": pe}}} if pe is not None else {})
-        overlay = _merge(overlay, self._overlay(seed, label, test))
+        overlay = _merge(overlay, self._overlay(test))
         if self.smoke:
             overlay = _merge(overlay, SMOKE)
-        start = time.perf_counter()
-        print(f"[claims:{self.name}] training {label} (seed {seed})", file=sys.stderr)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "overlay.yaml"
-            path.write_text(yaml.safe_dump(overlay))
-            cli = cli_fit(["--config", str(resolve(task)), "--config", str(path)], label)
-        run_id = next((lg.run_id for lg in mlflow_loggers(cli.trainer)), None)
-        hook = next((c for c in cli.trainer.callbacks if isinstance(c, ExtrapolationEval)), None)
-        found = Trained(
-            label,
-            seed,
-            run_id,
-            cli.model.eval(),
-            cli.datamodule,
-            hook.result if hook is not None else None,
-            time.perf_counter() - start,
-        )
-        self.cache[key] = found
-        self.children.append(run_id)
+        tags = {f"{NAMESPACE}.experiment": self.name, f"{NAMESPACE}.label": label}
+        found = train_run(  # never reused from MLflow: the experiments need the module in memory
+            layers, overlay, seed, experiment=EXPERIMENT, run_name=f"{self.name}:{label}:seed{seed}",
+            parent_run_id=self.parent, namespace=NAMESPACE, key=key, tags=tags, reuse=False, log_model=False)
+        found.module.eval()
+        self.cache[key, seed] = found
+        self.children.append(found.run_id)
         return found
 
-    def _overlay(self, seed: int, label: str, test: bool) -> dict[str, Any]:
-        tags = {
-            "mlflow.parentRunId": self.parent,
-            "posenc.claims.experiment": self.name,
-            "posenc.claims.label": label,
-            "posenc.claims.seed": str(seed),
-        }
-        logger = {
-            "class_path": "lightning.pytorch.loggers.MLFlowLogger",
-            "init_args": {
-                "experiment_name": EXPERIMENT,
-                "tracking_uri": tracking_uri(),
-                "run_name": f"{self.name}:{label}:seed{seed}",
-                "log_model": False,
-                "tags": tags,
-            },
-        }
+    def _overlay(self, test: bool) -> dict[str, Any]:
+        """No registration, resume or checkpoints: the experiments keep the trained module in memory."""
         return {
-            "seed_everything": seed,
             "test_after_fit": test,
             "resume": False,
             "register": {"register": False},
-            "trainer": {
-                "logger": logger,
-                "enable_checkpointing": False,
-                "default_root_dir": str(self.out / "lightning"),
-            },
+            "trainer": {"enable_checkpointing": False, "default_root_dir": str(self.out / "lightning")},
         }
 
-    def _alias(self, source: Trained, label: str) -> Trained:
+    def _alias(self, source: TrainedRun, label: str) -> TrainedRun:
         """A run under this parent that records which earlier run trained this child."""
         tags = {
             "mlflow.parentRunId": self.parent,
-            "posenc.claims.experiment": self.name,
-            "posenc.claims.label": label,
-            "posenc.claims.seed": str(source.seed),
-            "posenc.claims.trained_in": str(source.run_id),
+            f"{NAMESPACE}.experiment": self.name,
+            f"{NAMESPACE}.label": label,
+            f"{NAMESPACE}.seed": str(source.seed),
+            f"{NAMESPACE}.trained_in": str(source.run_id),
         }
         run = self.client.create_run(
             self.experiment_id, run_name=f"{self.name}:{label}:seed{source.seed}", tags=tags
@@ -163,19 +107,6 @@ class Context:
         self.client.set_terminated(run)
         self.children.append(run)
         return copy.copy(source)
-
-
-def cli_fit(args: list[str], label: str) -> Any:
-    """``pipelines.cli.main(["fit", *args])``; a failing child is a :class:`PosencError`."""
-    from pipelines.cli import main as cli_main
-
-    argv, sys.argv = sys.argv, sys.argv[:1]  # the CLI must not see the runner's own options
-    try:
-        return cli_main(["fit", *args])
-    except SystemExit as exc:  # the CLI already printed the one-line reason
-        raise PosencError(f"training {label} failed (exit status {exc.code}); see the error above") from None
-    finally:
-        sys.argv = argv
 
 
 def resolve(path: str) -> Path:
