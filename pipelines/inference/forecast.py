@@ -191,17 +191,25 @@ def describe_series(dm: Any) -> dict[str, Any]:
 
 
 def example_table(model: Any, dm: Any) -> pd.DataFrame:
-    """The last lookback rows of the training table (original units): the forecaster's input example
-    for the MLflow signature. A series picked out of a long table (``data.select``) keeps the columns
-    that pick it, as the long table a user passes has them."""
+    """The forecaster's input example for the MLflow signature, in the table's original units: the
+    last rows of the training table, as ``make predict`` takes them. A model with ``future_cols``
+    gets ``lookback + horizon`` rows whose last ``horizon`` carry only the time and those known-future
+    columns (targets and the other covariates empty), so the forecast starts after the lookback rows.
+    A series picked out of a long table (``data.select``) keeps the columns that pick it, as the long
+    table a user passes has them."""
     s, data = dm.series, inference_meta(model)["data"]
-    rows = slice(len(s) - int(data["lookback"]), len(s))
+    future = list(data.get("future_cols") or [])
+    H = int(data["horizon"]) if future else 0
+    n = int(data["lookback"]) + H
+    rows = slice(len(s) - n, len(s))
     time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
             else s.time[rows] * s.report.step)
-    n = rows.stop - rows.start
+    unknown = np.arange(n) >= n - H  # (n,) True on the horizon rows: only the known future is filled
     table = {col: [str(value)] * n for col, value in (data.get("select") or {}).items()}
     if data["time_col"] is not None:  # None: row order
         table[data["time_col"]] = np.asarray(time)
-    table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
-    table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
+    table.update({c: np.where(unknown, np.nan, s.targets[rows, j])
+                  for j, c in enumerate(data["target_cols"])})
+    table.update({c: np.where(unknown & (c not in future), np.nan, s.covariates[rows, j])
+                  for j, c in enumerate(data["covariate_cols"])})
     return pd.DataFrame(table)
