@@ -60,6 +60,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """The numeric options in range: a one-line :class:`PosencError` naming the first one that is not."""
+    least = {"batch_size": 1, "every": 1, "mask_every": 1, "window": 0, "overlap": 0, "min_length": 0}
+    for name, low in least.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise PosencError(f"--{name} must be ≥ {low}, got {value}")
+
+
 def output_kind(path: Path) -> tuple[str, str]:
     """(kind, separator): ``table`` (tab or comma), ``gff`` or ``bed`` from the suffix."""
     suffix = Path(path.name.removesuffix(".gz")).suffix.lower()
@@ -164,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     configure(args.verbose, args.progress and not args.no_progress)
     before, warnings.formatwarning = warnings.formatwarning, lambda message, *a, **k: f"warning: {message}\n"
     try:
+        check_options(args)
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
         out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
