@@ -147,6 +147,13 @@ def unwritable_folder(tmp: Path) -> Path:
     return Path("/sys")
 
 
+def test_an_output_that_is_a_pipe_is_not_replaced_by_a_file(work, capsys):
+    os.mkfifo(work / "out.tsv")  # like /dev/null or /dev/stdout: not a file to rename over
+    assert predict("--ckpt", "lm.ckpt", "--input", "new.fa", "--output", "out.tsv", "--overwrite") == 2
+    assert one_error(capsys) == "error: out.tsv: the output exists and is not a regular file; name a file"
+    assert stat.S_ISFIFO((work / "out.tsv").stat().st_mode) and not leftovers(work)
+
+
 @pytest.mark.parametrize("case", ["folder", "missing parent", "unwritable parent"])
 def test_an_output_that_cannot_be_written_is_refused_before_the_model_loads(work, capsys, case):
     (work / "outdir").mkdir()

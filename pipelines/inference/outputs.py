@@ -1,10 +1,10 @@
 """Where ``python -m pipelines.inference.predict`` writes: the output checked before the run, written
 to a temporary file beside it and renamed into place at the end.
 
-* :func:`check_output` (before the model loads): the output is not a folder, its folder exists and
-  takes a new file, it is none of the inputs (same file after symlinks and hard links), and an
-  existing file is replaced only with ``--overwrite``. A symlinked output is followed: the file it
-  points to is replaced and the link stays.
+* :func:`check_output` (before the model loads): the output is not a folder (nor a device or a
+  pipe), its folder exists and takes a new file, it is none of the inputs (same file after symlinks
+  and hard links), and an existing file is replaced only with ``--overwrite``. A symlinked output is
+  followed: the file it points to is replaced and the link stays.
 * :func:`atomic_output`: a new file gets the umask's mode, a replaced one keeps its own; an error,
   Ctrl-C or SIGTERM (:func:`terminate_on_sigterm`) removes the temporary file, so nothing
   half-written is ever left.
@@ -52,6 +52,8 @@ def check_output(path: str | Path, inputs: list[str | Path], overwrite: bool) ->
     for source in inputs:
         if Path(source).exists() and same_file(target, Path(source)):
             raise PosencError(f"{given}: the output is the input {source}; name another output file")
+    if target.exists() and not target.is_file():  # a device or a pipe is never replaced by a file
+        raise PosencError(f"{given}: the output exists and is not a regular file; name a file")
     if target.exists() and not overwrite:
         raise PosencError(f"{given}: the output exists; {OVERWRITE_HINT}")
     try:  # the folder takes a new file (permissions, read-only file systems, quotas)

@@ -176,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         check_options(args)
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
-        out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
         from pipelines.inference.loading import load_model
 
         with terminate_on_sigterm():
+            out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
             model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
             run = predict_table if model.predict_input == "table" else predict_dna
             print(run(model, args, out), file=sys.stderr)
