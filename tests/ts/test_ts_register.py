@@ -66,7 +66,7 @@ def vic_elec_tail(path: Path, lookback: int, horizon: int) -> Path:
     return path
 
 
-@pytest.mark.slow  # ~1 min on a shared 2-core CPU: vic_elec's 52,608 rows, baselines, two interpreters
+@pytest.mark.slow  # 1.5–4.5 min on the shared 2-core CPU: vic_elec (52,608 rows), two interpreters
 def test_the_shipped_forecaster_registers_and_its_registered_model_predicts_a_csv(tmp_path):
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "PYTHONPATH": str(ROOT)}
