@@ -25,7 +25,7 @@ from datamodules.dna.samples import (
 )
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.paths import resolve_path
-from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
+from datamodules.sampling import EpochSampler, ShardSampler, check_counts, eval_shard, train_shard
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,8 @@ class ClassificationDataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        check_counts(seq_len=(seq_len, 1), batch_size=(batch_size, 1), num_workers=(num_workers, 0),
+                     demo_min_distance=(demo_min_distance, 0))
         lengths = list(eval_lengths) if eval_lengths is not None else [seq_len * f for f in (1, 2, 4)]
         if seq_len < 1 or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or not lengths:
             raise PosencError(f"data.eval_lengths must be an increasing list, got {lengths}")

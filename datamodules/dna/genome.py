@@ -15,7 +15,7 @@ from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.dna.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
 from datamodules.paths import resolve_path
-from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
+from datamodules.sampling import EpochSampler, ShardSampler, check_counts, eval_shard, train_shard
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,8 @@ class GenomeDataModule(L.LightningDataModule):
         super().__init__()
         if seq_len < 2:
             raise PosencError(f"data.seq_len must be at least 2, got {seq_len}")
+        check_counts(batch_size=(batch_size, 1), samples_per_epoch=(samples_per_epoch, 1),
+                     eval_tokens=(eval_tokens, 1), gap=(gap, 0), num_workers=(num_workers, 0))
         lengths = eval_lengths if eval_lengths is not None else [seq_len * f for f in (1, 2, 4, 8)]
         if not lengths or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or lengths[0] < 2:
             raise PosencError(f"data.eval_lengths must be a non-empty increasing list of lengths ≥ 2, "

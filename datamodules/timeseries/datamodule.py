@@ -10,7 +10,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from datamodules.paths import resolve_path
-from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
+from datamodules.sampling import EpochSampler, ShardSampler, check_counts, eval_shard, train_shard
 from datamodules.timeseries.calendar import (
     CALENDAR_FEATURES,
     CalendarFeature,
@@ -35,6 +35,7 @@ from datamodules.timeseries.windows import (
     PositionMode,
     apply_scaler,
     check_length,
+    check_scaled,
     estimate_periods,
     fit_scaler,
     gather_windows,
@@ -147,6 +148,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         super().__init__()
         self._check_settings(lookback, horizon, stride, patch_len, batch_size, eval_stride, eval_lookbacks,
                              positions, nan_policy, train_on_filled)
+        check_counts(samples_per_epoch=(1 if samples_per_epoch is None else samples_per_epoch, 1),
+                     num_workers=(num_workers, 0))
         self.save_hyperparameters()
         self.lookback, self.horizon, self.patch_len = lookback, horizon, patch_len
         self.positions = positions
@@ -224,10 +227,9 @@ class TimeSeriesDataModule(L.LightningDataModule):
         self.target_scaler = fit_scaler(s.targets, s.observed, self.n_train, s.target_cols)
         cov_scaler = fit_scaler(s.covariates, s.cov_observed, self.n_train, s.covariate_cols)
         cal = calendar_features(s.timestamps, calendar, timezone, n_rows=len(s), time_kind=s.report.time_kind)
-        self.targets = apply_scaler(self.target_scaler, s.targets)  # (N, C) float32
-        self.covariates = np.concatenate(
-            [apply_scaler(cov_scaler, s.covariates), cal.astype(np.float32)], axis=1
-        )  # (N, K) float32
+        self.targets = check_scaled(apply_scaler(self.target_scaler, s.targets), s.target_cols, s)  # (N, C)
+        covs = check_scaled(apply_scaler(cov_scaler, s.covariates), s.covariate_cols, s)  # (N, K0) float32
+        self.covariates = np.concatenate([covs, cal.astype(np.float32)], axis=1)  # (N, K) float32
         cal_names = [f"{f}_{fn}" for f in calendar for fn in ("sin", "cos")]
         self.covariate_names = s.covariate_cols + cal_names
 

@@ -36,6 +36,7 @@ from datamodules.timeseries.timestamps import (
 )
 from posenc import PosencError
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 NanPolicy = Literal["interpolate", "ffill", "mask"]
 NAN_POLICIES = ("interpolate", "ffill", "mask")
 
@@ -153,6 +154,10 @@ class Series:
     def __len__(self) -> int:
         return len(self.time)
 
+    def row_label(self, i: int) -> str:
+        """Row ``i`` (in time order) for messages, with its time: ``row 5 (2024-01-01 05:00:00)``."""
+        return f"row {i} ({self.timestamps[i]})" if self.timestamps is not None else f"row {i}"
+
 
 def _numeric_column(df: pd.DataFrame, col: str, source: str, csv: bool) -> np.ndarray:
     """Column ``col`` as float64, NaN where missing; non-numeric values raise naming the row."""
@@ -174,6 +179,12 @@ def _numeric_column(df: pd.DataFrame, col: str, source: str, csv: bool) -> np.nd
     if len(inf):
         raise PosencError(f"{source}: column {col!r} has an infinite value at {row_name(int(inf[0]), csv)}; "
                           f"{fix}")
+    huge = np.flatnonzero(np.abs(values) > FLOAT32_MAX)  # NaN compares False: missing values pass
+    if len(huge):
+        i = int(huge[0])
+        raise PosencError(f"{source}: column {col!r} has the value {values[i]:g} at {row_name(i, csv)}, "
+                          f"beyond float32 (±{FLOAT32_MAX:.3g}), the precision the model computes in; "
+                          f"rescale the column or leave the value empty")
     return values
 
 

@@ -15,7 +15,7 @@ Used after :mod:`datamodules.timeseries.parse` has read and cleaned a series:
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -61,10 +61,30 @@ def apply_scaler(scaler: StandardScaler, values: np.ndarray) -> np.ndarray:
     if values.shape[1] == 0:
         return values.astype(np.float32)
     out = (values - scaler.mean_) / scaler.scale_
-    return np.nan_to_num(out, nan=0.0).astype(np.float32)
+    return to_float32(np.nan_to_num(out, nan=0.0))
+
+
+def to_float32(values: np.ndarray) -> np.ndarray:
+    """``values`` as float32; an overflow becomes inf without numpy's warning (:func:`check_scaled`
+    then names its row and column)."""
+    with np.errstate(over="ignore"):
+        return values.astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------- windows
+def check_scaled(values: np.ndarray, names: list[str], series: Any) -> np.ndarray:
+    """``values`` (N, C), scaled float32 columns ``names`` of ``series`` as the model sees them, or a
+    one-line error naming the first row and column that is not finite (a value far outside the
+    training rows' spread overflows float32 once divided by their standard deviation)."""
+    bad = np.argwhere(~np.isfinite(values))  # (n_bad, 2) row, column
+    if len(bad):
+        i, j = (int(v) for v in bad[0])
+        raise PosencError(f"{series.report.source}: column {names[j]!r} at {series.row_label(i)} is not "
+                          f"finite after scaling by the training rows' mean and standard deviation into "
+                          f"float32; check that value (its units, a typo)")
+    return values
+
+
 def window_starts(
     split: tuple[int, int], lookback: int, horizon: int, stride: int = 1, *, context_from: int = 0
 ) -> np.ndarray:

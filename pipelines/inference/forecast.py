@@ -15,6 +15,7 @@ after the last observed target.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import torch
 from datamodules.timeseries.calendar import calendar_features
 from datamodules.timeseries.parse import parse_series, read_table
 from datamodules.timeseries.select import future_columns, select_rows
-from datamodules.timeseries.windows import fit_scaler
+from datamodules.timeseries.windows import check_scaled, fit_scaler, to_float32
 from pipelines.inference.windows import inference_meta
 from posenc import PosencError
 
@@ -50,16 +51,18 @@ def prepare(model: torch.nn.Module, data: pd.DataFrame | str | Path) -> tuple:
                      nan_policy=cfg.get("nan_policy", "interpolate"),
                      fill_gaps=bool(cfg.get("fill_gaps", False)), duplicates=cfg.get("duplicates", "error"))
     x = (s.targets - np.asarray(cfg["target_loc"])) / np.asarray(cfg["target_scale"])  # (N, C)
+    x = check_scaled(to_float32(np.nan_to_num(x, nan=0.0)), s.target_cols, s)
     cov = s.covariates
     if cov.shape[1]:
         cov = (cov - np.asarray(cfg["cov_loc"])) / np.asarray(cfg["cov_scale"])  # (N, K0)
+    cov = check_scaled(to_float32(np.nan_to_num(cov, nan=0.0)), s.covariate_cols, s)
     cal = calendar_features(s.timestamps, list(cfg.get("calendar") or []), cfg.get("timezone"),
                             n_rows=len(s), time_kind=s.report.time_kind)
-    cov = np.concatenate([np.nan_to_num(cov, nan=0.0), cal], axis=1)  # (N, K)
+    cov = np.concatenate([cov, cal.astype(np.float32)], axis=1)  # (N, K)
     if s.timestamps is None:  # numeric time: keep the first value to write times in the column's units
         col = cfg["time_col"]  # None: row order, times are row numbers
         cfg["_time0"] = float(pd.to_numeric(df[col]).min()) if col is not None else 0.0
-    return s, np.nan_to_num(x, nan=0.0).astype(np.float32), cov.astype(np.float32), cfg
+    return s, x, cov, cfg
 
 
 def forecast_times(s: Any, df_time0: float | None, idx: np.ndarray) -> list:
@@ -103,10 +106,7 @@ def predict_forecast(
     if L % model.patch_len:
         raise PosencError(f"lookback {L} is not a multiple of the model's patch_len={model.patch_len}")
     H = model.horizon
-    n = int(np.flatnonzero(s.observed.all(axis=1))[-1]) + 1 if s.observed.all(axis=1).any() else len(s)
-    if n < L:
-        raise PosencError(f"{s.report.source}: {n} rows, fewer than the lookback of {L} rows")
-    taus = np.arange(n, L - 1, -int(every))[::-1] if every else np.array([n])
+    taus = forecast_origins(model, s, cfg, L, every)
     known = future_inputs(model, s, cov, cfg, taus)  # (B, H, F) or None
     names = list(cfg["target_cols"])
     frames = []
@@ -122,11 +122,40 @@ def predict_forecast(
         with torch.inference_mode():
             y = model(torch.as_tensor(x[rows], device=dev), torch.as_tensor(cov[rows], device=dev),
                       pos.to(dev), fut).float().cpu().numpy()  # (B, H, C) scaled
-        y = y * np.asarray(cfg["target_scale"]) + np.asarray(cfg["target_loc"])
+        y = y * np.asarray(cfg["target_scale"]) + np.asarray(cfg["target_loc"])  # (B, H, C)
+        check_forecast(y, s, chunk, names)
         frames += [_rows(s, cfg, tau, y[i], names, H) for i, tau in enumerate(chunk)]
         if progress is not None:
             progress(len(chunk))
     return pd.concat(frames, ignore_index=True)
+
+
+def forecast_origins(model: torch.nn.Module, s: Any, cfg: dict, L: int, every: int | None) -> np.ndarray:
+    """The forecast origins (rows after each lookback): after the last row with every target, and
+    with ``every`` at rolling origins counted back from there. Trailing rows without targets move the
+    origin back, which is said (a warning) unless they are the known-future rows the model reads."""
+    if every is not None and every < 1:
+        raise PosencError(f"every must be ≥ 1 (rows between forecast origins), got {every}")
+    seen = s.observed.all(axis=1)  # (N,) rows with every target
+    n = int(np.flatnonzero(seen)[-1]) + 1 if seen.any() else len(s)
+    if n < L:
+        raise PosencError(f"{s.report.source}: {n} rows, fewer than the lookback of {L} rows")
+    trailing = len(s) - n
+    if trailing and not (cfg.get("future_cols") and trailing <= model.horizon):
+        warnings.warn(f"{s.report.source}: the last {trailing} row(s) lack a value of "
+                      f"{', '.join(s.target_cols)}: the forecast origin is {s.row_label(n - 1)}, the last "
+                      f"row with every target", stacklevel=3)
+    return np.arange(n, L - 1, -int(every))[::-1] if every else np.array([n])
+
+
+def check_forecast(y: np.ndarray, s: Any, taus: np.ndarray, names: list[str]) -> None:
+    """A one-line error when forecasts ``y`` (B, H, C) from origins ``taus`` (B,) hold NaN or inf."""
+    bad = np.argwhere(~np.isfinite(y))  # (n_bad, 3) origin, step, target
+    if len(bad):
+        b, h, c = (int(v) for v in bad[0])
+        origin = s.row_label(int(taus[b]) - 1)
+        raise PosencError(f"{s.report.source}: the forecast of {names[c]!r} from {origin} is not finite at "
+                          f"step {h + 1} (the model overflowed); nothing was written")
 
 
 def future_inputs(model: torch.nn.Module, s: Any, cov: np.ndarray, cfg: dict,
@@ -193,17 +222,25 @@ def describe_series(dm: Any) -> dict[str, Any]:
 
 
 def example_table(model: Any, dm: Any) -> pd.DataFrame:
-    """The last lookback rows of the training table (original units): the forecaster's input example
-    for the MLflow signature. A series picked out of a long table (``data.select``) keeps the columns
-    that pick it, as the long table a user passes has them."""
+    """The forecaster's input example for the MLflow signature, in the table's original units: the
+    last rows of the training table, as ``make predict`` takes them. A model with ``future_cols``
+    gets ``lookback + horizon`` rows whose last ``horizon`` carry only the time and those known-future
+    columns (targets and the other covariates empty), so the forecast starts after the lookback rows.
+    A series picked out of a long table (``data.select``) keeps the columns that pick it, as the long
+    table a user passes has them."""
     s, data = dm.series, inference_meta(model)["data"]
-    rows = slice(len(s) - int(data["lookback"]), len(s))
+    future = list(data.get("future_cols") or [])
+    H = int(data["horizon"]) if future else 0
+    n = int(data["lookback"]) + H
+    rows = slice(len(s) - n, len(s))
     time = (s.timestamps[rows].map(lambda t: t.isoformat()) if s.timestamps is not None
             else s.time[rows] * s.report.step)
-    n = rows.stop - rows.start
+    unknown = np.arange(n) >= n - H  # (n,) True on the horizon rows: only the known future is filled
     table = {col: [str(value)] * n for col, value in (data.get("select") or {}).items()}
     if data["time_col"] is not None:  # None: row order
         table[data["time_col"]] = np.asarray(time)
-    table.update({c: s.targets[rows, j] for j, c in enumerate(data["target_cols"])})
-    table.update({c: s.covariates[rows, j] for j, c in enumerate(data["covariate_cols"])})
+    table.update({c: np.where(unknown, np.nan, s.targets[rows, j])
+                  for j, c in enumerate(data["target_cols"])})
+    table.update({c: np.where(unknown & (c not in future), np.nan, s.covariates[rows, j])
+                  for j, c in enumerate(data["covariate_cols"])})
     return pd.DataFrame(table)

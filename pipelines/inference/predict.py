@@ -20,13 +20,8 @@ window) and are stitched (see :mod:`pipelines.inference.loading`). ``.gz`` outpu
 from __future__ import annotations
 
 import argparse
-import gzip
-import os
 import sys
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,11 +30,11 @@ import pandas as pd
 
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure
+from pipelines.inference.outputs import atomic_output, check_output, terminate_on_sigterm
 from posenc import PosencError
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
 INTERVAL_SUFFIXES = (".gff", ".gff3", ".bed")
-GZIP_LEVEL = 6
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,6 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--ckpt", required=True, help="checkpoint path, MLflow run id, or runs:/… / models:/… URI")
     add("--input", required=True, help="FASTA/GenBank (DNA tasks) or CSV/parquet (forecasting)")
     add("--output", required=True, help=".tsv/.csv (optionally .gz); .gff/.gff3/.bed for segmentation")
+    add("--overwrite", action="store_true", help="replace an existing output file (its mode is kept)")
     add("--batch_size", type=int, default=32, help="windows (or forecasts) per forward pass")
     add("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     add("--window", type=int, default=None,
@@ -64,24 +60,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-@contextmanager
-def atomic_output(path: Path) -> Iterator[IO[str]]:
-    """A text handle on a temporary file next to ``path``, renamed to ``path`` only on success."""
-    if not path.parent.is_dir():
-        raise PosencError(f"{path}: output folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(fd)
-    try:
-        if path.suffix == ".gz":  # level 6: the size of level 9 here at a quarter of the CPU time
-            fh = gzip.open(tmp, "wt", newline="", compresslevel=GZIP_LEVEL)
-        else:
-            fh = open(tmp, "w", newline="")
-        with fh:
-            yield fh
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def check_options(args: argparse.Namespace) -> None:
+    """The numeric options in range: a one-line :class:`PosencError` naming the first one that is not."""
+    least = {"batch_size": 1, "every": 1, "mask_every": 1, "window": 0, "overlap": 0, "min_length": 0}
+    for name, low in least.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise PosencError(f"--{name} must be ≥ {low}, got {value}")
 
 
 def output_kind(path: Path) -> tuple[str, str]:
@@ -153,7 +138,7 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
     else:
         records = ([r] for r in records)
     n_records = n_rows = 0
-    with atomic_output(out) as fh:
+    with atomic_output(out, args.overwrite) as fh:
         table = TableWriter(fh, sep)
         for group in records:
             total, desc = sum(len(c) for _, c in group), group[0][0] if len(group) == 1 else "records"
@@ -177,7 +162,7 @@ def predict_table(model: Any, args: argparse.Namespace, out: Path) -> str:
     with progress_bar(None, "forecasting", unit="forecast") as bar:
         frame = model.predict(Path(args.input), lookback=args.window, every=args.every,
                               batch_size=args.batch_size, progress=bar.update)
-    with atomic_output(out) as fh:
+    with atomic_output(out, args.overwrite) as fh:
         TableWriter(fh, sep).write(frame)
     return f"{frame['origin'].nunique()} forecast(s) × {model.horizon} steps → {out}"
 
@@ -188,14 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     configure(args.verbose, args.progress and not args.no_progress)
     before, warnings.formatwarning = warnings.formatwarning, lambda message, *a, **k: f"warning: {message}\n"
     try:
+        check_options(args)
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
         from pipelines.inference.loading import load_model
 
-        model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
-        out = Path(args.output)
-        run = predict_table if model.predict_input == "table" else predict_dna
-        print(run(model, args, out), file=sys.stderr)
+        with terminate_on_sigterm():
+            out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
+            model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
+            run = predict_table if model.predict_input == "table" else predict_dna
+            print(run(model, args, out), file=sys.stderr)
     except PosencError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
