@@ -48,8 +48,9 @@ def read_secret_file(path: Path, what: str) -> str:
     try:
         mode = path.stat().st_mode
         text = path.read_text().strip()
-    except OSError as exc:
-        raise PosencError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not a text file"
+        raise PosencError(f"{path}: cannot read the {what} ({reason})") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise PosencError(f"{path}: the {what} file is readable by other users; run chmod 600 {path}")
     if not text:
