@@ -142,6 +142,22 @@ def check_args(args: argparse.Namespace) -> list[str]:
     return labels
 
 
+def experiment_id(client: Any, name: str) -> str:
+    """The id of experiment ``name``, created if missing; two comparisons started together may both
+    try to create it, and the second then takes the first one's."""
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(name).experiment_id
+
+
 def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     import mlflow
 
@@ -153,8 +169,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     callbacks = sweep_callbacks(config, args.factors)
     data_class = (config.get("data") or {}).get("class_path")
     client = mlflow.MlflowClient(tracking_uri())
-    exp = client.get_experiment_by_name(args.experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(args.experiment)
+    exp_id = experiment_id(client, args.experiment)
     names = "+".join(Path(c).stem for c in args.config)
     tags = {"posenc.compare": "parent"}
     parent = client.create_run(exp_id, run_name=f"compare-{names}", tags=tags).info.run_id
