@@ -71,17 +71,27 @@ test-all: $(STAMP) ## Run every test, slow ones included
 lint: $(STAMP) ## ruff check
 	$(BIN)/ruff check .
 
-ui: $(STAMP) ## Serve the MLflow UI on $(UI_HOST):$(UI_PORT) (loopback unless UI_HOST is set)
-	@$(PY) -m pipelines.tracking.ui_url --db $(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT)
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server \
-	  --backend-store-uri sqlite:///$(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT) --workers 1
+# ui / tracking-server: pipelines/tracking/server.py starts `mlflow server`. Loopback unless UI_HOST says
+# otherwise; a server reachable from elsewhere (UI_HOST, or SERVER_NAME behind a TLS proxy) needs an admin
+# login from MLFLOW_AUTH_ADMIN_USERNAME/_PASSWORD or AUTH_FILE (user:password, mode 600). Secrets reach
+# it through the environment (BACKEND_URI) or files (BACKEND_URI_FILE, AUTH_FILE), never a command line.
+AUTH_DIR ?= mlflow-auth
+SERVER_OPTS = --host $(UI_HOST) --port $(UI_PORT) --auth-dir "$(AUTH_DIR)" $(if $(SERVER_NAME),--name $(SERVER_NAME)) \
+  $(if $(AUTH_FILE),--credentials-file "$(AUTH_FILE)") $(if $(filter 1 yes true,$(AUTH)),--auth)
+AUTH_DEPS = $(PY) -c "import flask_wtf" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[auth]"
 
-tracking-server: $(STAMP) ## Shared MLflow server: BACKEND_URI=postgresql://… ARTIFACTS=<dir|s3://…> [UI_HOST/UI_PORT]
-	@test -n "$(BACKEND_URI)" -a -n "$(ARTIFACTS)" || { echo "usage: make tracking-server \
-	  BACKEND_URI=postgresql://user:password@host:5432/mlflow ARTIFACTS=/shared/mlartifacts [UI_HOST=0.0.0.0]" >&2; exit 2; }
+ui: $(STAMP) ## Serve the MLflow UI on $(UI_HOST):$(UI_PORT) (loopback unless UI_HOST is set; then a login)
+	@$(PY) -m pipelines.tracking.ui_url --db $(MLFLOW_DB) --host $(UI_HOST) --port $(UI_PORT)
+	@$(AUTH_DEPS)
+	$(PY) -m pipelines.tracking.server --db $(MLFLOW_DB) --workers 1 $(SERVER_OPTS)
+
+tracking-server: $(STAMP) ## Shared MLflow server: BACKEND_URI[_FILE]=postgresql://… ARTIFACTS=<dir|s3://…> (docs/scaling.md)
+	@test -n "$(ARTIFACTS)" || { echo "usage: BACKEND_URI=postgresql://user@host:5432/mlflow make tracking-server \
+	  ARTIFACTS=/shared/mlartifacts [UI_HOST=0.0.0.0 SERVER_NAME=<name> AUTH_FILE=<file>] (docs/scaling.md)" >&2; exit 2; }
 	@$(PY) -c "import psycopg" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[postgres]"
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri "$(BACKEND_URI)" \
-	  --artifacts-destination "$(ARTIFACTS)" --host $(UI_HOST) --port $(UI_PORT)
+	@$(AUTH_DEPS)
+	$(PY) -m pipelines.tracking.server --artifacts "$(ARTIFACTS)" \
+	  $(if $(BACKEND_URI_FILE),--backend-uri-file "$(BACKEND_URI_FILE)") $(SERVER_OPTS)
 
 clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 	rm -rf outputs mlruns mlartifacts $(MLFLOW_DB) .pytest_cache .ruff_cache

@@ -158,7 +158,7 @@ def test_make_ui_binds_loopback_unless_asked():
     def dry(*extra: str) -> str:
         out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "ui", *extra], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
-        return next(ln for ln in out.replace("\\\n", " ").splitlines() if "mlflow server" in ln)
+        return next(ln for ln in out.replace("\\\n", " ").splitlines() if "pipelines.tracking.server" in ln)
 
     assert "--host 127.0.0.1" in dry()
     assert "--host 0.0.0.0" in dry("UI_HOST=0.0.0.0")

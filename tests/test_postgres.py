@@ -1,7 +1,8 @@
 """A shared MLflow tracking server on PostgreSQL, end to end (slow; skipped without PostgreSQL).
 
 The test starts its own throwaway PostgreSQL cluster (``initdb`` + ``pg_ctl`` from Debian's
-``postgresql`` package, in a temporary folder, on a loopback port) and an ``mlflow server`` on it,
+``postgresql`` package, in a temporary folder, on a loopback port) and an authenticated ``mlflow server``
+on it (what ``make tracking-server`` runs; every command logs in),
 points ``MLFLOW_TRACKING_URI`` at the server and runs, through the real commands: a tiny ``fit``
 that registers its model, ``evaluate`` and ``predict`` by run id / model URI, and two ``compare``
 commands at the same time. It checks runs, metrics, artifacts and the registered model, then stops
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+LOGIN = ("posenc-admin", "pg-test-5e0d93b1")  # the tracking server's admin, created on its first start
 
 
 def pg_bin(name: str) -> str | None:
@@ -114,14 +116,16 @@ def postgres() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def server(postgres, tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    """``mlflow server`` on the cluster (what ``make tracking-server`` runs); yields (URI, artifacts)."""
+    """What ``make tracking-server AUTH=1`` runs (pipelines/tracking/server.py: ``mlflow server`` with
+    MLflow's basic-auth app) on the cluster; yields (URI, artifacts). Every client below logs in."""
     artifacts, port = tmp_path_factory.mktemp("artifacts"), free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BACKEND_URI": postgres,
+           "MLFLOW_AUTH_ADMIN_USERNAME": LOGIN[0], "MLFLOW_AUTH_ADMIN_PASSWORD": LOGIN[1]}
     log = open(artifacts.parent / "mlflow-server.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-                             postgres, "--artifacts-destination", str(artifacts), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "2"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.tracking.server", "--artifacts", str(artifacts),
+                             "--port", str(port), "--workers", "2", "--auth",
+                             "--auth-dir", str(artifacts.parent / "auth")], cwd=artifacts.parent, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -155,7 +159,8 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 def command(uri: str, cwd: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": uri}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": uri,
+           "MLFLOW_TRACKING_USERNAME": LOGIN[0], "MLFLOW_TRACKING_PASSWORD": LOGIN[1]}
     return subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -168,12 +173,14 @@ def finish(proc: subprocess.Popen, timeout: int = 900) -> str:
 
 @pytest.mark.slow
 @needs_postgres
-def test_fit_evaluate_predict_and_two_compares_share_one_postgres_server(server, tmp_path):
+def test_fit_evaluate_predict_and_two_compares_share_one_postgres_server(server, tmp_path, monkeypatch):
     import mlflow
 
     from tests.helpers import tiny_setup, write_fasta
 
     uri, artifacts = server
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", LOGIN[0])
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", LOGIN[1])
     tiny_setup(tmp_path)
     fit = ["pipelines.train", "fit", "--config", "tiny.yaml", "--register.register=true"]
     finish(command(uri, tmp_path, *fit))

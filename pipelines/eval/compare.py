@@ -142,6 +142,22 @@ def check_args(args: argparse.Namespace) -> list[str]:
     return labels
 
 
+def experiment_id(client: Any, name: str) -> str:
+    """The id of experiment ``name``, created if missing; two comparisons started together may both
+    try to create it, and the second then takes the first one's."""
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(name).experiment_id
+
+
 def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     import mlflow
 
