@@ -10,6 +10,7 @@ import pickle
 import re
 import sys
 from argparse import ArgumentError
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -17,7 +18,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from datamodules.progress import interactive, progress_enabled
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
-from pipelines.safety import check_local_checkpoint, unsafe_checkpoint
+from pipelines.inference.loading import read_checkpoint
+from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
@@ -102,9 +104,21 @@ class PosencCLI(LightningCLI):
         self.command = command or command_line(kwargs.get("args"))
         super().__init__(*args, **kwargs)
 
+    def _parse_ckpt_path(self) -> None:
+        """Lightning reads a given ``ckpt_path``'s hyperparameters into the config (right after parsing,
+        before any hook): first the path must be a local file, it must load weights-only (one line
+        if not) and every class path in its hyperparameters must be trusted, since the config parser
+        imports what they name."""
+        sub = self.config.get("subcommand")
+        ckpt_path = self.config[sub].get("ckpt_path") if sub else None
+        check_local_checkpoint(ckpt_path)
+        if ckpt_path and Path(str(ckpt_path)).is_file():
+            hparams = read_checkpoint(str(ckpt_path)).get("hyper_parameters")
+            check_class_paths(hparams or {}, f"ckpt_path {ckpt_path}")
+        super()._parse_ckpt_path()
+
     def before_instantiate_classes(self) -> None:
         cfg = self.config.get(self.subcommand, self.config)
-        check_local_checkpoint(cfg.get("ckpt_path"))  # before anything is built or loaded
         configure(verbose=cfg.get("verbose"), progress=cfg.get("progress"))
         self._choose_progress_bar(cfg)
         logger = cfg.trainer.get("logger")

@@ -22,7 +22,7 @@ from typing import Any
 
 from pipelines.tracking.scrub import scrub_text
 from posenc import PosencError
-from posenc.registry import TRUST_ENV, trust_modules
+from posenc.registry import TRUST_ENV, check_trusted, trust_modules
 
 #: ``ckpt_path`` values Lightning resolves to a local file itself
 LOCAL_KEYWORDS = ("best", "last", "hpc")
@@ -46,11 +46,39 @@ def check_local_checkpoint(ckpt_path: Any) -> None:
         raise PosencError(f"ckpt_path {text}: checkpoint file not found")
 
 
+def check_class_paths(value: Any, source: str) -> None:
+    """Every ``class_path`` (or Lightning's ``_class_path``) inside ``value`` must be trusted, before the
+    config parser that would import it sees it.
+
+    Raises:
+        PosencError: ``source`` and the first untrusted class.
+    """
+    if isinstance(value, dict):
+        for key in ("class_path", "_class_path"):
+            if isinstance(value.get(key), str):
+                try:
+                    check_trusted(value[key], "class")
+                except PosencError as exc:
+                    raise PosencError(f"{source}: {exc}") from None
+        for item in value.values():
+            check_class_paths(item, source)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_class_paths(item, source)
+
+
+def weights_only_reason(exc: BaseException) -> str:
+    """What ``torch.load(weights_only=True)`` refused, in a few words (a damaged file gives its error)."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+    if found:
+        return f"Unsupported global {found.group(1)} (it would be called while loading; refused)"
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+
+
 def unsafe_checkpoint(ckpt_path: Any, exc: BaseException) -> str:
     """One line for a checkpoint that ``torch.load(weights_only=True)`` refused (it names a global such
     as a function to call, which only a crafted or foreign file does)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if "Unsupported global" in ln]
-    reason = lines[0] if lines else f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:160]}"
+    reason = weights_only_reason(exc)
     return f"ckpt_path {ckpt_path}: cannot load the checkpoint safely (weights_only): {reason}"
 
 
@@ -79,5 +107,5 @@ def drop_working_folder() -> None:
     sys.path[:] = [p for p in sys.path if p not in here]
 
 
-__all__ = ["LOCAL_KEYWORDS", "add_trust_args", "apply_trust_args", "check_local_checkpoint",
-           "drop_working_folder", "unsafe_checkpoint"]
+__all__ = ["LOCAL_KEYWORDS", "add_trust_args", "apply_trust_args", "check_class_paths",
+           "check_local_checkpoint", "drop_working_folder", "unsafe_checkpoint", "weights_only_reason"]

@@ -49,6 +49,19 @@ def is_trusted(module_name: str) -> bool:
         parts[: len(p.split("."))] == p.split(".") for p in trusted_modules())
 
 
+def check_trusted(class_path: str, what: str = "class") -> None:
+    """Raise unless the module of ``class_path`` is trusted (:func:`is_trusted`); imports nothing.
+
+    Raises:
+        PosencError: naming the class, its module and how to trust it.
+    """
+    module_name = str(class_path).rpartition(".")[0]
+    if not is_trusted(module_name):
+        raise PosencError(f"{what} {class_path!r}: module {module_name!r} is not trusted, so it was not "
+                          f"imported (trusted: {', '.join(trusted_modules())}; to allow it, set "
+                          f"{TRUST_ENV}={module_name.split('.')[0]} or pass --trust-module)")
+
+
 def _is_module_name(name: str) -> bool:
     return bool(name) and all(part.isidentifier() for part in name.split("."))
 
@@ -70,10 +83,7 @@ def import_class(class_path: str, base: type | None = None, what: str = "class")
     module_name, _, name = str(class_path).rpartition(".")
     if not module_name:
         raise PosencError(f"{what} {class_path!r} is not a dotted path (package.module.Name)")
-    if not is_trusted(module_name):
-        raise PosencError(f"{what} {class_path!r}: module {module_name!r} is not trusted, so it was not "
-                          f"imported (trusted: {', '.join(trusted_modules())}; to allow it, set "
-                          f"{TRUST_ENV}={module_name.split('.')[0]} or pass --trust-module)")
+    check_trusted(class_path, what)
     try:
         with _without_working_folder():
             cls = getattr(importlib.import_module(module_name), name)

@@ -38,6 +38,7 @@ from pipelines.eval.compare_runs import ChildRun, child_key, find_finished, read
 from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
+from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
@@ -158,7 +159,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     names = "+".join(Path(c).stem for c in args.config)
     tags = {"posenc.compare": "parent"}
     parent = client.create_run(exp_id, run_name=f"compare-{names}", tags=tags).info.run_id
-    for key, value in (("configs", " ".join(args.config)), ("schemes", " ".join(args.schemes)),
+    for key, value in (("configs", scrub_text(" ".join(args.config))), ("schemes", " ".join(args.schemes)),
                        ("seeds", " ".join(map(str, args.seeds))), ("reference", args.reference or labels[0]),
                        ("retain", args.retain)):
         client.log_param(parent, key, value)
