@@ -134,10 +134,14 @@ def test_a_tampered_resume_checkpoint_is_refused_by_weights_only(tmp_path):
 @pytest.mark.slow
 def test_ckpt_path_hyperparameters_naming_an_untrusted_class_are_refused(tmp_path):
     """Lightning's CLI parses a given ``ckpt_path``'s hyperparameters into the config, and the config
-    parser imports the classes they name: ``evil.Bad`` beside the checkpoint must not be imported."""
+    parser imports the class they name (``_class_path``, the model class of Lightning's instantiator):
+    ``evil.Bad`` beside the checkpoint must not be imported (on main it was, before any error)."""
     folder, marker = evil_folder(tmp_path, "evil")
     tiny_setup(folder)
-    model_checkpoint(folder / "model.ckpt", "evil.Bad")
+    path = model_checkpoint(folder / "model.ckpt", "posenc.RoPE")
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["hyper_parameters"]["_class_path"] = "evil.Bad"
+    torch.save(ckpt, path)
     done = cli(folder, "--ckpt_path=model.ckpt", "--trainer.max_epochs=1", "--test_after_fit=false")
     assert done.returncode == 2, done.stderr[-3000:]
     line = one_error_line(done.stderr)
@@ -286,7 +290,7 @@ def test_no_home_path_or_credential_in_anything_a_run_records(tmp_path, monkeypa
     texts = {"params": repr(run.data.params), "tags": repr(run.data.tags), "config": config,
              "card": registered.description + repr(registered.tags),
              "version card": version.description + repr(version.tags)}
-    best = Path(cli_.trainer.checkpoint_callback.best_model_path)
+    best = tmp_path / cli_.trainer.checkpoint_callback.best_model_path  # relative to the run's folder
     logged = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / "artifacts")))
     with resolve("models:/scrubbed/1", f"sqlite:///{tmp_path / 'mlflow.db'}") as found:  # registered
         for path in [best, found.checkpoint, *logged.rglob("*.ckpt")]:
