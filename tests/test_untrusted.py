@@ -172,6 +172,7 @@ def evil_folder(tmp: Path, module: str) -> tuple[Path, Path]:
     return tmp, marker
 
 
+@pytest.mark.slow
 def test_predict_never_imports_a_module_beside_a_crafted_checkpoint(tmp_path):
     """``python -m pipelines.inference.predict`` run in the folder of a checkpoint naming ``evil.Bad``,
     with ``evil.py`` beside it: one line saying the module is not trusted, nothing imported or written."""
