@@ -42,7 +42,7 @@ def check_local_checkpoint(ckpt_path: Any) -> None:
     if _URL.match(text) or text.lower() == "registry" or text.lower().startswith("registry:"):
         raise PosencError(f"ckpt_path {scrub_text(text)!r}: only a local checkpoint file is loaded (a remote "
                           "one would be unpickled with weights_only=False); download it and give its path")
-    if not Path(text).expanduser().is_file():
+    if not Path(text).is_file():
         raise PosencError(f"ckpt_path {text}: checkpoint file not found")
 
 
