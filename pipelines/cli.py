@@ -6,9 +6,11 @@ User mistakes (bad files, bad values) end as one ``error: …`` line and exit st
 
 from __future__ import annotations
 
+import pickle
 import re
 import sys
 from argparse import ArgumentError
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -16,6 +18,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from datamodules.progress import interactive, progress_enabled
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
+from pipelines.inference.loading import read_checkpoint
+from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
@@ -28,6 +32,7 @@ from pipelines.tracking.failure import (
 from pipelines.tracking.registry import RegisterModel
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
+from pipelines.tracking.scrub import scrub_logged_params
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_defaults,
@@ -69,12 +74,48 @@ class PosencCLI(LightningCLI):
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         """Lightning's subcommands, with ``Trainer.test(verbose=…)`` left at its default so that
-        ``--verbose`` is this project's switch (library chatter shown) in every subcommand."""
-        return {name: {*skip, "verbose"} for name, skip in LightningCLI.subcommands().items()}
+        ``--verbose`` is this project's switch (library chatter shown) in every subcommand, and no
+        ``--weights_only`` option: every checkpoint is loaded weights-only (:meth:`_weights_only`)."""
+        return {name: {*skip, "verbose", "weights_only"} for name, skip in LightningCLI.subcommands().items()}
+
+    # LightningCLI runs ``self.<subcommand>`` when there is one, else the Trainer's method.
+    def fit(self, **kwargs: Any) -> Any:
+        return self._weights_only(self.trainer.fit, kwargs)
+
+    def validate(self, **kwargs: Any) -> Any:
+        return self._weights_only(self.trainer.validate, kwargs)
+
+    def test(self, **kwargs: Any) -> Any:
+        return self._weights_only(self.trainer.test, kwargs)
+
+    def predict(self, **kwargs: Any) -> Any:
+        return self._weights_only(self.trainer.predict, kwargs)
+
+    @staticmethod
+    def _weights_only(method: Any, kwargs: dict[str, Any]) -> Any:
+        """Run a Trainer method with its ``ckpt_path`` (a resume checkpoint included) loaded with an
+        explicit ``weights_only=True``; a checkpoint that refuses is one line, not a traceback."""
+        try:
+            return method(**kwargs, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise PosencError(unsafe_checkpoint(kwargs.get("ckpt_path"), exc)) from None
 
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
         self.command = command or command_line(kwargs.get("args"))
         super().__init__(*args, **kwargs)
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning reads a given ``ckpt_path``'s hyperparameters into the config (right after parsing,
+        before any hook): first the path must be a local file, it must load weights-only (one line
+        if not) and every class path in its hyperparameters must be trusted, since the config parser
+        imports what they name."""
+        sub = self.config.get("subcommand")
+        ckpt_path = self.config[sub].get("ckpt_path") if sub else None
+        check_local_checkpoint(ckpt_path)
+        if ckpt_path and Path(str(ckpt_path)).is_file():
+            hparams = read_checkpoint(str(ckpt_path)).get("hyper_parameters")
+            check_class_paths(hparams or {}, f"ckpt_path {ckpt_path}")
+        super()._parse_ckpt_path()
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config.get(self.subcommand, self.config)
@@ -115,6 +156,7 @@ class PosencCLI(LightningCLI):
             super().instantiate_classes()
         for lg in mlflow_loggers(self.trainer):  # tags as strings: jsonargparse turns '0' into 0, which
             lg.tags = {str(k): str(v) for k, v in (lg.tags or {}).items()} or None  # a server rejects
+            scrub_logged_params(lg)  # the model's and datamodule's arguments: no home paths, credentials
 
     def before_fit(self) -> None:
         register = self._register_callback()
@@ -132,7 +174,7 @@ class PosencCLI(LightningCLI):
         cfg = self.config.get(self.subcommand, self.config)
         if cfg.get("test_after_fit", True):
             ckpt = "best" if getattr(trainer.checkpoint_callback, "best_model_path", "") else None
-            trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+            trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, weights_only=True)
         register = self._register_callback()
         for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:  # DDP: the run is rank 0's
             if register is not None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from posenc.base import PosencError, PositionalEncoding, SchemeMeta
@@ -11,8 +14,63 @@ from posenc.base import PosencError, PositionalEncoding, SchemeMeta
 EncodingFactory = Callable[[int, int], PositionalEncoding]
 
 
+#: the packages a class path (in a checkpoint, a saved config, a registered model) may name: this
+#: project's three and the libraries its configs name; more only through :func:`trust_modules`
+#: (``--trust-module``) or ``$POSENC_TRUSTED_MODULES``. Nothing else is imported.
+DEFAULT_TRUSTED = ("posenc", "pipelines", "datamodules", "torch", "lightning")
+_TRUSTED: set[str] = set(DEFAULT_TRUSTED)
+TRUST_ENV = "POSENC_TRUSTED_MODULES"
+
+
+def trust_modules(*prefixes: str) -> None:
+    """Allow class paths under these dotted module prefixes (``mypkg`` or ``mypkg.encodings``).
+
+    Raises:
+        PosencError: a prefix that is not a dotted module name.
+    """
+    for prefix in prefixes:
+        if not _is_module_name(prefix):
+            raise PosencError(f"trusted module {prefix!r} is not a dotted module name (package.module)")
+        _TRUSTED.add(prefix)
+
+
+def trusted_modules() -> list[str]:
+    """Every trusted prefix: the defaults, those given to :func:`trust_modules` and those in
+    ``$POSENC_TRUSTED_MODULES`` (comma- or space-separated)."""
+    extra = [p for p in os.environ.get(TRUST_ENV, "").replace(",", " ").split() if _is_module_name(p)]
+    return sorted({*_TRUSTED, *extra})
+
+
+def is_trusted(module_name: str) -> bool:
+    """Whether ``module_name`` is a trusted prefix or below one, matched by whole dotted components
+    (``posenc.rotary`` is under ``posenc``; ``posenc_evil`` is not)."""
+    parts = module_name.split(".")
+    return _is_module_name(module_name) and any(
+        parts[: len(p.split("."))] == p.split(".") for p in trusted_modules())
+
+
+def check_trusted(class_path: str, what: str = "class") -> None:
+    """Raise unless the module of ``class_path`` is trusted (:func:`is_trusted`); imports nothing.
+
+    Raises:
+        PosencError: naming the class, its module and how to trust it.
+    """
+    module_name = str(class_path).rpartition(".")[0]
+    if not is_trusted(module_name):
+        raise PosencError(f"{what} {class_path!r}: module {module_name!r} is not trusted, so it was not "
+                          f"imported (trusted: {', '.join(trusted_modules())}; to allow it, set "
+                          f"{TRUST_ENV}={module_name.split('.')[0]} or pass --trust-module)")
+
+
+def _is_module_name(name: str) -> bool:
+    return bool(name) and all(part.isidentifier() for part in name.split("."))
+
+
 def import_class(class_path: str, base: type | None = None, what: str = "class") -> type:
     """The class a dotted ``class_path`` names (the project's one importer for config class paths).
+
+    The module must be trusted (:func:`is_trusted`), checked *before* anything is imported, and it is
+    never looked up in the working folder.
 
     Args:
         class_path: ``package.module.Name``.
@@ -20,19 +78,34 @@ def import_class(class_path: str, base: type | None = None, what: str = "class")
         what: how the error message names the class (e.g. "positional encoding class").
 
     Raises:
-        PosencError: not a dotted path, not importable, or not a subclass of ``base``.
+        PosencError: not a dotted path, an untrusted module, not importable, or not a subclass of ``base``.
     """
-    module_name, _, name = class_path.rpartition(".")
+    module_name, _, name = str(class_path).rpartition(".")
     if not module_name:
         raise PosencError(f"{what} {class_path!r} is not a dotted path (package.module.Name)")
+    check_trusted(class_path, what)
     try:
-        cls = getattr(importlib.import_module(module_name), name)
+        with _without_working_folder():
+            cls = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError):
         raise PosencError(f"unknown {what} {class_path!r} (cannot import it)") from None
     if not isinstance(cls, type) or (base is not None and not issubclass(cls, base)):
         raise PosencError(f"{class_path!r} is not a {base.__module__.split('.')[0]}.{base.__name__} subclass"
                           if base is not None else f"{class_path!r} is not a class")
     return cls
+
+
+@contextmanager
+def _without_working_folder() -> Iterator[None]:
+    """``sys.path`` without the working folder ('' or its path, which ``python -m`` puts first) while
+    importing, so a file of the same name beside the data cannot stand in for a trusted module."""
+    here = {"", ".", os.getcwd()}
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if p not in here]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def build_encoding(

@@ -38,6 +38,7 @@ from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
 from pipelines.eval.sweep import TrainingFailed, experiment_id, train_run
+from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
@@ -142,22 +143,6 @@ def check_args(args: argparse.Namespace) -> list[str]:
     return labels
 
 
-def experiment_id(client: Any, name: str) -> str:
-    """The id of experiment ``name``, created if missing; two comparisons started together may both
-    try to create it, and the second then takes the first one's."""
-    from mlflow.exceptions import MlflowException
-
-    exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return client.create_experiment(name)
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-        return client.get_experiment_by_name(name).experiment_id
-
-
 def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     import mlflow
 
@@ -172,7 +157,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     names = "+".join(Path(c).stem for c in args.config)
     tags = {"posenc.compare": "parent"}
     parent = client.create_run(exp_id, run_name=f"compare-{names}", tags=tags).info.run_id
-    for key, value in (("configs", " ".join(args.config)), ("schemes", " ".join(args.schemes)),
+    for key, value in (("configs", scrub_text(" ".join(args.config))), ("schemes", " ".join(args.schemes)),
                        ("seeds", " ".join(map(str, args.seeds))), ("reference", args.reference or labels[0]),
                        ("retain", args.retain)):
         client.log_param(parent, key, value)

@@ -38,6 +38,8 @@ from pipelines.eval.extrapolation import (
 from pipelines.eval.report import format_table, log_to_mlflow, save_all
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
+from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
+from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
@@ -213,6 +215,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-mlflow", action="store_true", help="write files only, log nothing to MLflow")
     p.add_argument("--experiment", default="posenc", help="MLflow experiment for checkpoint-path runs")
+    add_trust_args(p)
     add_console_args(p)
     return p.parse_args(argv)
 
@@ -222,6 +225,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
 
     args = parse_args(argv)
     configure(args.verbose, args.progress)
+    apply_trust_args(args)
     check_lengths(args.lengths) if args.lengths is not None else check_factors(args.factors)
     check_retain(args.retain, args.tolerance)
     client = mlflow.MlflowClient(tracking_uri())
@@ -245,7 +249,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
             run_id = client.create_run(
                 exp_id,
                 run_name=f"{type(module).__name__}-{result.scheme}-extrapolation",
-                tags={"posenc.checkpoint": str(Path(args.ckpt).resolve())},
+                tags={"posenc.checkpoint": scrub_text(str(Path(args.ckpt).resolve()))},
             ).info.run_id
             log_to_mlflow(result, client, run_id)
             client.set_terminated(run_id)
@@ -262,4 +266,5 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    drop_working_folder()  # nothing is imported from the working folder (python -m put it on sys.path)
     main()

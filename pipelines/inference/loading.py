@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from pipelines.inference.resolve import resolve
+from pipelines.safety import weights_only_reason
 from pipelines.tasks import task_class
 from pipelines.tasks.base import check_task
 from posenc import PosencError
@@ -38,8 +39,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # damaged archive, or an object weights_only loading refuses
-        lines = [ln.strip() for ln in str(exc).splitlines() if "Unsupported global" in ln]
-        reason = lines[0] if lines else f"{type(exc).__name__}: {str(exc).strip()[:120]}"
+        reason = weights_only_reason(exc)
         raise PosencError(f"{path}: cannot load the checkpoint safely (weights_only): {reason}") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise PosencError(f"{path}: not a Lightning checkpoint (no 'state_dict' entry)")

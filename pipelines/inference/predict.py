@@ -31,6 +31,7 @@ import pandas as pd
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure
 from pipelines.inference.outputs import atomic_output, check_output, terminate_on_sigterm
+from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
 from posenc import PosencError
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
@@ -56,6 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--min_length", type=int, default=0, help="segmentation GFF/BED: drop intervals shorter than this")
     add("--tracking_uri", default=None, help="MLflow store for run ids / URIs (default: sqlite:///mlflow.db)")
     add("--no_progress", action="store_true", help="no progress bar (the same as --progress false)")
+    add_trust_args(p)
     add_console_args(p)
     return p.parse_args(argv)
 
@@ -174,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     before, warnings.formatwarning = warnings.formatwarning, lambda message, *a, **k: f"warning: {message}\n"
     try:
         check_options(args)
+        apply_trust_args(args)
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
         from pipelines.inference.loading import load_model
@@ -191,5 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 if __name__ == "__main__":
+    drop_working_folder()  # nothing is imported from beside the data (python -m put it on sys.path)
     np.seterr(invalid="ignore")
     raise SystemExit(main())

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pipelines.tracking.scrub import scrub_checkpoint
 from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import Transformer
 from posenc.registry import EncodingFactory
@@ -148,7 +149,10 @@ class TaskModule(L.LightningModule):
         self.save_hyperparameters(hp)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Name the task, and scrub what the checkpoint says about the run (home paths, credentials):
+        called last, for every checkpoint, weights-only ones included."""
         checkpoint["posenc_task"] = self.task_name
+        scrub_checkpoint(checkpoint)
 
     @property
     def pe(self) -> PositionalEncoding:

@@ -5,7 +5,8 @@ description (task, positional encoding, data and split, training length and budg
 metrics beside their baselines as stored in the run, the command that trained it) on the registered
 model and on the version, and tags for searching (``task``, ``scheme``, ``data``, ``train_length``).
 It is written at registration (validation metrics only) and rewritten after the test pass
-(:func:`update_card`), so the description always shows the metrics the run holds.
+(:func:`update_card`), so the description always shows the metrics the run holds. Both are scrubbed
+(:mod:`pipelines.tracking.scrub`): no home path or credential typed on the command line reaches them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pipelines.tracking.scrub import scrub_text
 
 #: run metrics shown in a card (summaries only: curves ``*_by_*`` stay in the run)
 CARD_PREFIXES = ("test/", "baseline/", "val/", "extrapolation/")
@@ -39,12 +42,17 @@ class ModelCard:
     metrics: dict[str, float] = field(default_factory=dict)
 
     def tags(self) -> dict[str, str]:
-        """Searchable tags (e.g. ``tags.task = '<task name>'`` in the MLflow search box)."""
-        return {"task": self.task, "scheme": self.scheme, "data": self.data,
+        """Searchable tags (e.g. ``tags.task = '<task name>'`` in the MLflow search box), scrubbed."""
+        tags = {"task": self.task, "scheme": self.scheme, "data": self.data,
                 "train_length": self.train_length, "model_class": self.model}
+        return {k: scrub_text(str(v)) for k, v in tags.items()}
 
     def markdown(self) -> str:
-        """The description shown on the model's page in the MLflow UI."""
+        """The description shown on the model's page in the MLflow UI (scrubbed: the command holds
+        whatever was typed, home paths and credentials included)."""
+        return scrub_text(self._markdown())
+
+    def _markdown(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self.scheme_args.items())
         rows = [("task", f"`{self.task}` — {self.task_doc}"),
                 ("positional encoding", f"`{self.scheme}`" + (f" ({args})" if args else "")),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +12,8 @@ from typing import Any
 
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
+
+from pipelines.tracking.scrub import scrub_run_tags, scrub_text
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -40,7 +41,7 @@ def mlflow_loggers(trainer) -> list[MLFlowLogger]:
 
 class LogConfigToMLflow(SaveConfigCallback):
     """Log the resolved config to the MLflow run as ``config.yaml`` (the default saver writes to
-    ``trainer.log_dir``, which is None with a sqlite store)."""
+    ``trainer.log_dir``, which is None with a sqlite store), scrubbed like the run's tags."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved or trainer.global_rank != 0:
@@ -52,6 +53,7 @@ class LogConfigToMLflow(SaveConfigCallback):
         text = scrub_config(self.parser.dump(self.config, skip_none=False))
         for logger in mlflow_loggers(trainer):
             logger.experiment.log_text(logger.run_id, text, "config.yaml")
+            scrub_run_tags(logger.experiment, logger.run_id)  # MLflow's source path, the user's tags
 
 
 @contextmanager
@@ -78,22 +80,9 @@ def new_store_lock(uri: str | None) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
-
-
 def scrub_config(text: str) -> str:
-    """A config safe to log: the home directory as ``~``, credentials in URLs and the values of
-    secret-looking environment variables (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ``*KEY*``…)
-    replaced by ``***``."""
-    for name, value in os.environ.items():
-        if _SECRET_NAME.search(name) and len(value) >= 6:
-            text = text.replace(value, "***")
-    text = _URL_USERINFO.sub(lambda m: m.group("scheme") + "***@", text)
-    home = os.path.expanduser("~").rstrip("/")
-    if len(home) > 1:
-        text = re.sub(re.escape(home) + r"(?=/|$|[\s'\",\]])", "~", text)
-    return text
+    """A config safe to log (see :func:`pipelines.tracking.scrub.scrub_text`)."""
+    return scrub_text(text)
 
 
 def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test/", "baseline/"),

@@ -32,6 +32,7 @@ from pipelines.console import user_errors_exit
 from pipelines.eval.claims.base import ClaimResult, Experiment
 from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.eval.claims.report import claims_markdown, summary_table
+from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class
@@ -95,7 +96,7 @@ def run_one(
         tags={"posenc.claims": "parent", "posenc.claims.experiment": name},
     ).info.run_id
     client.log_param(
-        parent, "config", str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        parent, "config", str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else scrub_text(str(path))
     )
     client.log_param(parent, "smoke", str(smoke))
     ctx = Context(name, client, exp_id, parent, out / name, smoke, cache)
