@@ -7,6 +7,7 @@ User mistakes (bad files, bad values) end as one ``error: …`` line and exit st
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from argparse import ArgumentError
 from typing import Any
@@ -21,13 +22,16 @@ from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
     FailedRunGuard,
     StopOnNonFiniteLoss,
+    Terminated,
     environment_error,
     exception_chain,
     note_store,
+    stop_on_sigterm,
 )
 from pipelines.tracking.registry import RegisterModel
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
+from pipelines.tracking.runlock import release_all as release_run_locks
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_defaults,
@@ -59,6 +63,9 @@ class PosencCLI(LightningCLI):
                             help="fit: resume an unfinished run of the same config from its last.ckpt.")
         parser.add_argument("--checkpoint_every_n_steps", type=int, default=50,
                             help="fit: steps between resume checkpoints (outputs/runs/<key>/last.ckpt).")
+        parser.add_argument("--take_over_lock", type=bool, default=False,
+                            help="fit: take over this config's run lock even when another host holds it "
+                                 "(only when that host's process is known to be gone).")
         # What a person sees (pipelines.console): progress bars, and library chatter only if asked for.
         parser.add_argument("--progress", type=bool | None, default=None,
                             help="Progress bars (one line per step when output is not a terminal); "
@@ -187,13 +194,19 @@ def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI
     else:
         args = spell_out_verbose(args)
     try:
-        cli = make_cli(args, command=command)
+        with stop_on_sigterm():
+            cli = make_cli(args, command=command)
+    except Terminated as exc:  # the run (if any) is marked KILLED: the same command resumes it
+        print(f"error: stopped by signal {signal.Signals(exc.signum).name}", file=sys.stderr)
+        raise SystemExit(exc.code) from None
     except Exception as exc:  # a user mistake, or a broken environment (unwritable folder, bad MLflow store)
         message = user_error(exc) or environment_error(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        release_run_locks()
     end_process_group()  # DDP: every rank exits cleanly (a live gloo group aborts the interpreter)
     return cli
 
