@@ -17,6 +17,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from datamodules.progress import interactive, progress_enabled
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
+from pipelines.resources import check_fit
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
@@ -93,6 +94,8 @@ class PosencCLI(LightningCLI):
                 logger.init_args.run_name = run_name(cfg)
         mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
         note_store(logger.init_args.get("tracking_uri") if mlflow else None)
+        if self.subcommand == "fit":
+            check_fit_memory(cfg)
         self.resume_dir = None
         if self.subcommand == "fit" and cfg.get("resume", True):
             self.resume_dir = prepare_resume(self._parser(self.subcommand), cfg)
@@ -148,6 +151,19 @@ class PosencCLI(LightningCLI):
 
     def _register_callback(self) -> RegisterModel | None:
         return next((c for c in self.trainer.callbacks if isinstance(c, RegisterModel)), None)
+
+
+def check_fit_memory(cfg: Any) -> None:
+    """Refuse, before the model exists, a training step that cannot fit (:mod:`pipelines.resources`)."""
+    import torch
+
+    model, data = cfg.get("model"), cfg.get("data")
+    if not hasattr(model, "init_args") or not hasattr(data, "init_args"):
+        return
+    pe = model.init_args.get("pe")
+    accel = str(cfg.trainer.get("accelerator") or "auto")
+    device = "cuda" if accel in ("gpu", "cuda", "auto") and torch.cuda.is_available() else "cpu"
+    check_fit(dict(model.init_args), dict(data.init_args), str(getattr(pe, "class_path", "") or ""), device)
 
 
 def run_name(cfg: Any) -> str:
