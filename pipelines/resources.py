@@ -6,12 +6,17 @@ The estimate is deliberately simple (float32 everywhere; B batch, T tokens, D wi
 
 * parameters P = L·(4·D² + 2·D·F + F + 9·D) + 2·V·D (attention, MLP, LayerNorms; embedding and head);
 * training: 16·P bytes (weights, gradients, AdamW's two moments) + activations autograd keeps,
-  4·B·T·(10·D + 2·F) bytes per layer, + attention scores 3 × 4·B·H·T² bytes per layer (scores,
-  softmax, their gradient) where the kernel materializes them — every scheme that adds a bias;
-  RoPE / NoPE / additive schemes use the fused kernel, which keeps O(T) per head — + the logits
-  3 × 4·B·T·V bytes;
-* inference (no gradients): 4·P bytes + one layer's working set 2 × 4·B·T·(4·D + F) bytes + 2 × the
-  scores of one layer where materialized + 2 × the logits.
+  4·B·T·(10·D + 2·F) bytes per layer, + the logits 3 × 4·B·T·V bytes, + attention: the kernels keep
+  O(T) per head (fused SDPA, the Toeplitz view of a translation-invariant bias on CPU, the blocked
+  paths past ``long_threshold`` = 4096 tokens, the clipped path) except three — a position-only
+  dense bias (FIRE; any bias on CUDA) is built once per step: with its gradient and the scheme's
+  intermediates (FIRE's MLP runs on all T² distances) 40 × 4·H·T² bytes (measured: 635 MiB at H 4,
+  T 1024);
+  a content-dependent bias (DeBERTa, Transformer-XL) is 2 × 4·B·H·T² per layer; explicit weights
+  (a value-side term: Shaw off the clipped path, Compose) 3 × 4·B·H·T² per layer;
+* inference (no gradients): 4·P bytes + one layer's working set 2 × 4·B·T·(4·D + F) bytes + the
+  attention tensors of one layer (a position-only bias 10 × 4·H·T², a content bias 4·B·H·T², explicit
+  weights 2 × 4·B·H·T²) + 2 × the logits.
 
 It is compared with the memory available to this process: ``MemAvailable`` of ``/proc/meminfo``
 and, in a container, the cgroup's limit minus its usage (the smaller); on a GPU, the device's free
@@ -41,7 +46,7 @@ class Shape:
     n_heads: int
     vocab: int = 0
     d_ff: int | None = None
-    scores: bool = True  # the attention kernel materializes (B, H, T, T) scores
+    attention: str = "linear"  # linear | bias | batch-bias | explicit (see the module docstring)
 
     @property
     def ff(self) -> int:
@@ -54,24 +59,26 @@ def parameters(s: Shape) -> int:
     return s.n_layers * (4 * d * d + 2 * d * f + f + 9 * d) + 2 * s.vocab * d
 
 
-def _scores(s: Shape) -> int:
-    return 4 * s.batch * s.n_heads * s.length * s.length if s.scores else 0
+def _square(s: Shape) -> int:
+    return 4 * s.n_heads * s.length * s.length  # bytes of one (H, T, T) float32 tensor
 
 
 def training_bytes(s: Shape) -> dict[str, int]:
     """Bytes of one training step, by part (see the module docstring)."""
     tokens = s.batch * s.length
+    per = {"bias": 40 * _square(s), "batch-bias": 2 * s.n_layers * s.batch * _square(s),
+           "explicit": 3 * s.n_layers * s.batch * _square(s)}
     return {"weights + AdamW": 16 * parameters(s),
             "activations": s.n_layers * 4 * tokens * (10 * s.d_model + 2 * s.ff),
-            "attention scores": s.n_layers * 3 * _scores(s),
-            "logits": 3 * 4 * tokens * s.vocab}
+            "attention": per.get(s.attention, 0), "logits": 3 * 4 * tokens * s.vocab}
 
 
 def inference_bytes(s: Shape) -> dict[str, int]:
     """Bytes of one forward pass without gradients, by part."""
     tokens = s.batch * s.length
+    per = {"bias": 10 * _square(s), "batch-bias": s.batch * _square(s), "explicit": 2 * s.batch * _square(s)}
     return {"weights": 4 * parameters(s), "activations": 2 * 4 * tokens * (4 * s.d_model + s.ff),
-            "attention scores": 2 * _scores(s), "logits": 2 * 4 * tokens * s.vocab}
+            "attention": per.get(s.attention, 0), "logits": 2 * 4 * tokens * s.vocab}
 
 
 def _read_int(path: str) -> int | None:
@@ -125,20 +132,24 @@ def check_fits(parts: dict[str, int], what: str, advice: str, device: str = "cpu
                       f"{have / GB:.1f} GB available: {advice} (POSENC_MEMORY_CHECK=0 skips this check)")
 
 
-def materializes_scores(pe_class_path: str | None) -> bool:
-    """Whether the scheme's attention goes through a kernel that builds (B, H, T, T) scores: every
-    scheme with an attention bias (the fused kernel takes the others)."""
-    if not pe_class_path:
-        return False
+def attention_kind(pe_class_path: str | None, length: int, device: str = "cpu") -> str:
+    """Which attention tensors the scheme's kernel keeps at ``length`` on ``device`` (see the
+    module docstring; the path choice is :func:`pipelines.model.attention.choose_path`'s)."""
     from posenc import all_schemes
 
-    for cls in all_schemes():
-        if pe_class_path.rsplit(".", 1)[-1] == cls.__name__:
-            return "bias" in cls.meta.acts_on
-    return True  # unknown: assume the worst
+    name = (pe_class_path or "posenc.PositionalEncoding").rsplit(".", 1)[-1]
+    meta = next((c.meta for c in all_schemes() if c.__name__ == name), None)
+    if meta is None:
+        return "explicit"  # a scheme from elsewhere: assume the worst
+    path, cpu = meta.attention_path, not device.startswith("cuda")
+    if path == "sdpa-fused" or length > 4096 or (cpu and (path == "sdpa+toeplitz" or meta.clipped_relative)):
+        return "linear"
+    if path == "explicit":
+        return "explicit"
+    return "batch-bias" if meta.content_bias else "bias"
 
 
-def fit_shape(model: dict, data: dict, pe_class_path: str | None) -> Shape | None:
+def fit_shape(model: dict, data: dict, pe_class_path: str | None, device: str = "cpu") -> Shape | None:
     """The training :class:`Shape` from a fit config's ``model.init_args`` and ``data.init_args``
     (DNA: ``seq_len``/``kmer``; series: ``lookback``/``horizon``/``patch_len``); None when unknown."""
     if data.get("seq_len"):
@@ -152,12 +163,12 @@ def fit_shape(model: dict, data: dict, pe_class_path: str | None) -> Shape | Non
         return None
     return Shape(batch=int(data["batch_size"]), length=length, d_model=int(model["d_model"]),
                  n_layers=int(model.get("n_layers") or 4), n_heads=int(model.get("n_heads") or 8),
-                 vocab=vocab, d_ff=model.get("d_ff"), scores=materializes_scores(pe_class_path))
+                 vocab=vocab, d_ff=model.get("d_ff"), attention=attention_kind(pe_class_path, length, device))
 
 
 def check_fit(model: dict, data: dict, pe_class_path: str | None, device: str = "cpu") -> None:
     """Refuse (one line) a training step that cannot fit in memory; see the module docstring."""
-    s = fit_shape(model, data, pe_class_path)
+    s = fit_shape(model, data, pe_class_path, device)
     if s is None or min(s.batch, s.length, s.d_model, s.n_layers, s.n_heads) < 1:
         return  # the config's own checks name bad values
     what = (f"training batch {s.batch} × length {s.length} at d_model {s.d_model} × {s.n_layers} layers "
@@ -166,13 +177,14 @@ def check_fit(model: dict, data: dict, pe_class_path: str | None, device: str = 
     check_fits(training_bytes(s), what, f"lower data.batch_size, {size} or the model size", device)
 
 
-def model_shape(hparams: dict, batch: int = 1, length: int = 1) -> Shape:
+def model_shape(hparams: dict, batch: int = 1, length: int = 1, device: str = "cpu") -> Shape:
     """The :class:`Shape` of a checkpoint's hyperparameters (``hyper_parameters``) at ``batch × length``."""
     pe = hparams.get("pe")
+    pe_path = pe.get("class_path") if isinstance(pe, dict) else None
     return Shape(batch=batch, length=length, d_model=int(hparams.get("d_model") or 0),
                  n_layers=int(hparams.get("n_layers") or 0), n_heads=int(hparams.get("n_heads") or 1),
                  vocab=int(hparams.get("vocab_size") or 0), d_ff=hparams.get("d_ff"),
-                 scores=materializes_scores(pe.get("class_path") if isinstance(pe, dict) else None))
+                 attention=attention_kind(pe_path, length, device))
 
 
 def check_checkpoint(hparams: dict, source: str) -> None:
@@ -184,11 +196,11 @@ def check_checkpoint(hparams: dict, source: str) -> None:
 
 def check_inference(hparams: dict, batch: int, length: int, device: str = "cpu") -> None:
     """Refuse (one line) a forward pass of ``batch`` windows of ``length`` tokens that cannot fit."""
-    s = model_shape(hparams, batch, length)
+    s = model_shape(hparams, batch, length, device)
     check_fits(inference_bytes(s), f"predicting batch {batch} × window {length} at d_model {s.d_model} × "
                f"{s.n_layers} layers", "lower --batch_size or --window", device)
 
 
 __all__ = ["Shape", "available_bytes", "check_checkpoint", "check_fit", "check_inference", "check_fits",
-           "fit_shape", "inference_bytes", "materializes_scores", "model_shape", "parameters",
+           "fit_shape", "inference_bytes", "attention_kind", "model_shape", "parameters",
            "training_bytes"]

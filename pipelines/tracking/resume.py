@@ -95,6 +95,8 @@ def previous_run(run_dir: Path, tracking_uri: str | None) -> tuple[str | None, P
     ckpt = run_dir / LAST
     if status in ("RUNNING", "KILLED") and ckpt.is_file():
         return run_id, ckpt
+    if os.environ.get("RANK", "0") != "0":  # torchrun/SLURM: rank 0 alone clears and reports
+        return None, None
     if status == "FAILED":
         print(f"MLflow run {run_id} FAILED: it is not resumed (its failure stays in the history); "
               "starting a new run", file=sys.stderr)

@@ -53,6 +53,8 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def _alive(pid: int, ticks: int | None) -> bool:
+    if pid <= 0:  # (kill(0 or -1, 0) would ask about whole process groups)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -69,7 +71,8 @@ def stale_reason(info: dict[str, Any] | None, age_s: float, take_over: bool = Fa
     if info is None:
         return "its content is unreadable (the process died while writing it)"
     if info.get("host") == socket.gethostname():
-        if not _alive(int(info.get("pid", -1)), info.get("ticks")):
+        pid = info.get("pid")
+        if not isinstance(pid, int) or not _alive(pid, info.get("ticks")):
             return f"process {info.get('pid')} is no longer running"
         return None
     if take_over:
