@@ -188,8 +188,12 @@ def model_shape(hparams: dict, batch: int = 1, length: int = 1, device: str = "c
 
 
 def check_checkpoint(hparams: dict, source: str) -> None:
-    """Refuse (one line) to build a checkpoint's model whose weights alone do not fit in memory."""
-    s = model_shape(hparams)
+    """Refuse (one line) to build a checkpoint's model whose weights alone do not fit in memory
+    (hyperparameters that are not numbers are left to the model's own checks)."""
+    try:
+        s = model_shape(hparams)
+    except (TypeError, ValueError):
+        return
     check_fits({"weights": 4 * parameters(s)}, f"{source}: the model (d_model {s.d_model} × {s.n_layers} "
                f"layers, d_ff {s.ff})", "this checkpoint cannot be loaded on this machine")
 
