@@ -64,7 +64,7 @@ def _one(i: int, item: Any) -> tuple[str, np.ndarray]:
     else:
         rid, seq = item
     if isinstance(seq, np.ndarray):
-        return str(rid), seq.astype(np.uint8)
+        return str(rid), np.asarray(seq, dtype=np.uint8)  # no copy of a long record already in codes
     if not seq:
         raise PosencError(f"record {rid!r}: empty sequence")
     return str(rid), encode_bases(str(seq).encode("ascii", "replace"), where=f"record {rid!r}")
