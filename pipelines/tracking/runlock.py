@@ -107,8 +107,8 @@ def _dir_flock(folder: Path):
 class RunLock:
     """The held lock of one run directory; :meth:`release` (also run at exit) removes it."""
 
-    def __init__(self, path: Path, info: dict[str, Any]) -> None:
-        self.path, self.info = path, info
+    def __init__(self, path: Path, info: dict[str, Any], created: list[Path] | None = None) -> None:
+        self.path, self.info, self.created = path, info, created or [path.parent]
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name="posenc-run-lock", daemon=True)
         self._beat.start()
@@ -127,8 +127,9 @@ class RunLock:
         atexit.unregister(self.release)
         if (_read(self.path) or {}).get("token") == self.info["token"]:
             self.path.unlink(missing_ok=True)
-        with suppress(OSError):
-            self.path.parent.rmdir()  # only when empty
+        for folder in self.created:  # the run folder, and any parent this lock created (deepest first)
+            with suppress(OSError):
+                folder.rmdir()  # only when empty
 
 
 def acquire(run_dir: Path, take_over: bool = False) -> RunLock:
@@ -137,6 +138,7 @@ def acquire(run_dir: Path, take_over: bool = False) -> RunLock:
     Raises:
         RunLocked: a live process holds it (the message names it and what to do).
     """
+    created = [run_dir, *[p for p in run_dir.parents if not p.exists()]]
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK
     info = {"pid": os.getpid(), "host": socket.gethostname(), "ticks": _start_ticks(os.getpid()),
@@ -152,7 +154,7 @@ def acquire(run_dir: Path, take_over: bool = False) -> RunLock:
             raise RunLocked(f"{path}: could not take the run lock (it keeps changing hands)")
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps(info))
-    return RunLock(path, info)
+    return RunLock(path, info, created)
 
 
 def _take_over_or_refuse(path: Path, take_over: bool) -> None:
