@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import signal
 import sys
 from argparse import ArgumentError
 from pathlib import Path
@@ -19,19 +20,23 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from datamodules.progress import interactive, progress_enabled
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
+from pipelines.resources import check_fit
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
     FailedRunGuard,
     StopOnNonFiniteLoss,
+    Terminated,
     environment_error,
     exception_chain,
     note_store,
+    stop_on_sigterm,
 )
 from pipelines.tracking.registry import RegisterModel
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
+from pipelines.tracking.runlock import release_all as release_run_locks
 from pipelines.tracking.scrub import scrub_logged_params
 from pipelines.tracking.store import (
     LogConfigToMLflow,
@@ -64,6 +69,9 @@ class PosencCLI(LightningCLI):
                             help="fit: resume an unfinished run of the same config from its last.ckpt.")
         parser.add_argument("--checkpoint_every_n_steps", type=int, default=50,
                             help="fit: steps between resume checkpoints (outputs/runs/<key>/last.ckpt).")
+        parser.add_argument("--take_over_lock", type=bool, default=False,
+                            help="fit: take over this config's run lock even when another host holds it "
+                                 "(only when that host's process is known to be gone).")
         # What a person sees (pipelines.console): progress bars, and library chatter only if asked for.
         parser.add_argument("--progress", type=bool | None, default=None,
                             help="Progress bars (one line per step when output is not a terminal); "
@@ -127,6 +135,8 @@ class PosencCLI(LightningCLI):
                 logger.init_args.run_name = run_name(cfg)
         mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
         note_store(logger.init_args.get("tracking_uri") if mlflow else None)
+        if self.subcommand == "fit":
+            check_fit_memory(cfg)
         self.resume_dir = None
         if self.subcommand == "fit" and cfg.get("resume", True):
             self.resume_dir = prepare_resume(self._parser(self.subcommand), cfg)
@@ -185,6 +195,19 @@ class PosencCLI(LightningCLI):
         return next((c for c in self.trainer.callbacks if isinstance(c, RegisterModel)), None)
 
 
+def check_fit_memory(cfg: Any) -> None:
+    """Refuse, before the model exists, a training step that cannot fit (:mod:`pipelines.resources`)."""
+    import torch
+
+    model, data = cfg.get("model"), cfg.get("data")
+    if not hasattr(model, "init_args") or not hasattr(data, "init_args"):
+        return
+    pe = model.init_args.get("pe")
+    accel = str(cfg.trainer.get("accelerator") or "auto")
+    device = "cuda" if accel in ("gpu", "cuda", "auto") and torch.cuda.is_available() else "cpu"
+    check_fit(dict(model.init_args), dict(data.init_args), str(getattr(pe, "class_path", "") or ""), device)
+
+
 def run_name(cfg: Any) -> str:
     """``<ModelClass>-<Scheme>`` from the parsed config, e.g. ``DNALanguageModel-RoPE``."""
     model = str(cfg.model.class_path).rsplit(".", 1)[-1]
@@ -229,13 +252,19 @@ def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI
     else:
         args = spell_out_verbose(args)
     try:
-        cli = make_cli(args, command=command)
+        with stop_on_sigterm():
+            cli = make_cli(args, command=command)
+    except Terminated as exc:  # the run (if any) is marked KILLED: the same command resumes it
+        print(f"error: stopped by signal {signal.Signals(exc.signum).name}", file=sys.stderr)
+        raise SystemExit(exc.code) from None
     except Exception as exc:  # a user mistake, or a broken environment (unwritable folder, bad MLflow store)
         message = user_error(exc) or environment_error(exc)
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        release_run_locks()
     end_process_group()  # DDP: every rank exits cleanly (a live gloo group aborts the interpreter)
     return cli
 

@@ -29,7 +29,8 @@ from torch import Tensor
 
 from datamodules.dna.fasta import EncodeReport, encode_bases, iter_records
 from datamodules.dna.tokenize import KmerTokenizer
-from pipelines.inference.windows import check_window, inference_meta, run_windows, window_starts
+from pipelines.inference.windows import check_window, inference_meta, iter_windows, run_windows, window_starts
+from pipelines.resources import check_inference
 from posenc import PosencError
 
 LN2 = math.log(2.0)
@@ -63,7 +64,7 @@ def _one(i: int, item: Any) -> tuple[str, np.ndarray]:
     else:
         rid, seq = item
     if isinstance(seq, np.ndarray):
-        return str(rid), seq.astype(np.uint8)
+        return str(rid), np.asarray(seq, dtype=np.uint8)  # no copy of a long record already in codes
     if not seq:
         raise PosencError(f"record {rid!r}: empty sequence")
     return str(rid), encode_bases(str(seq).encode("ascii", "replace"), where=f"record {rid!r}")
@@ -123,52 +124,80 @@ def mlm_window_fn(model: torch.nn.Module, mask_id: int, mask_every: int) -> Call
     return fn
 
 
-def _lm_table(rid: str, tok: KmerTokenizer, ids: np.ndarray, logp: np.ndarray) -> pd.DataFrame:
+def _lm_table(rid: str, tok: KmerTokenizer, ids: np.ndarray, logp: np.ndarray,
+              first: int = 0) -> pd.DataFrame:
+    """Rows of tokens ``first …`` of a record (``ids`` and ``logp`` (n, V) of those tokens)."""
+    ids = ids.astype(np.int64)
     got = np.take_along_axis(logp, ids[:, None], axis=1)[:, 0]  # (n,)
     got = np.where(ids < tok.n_kmers, got, np.nan)  # N / UNK tokens are not scored
-    cols: dict[str, Any] = {"record": rid, "pos": _positions(tok, len(ids)), "token": _token_text(tok, ids)}
+    cols: dict[str, Any] = {"record": rid, "pos": _positions(tok, len(ids)) + first * tok.stride,
+                            "token": _token_text(tok, ids)}
     if tok.k == 1:
         cols.update({f"p_{b}": np.exp(logp[:, i]) for i, b in enumerate("ACGT")})
     cols.update({"prob": np.exp(got), "bits": -got / LN2})
     return pd.DataFrame(cols)
 
 
-def _summary(rid: str, tok: KmerTokenizer, table: pd.DataFrame) -> dict[str, Any]:
-    bits = table["bits"].to_numpy()
-    scored = ~np.isnan(bits)
-    bpb = float(bits[scored].mean() / tok.stride) if scored.any() else float("nan")
-    return {"record": rid, "tokens": len(bits), "scored": int(scored.sum()), "bits_per_base": bpb}
+def _summary(rid: str, tok: KmerTokenizer, tokens: int, scored: int, bits: float) -> dict[str, Any]:
+    bpb = bits / scored / tok.stride if scored else float("nan")
+    return {"record": rid, "tokens": tokens, "scored": scored, "bits_per_base": bpb}
+
+
+def _record_tokens(tok: KmerTokenizer, rid: str, codes: np.ndarray) -> np.ndarray:
+    """Token ids of a record: for single bases the codes themselves (one byte per base; ids equal
+    codes), otherwise the tokenizer's int64 ids."""
+    if tok.k == 1 and len(codes):
+        return codes
+    return _tokens(tok, rid, codes)
+
+
+def check_memory(model: torch.nn.Module, batch_size: int, window: int, n: int) -> None:
+    """Refuse (one line) windows that cannot fit in memory (:func:`pipelines.resources.check_inference`)."""
+    width = n if window == 0 else min(window, n)
+    check_inference(dict(model.hparams), batch_size if window else 1, width, str(model.device))
 
 
 def _predict_lm_like(model, data, fn_for, causal: bool, *, window=None, overlap=None, batch_size=32,
-                     per_base=True, progress=None) -> pd.DataFrame:
+                     per_base=True, progress=None, sink=None) -> pd.DataFrame | None:
+    """Rows per token (or per record), returned as one DataFrame, or with ``sink`` handed over one
+    batch of windows at a time (memory flat in the record's length) and ``None`` returned."""
     tok, window, overlap = dna_settings(model, window, overlap)
     fn = fn_for(tok)
-    frames = []
+    frames: list[pd.DataFrame] = []
+    emit = sink if sink is not None else frames.append
     for rid, codes in as_records(data):
-        ids = _tokens(tok, rid, codes)
+        ids = _record_tokens(tok, rid, codes)
         check_window(model, window, len(ids))
-        logp = run_windows(ids, fn, window, overlap, causal, batch_size, model.device, progress)
-        table = _lm_table(rid, tok, ids, logp)
-        frames.append(table if per_base else pd.DataFrame([_summary(rid, tok, table)]))
-    return pd.concat(frames, ignore_index=True)
+        check_memory(model, batch_size, window, len(ids))
+        scored, bits = 0, 0.0
+        for lo, logp in iter_windows(ids, fn, window, overlap, causal, batch_size, model.device, progress):
+            table = _lm_table(rid, tok, ids[lo : lo + len(logp)], logp, lo)
+            if per_base:
+                emit(table)
+            else:
+                scored += int(table["bits"].notna().sum())
+                bits += float(table["bits"].sum())
+        if not per_base:
+            emit(pd.DataFrame([_summary(rid, tok, len(ids), scored, bits)]))
+    return None if sink is not None else pd.concat(frames, ignore_index=True)
 
 
 def predict_lm(model, data, *, window=None, overlap=None, batch_size=32, per_base=True,
-               progress=None) -> pd.DataFrame:
-    """Causal LM predictions (see the module docstring)."""
+               progress=None, sink=None) -> pd.DataFrame | None:
+    """Causal LM predictions (see the module docstring); ``sink``: streamed (see ``_predict_lm_like``)."""
     return _predict_lm_like(model, data, lambda tok: lm_window_fn(model), True, window=window,
-                            overlap=overlap, batch_size=batch_size, per_base=per_base, progress=progress)
+                            overlap=overlap, batch_size=batch_size, per_base=per_base, progress=progress,
+                            sink=sink)
 
 
 def predict_mlm(model, data, *, mask_every: int = 7, window=None, overlap=None, batch_size=32, per_base=True,
-                progress=None) -> pd.DataFrame:
+                progress=None, sink=None) -> pd.DataFrame | None:
     """Masked-LM predictions, every token scored while masked (see the module docstring)."""
     if mask_every < 1:
         raise PosencError(f"mask_every must be ≥ 1, got {mask_every}")
     return _predict_lm_like(model, data, lambda tok: mlm_window_fn(model, tok.mask_id, mask_every), False,
                             window=window, overlap=overlap, batch_size=batch_size, per_base=per_base,
-                            progress=progress)
+                            progress=progress, sink=sink)
 
 
 # ----------------------------------------------------------------------------------------- segmentation
@@ -181,6 +210,7 @@ def predict_segment(model, data, *, window=None, overlap=None, batch_size=32, pr
     for rid, codes in as_records(data):
         ids = _tokens(tok, rid, codes)
         check_window(model, window, len(ids))
+        check_memory(model, batch_size, window, len(ids))
         probs = run_windows(ids, fn, window, overlap, False, batch_size, model.device, progress)
         label = probs.argmax(-1)
         frames.append(pd.DataFrame({

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from pipelines.inference.resolve import resolve
+from pipelines.resources import check_checkpoint
 from pipelines.safety import weights_only_reason
 from pipelines.tasks import task_class
 from pipelines.tasks.base import check_task
@@ -53,6 +54,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str) -> torch.nn.Module:
     except PosencError as exc:
         raise PosencError(f"{source}: {exc}") from None
     hparams = dict(ckpt.get("hyper_parameters") or {})
+    check_checkpoint(hparams, source)  # a claimed d_model of 65536 is refused before it is allocated
     try:
         model = cls(**hparams)
     except PosencError as exc:

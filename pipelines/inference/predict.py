@@ -88,11 +88,12 @@ class TableWriter:
     """Frames appended to one delimited file, the header written once."""
 
     def __init__(self, fh: IO[str], sep: str) -> None:
-        self.fh, self.sep, self.header = fh, sep, True
+        self.fh, self.sep, self.header, self.rows = fh, sep, True, 0
 
     def write(self, frame: pd.DataFrame) -> None:
         frame.to_csv(self.fh, sep=self.sep, index=False, header=self.header, float_format="%.6g", na_rep="")
         self.header = False
+        self.rows += len(frame)
 
 
 def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool, min_length: int = 0) -> int:
@@ -133,7 +134,8 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
                           f"{model.task_name!r}")
     opts = predictor_options(model, {"window": args.window, "overlap": args.overlap,
                                      "batch_size": args.batch_size, "per_base": args.level == "base",
-                                     "mask_every": args.mask_every})
+                                     "mask_every": args.mask_every,  # a predictor with a sink streams rows:
+                                     "sink": (lambda frame: table.write(frame)) if kind == "table" else None})
     records = iter_records(args.input, EncodeReport())
     if model.batch_records:  # many short records: batched together
         records = [list(records)]
@@ -146,7 +148,9 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
             total, desc = sum(len(c) for _, c in group), group[0][0] if len(group) == 1 else "records"
             with progress_bar(total, f"predicting {desc}", unit="tok", unit_scale=True) as bar:
                 frame = model.predict(group, progress=bar.update, **opts)
-            if kind == "table":
+            if frame is None:  # streamed through the sink
+                n_rows = table.rows
+            elif kind == "table":
                 table.write(frame)
                 n_rows += len(frame)
             else:

@@ -10,7 +10,7 @@ of left context). For a model whose receptive field fits in the margin this is e
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ def keep_ranges(starts: list[int], width: int, n: int, causal: bool) -> list[tup
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
-def run_windows(
+def iter_windows(
     tokens: np.ndarray,
     fn: Callable[[Tensor], Tensor],
     window: int,
@@ -55,11 +55,13 @@ def run_windows(
     batch_size: int = 32,
     device: torch.device | None = None,
     progress: Callable[[int], object] | None = None,
-) -> np.ndarray:
-    """Per-token outputs (n, F) of ``fn`` over a long token sequence, windowed and stitched.
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Per-token outputs of ``fn`` over a long token sequence, windowed and stitched, as they are
+    finished: ``(lo, out)`` with ``out`` (hi - lo, F) float32 for tokens ``[lo, hi)``, in order and
+    tiling ``[0, n)``. Memory is one batch of windows, whatever the length of the sequence.
 
     Args:
-        tokens: (n,) token ids.
+        tokens: (n,) token ids (any integer dtype; each batch is cast to int64 on its own).
         fn: maps a batch of windows (B, W) to per-token outputs (B, W, F).
         window: tokens per window (``0``: the whole sequence in one pass).
         overlap: tokens shared by consecutive windows.
@@ -72,21 +74,33 @@ def run_windows(
     starts = window_starts(n, window, min(overlap, window - 1))
     width = min(window, n)
     keep = keep_ranges(starts, width, n, causal)
-    ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64), device=device)
-    out: np.ndarray | None = None
     for b in range(0, len(starts), batch_size):
         chunk = starts[b : b + batch_size]
-        batch = torch.stack([ids[s : s + width] for s in chunk])  # (B, W)
+        rows = np.stack([tokens[s : s + width] for s in chunk]).astype(np.int64)  # (B, W)
         with torch.inference_mode():
-            y = fn(batch).float().cpu().numpy()  # (B, W, F)
-        if out is None:
-            out = np.empty((n, y.shape[-1]), dtype=np.float32)
-        for s, (lo, hi), row in zip(chunk, keep[b : b + batch_size], y, strict=True):
-            out[lo:hi] = row[lo - s : hi - s]
+            y = fn(torch.as_tensor(rows, device=device)).float().cpu().numpy()  # (B, W, F)
+        lo, hi = keep[b][0], keep[b + len(chunk) - 1][1]
+        out = np.empty((hi - lo, y.shape[-1]), dtype=np.float32)
+        for s, (a, z), row in zip(chunk, keep[b : b + batch_size], y, strict=True):
+            out[a - lo : z - lo] = row[a - s : z - s]
         if progress is not None:
-            progress(keep[b + len(chunk) - 1][1] - keep[b][0])
-    assert out is not None
-    return out
+            progress(hi - lo)
+        yield lo, out
+
+
+def run_windows(
+    tokens: np.ndarray,
+    fn: Callable[[Tensor], Tensor],
+    window: int,
+    overlap: int,
+    causal: bool,
+    batch_size: int = 32,
+    device: torch.device | None = None,
+    progress: Callable[[int], object] | None = None,
+) -> np.ndarray:
+    """Per-token outputs (n, F) of ``fn`` over a long token sequence: :func:`iter_windows` joined."""
+    parts = iter_windows(tokens, fn, window, overlap, causal, batch_size, device, progress)
+    return np.concatenate([out for _, out in parts])
 
 
 def check_window(model: torch.nn.Module, window: int, n: int) -> None:

@@ -1,5 +1,9 @@
 """What a run does when it goes wrong: stop on a non-finite loss, never leave an MLflow run RUNNING.
 
+SIGTERM (:func:`stop_on_sigterm`) raises :class:`Terminated` in the main thread at the next Python
+instruction — mid-step, not at the end of a step as Lightning's own handler does — and the run is
+marked KILLED (so the same command resumes it), as it is on Ctrl-C; any other exception marks it FAILED.
+
 Lightning already calls ``logger.finalize("failed")`` when fit/test raise; :class:`FailedRunGuard`
 makes sure of it independently of the logger (a failing checkpoint upload inside ``finalize`` would
 otherwise leave the run RUNNING) and says which run failed. :class:`StopOnNonFiniteLoss` checks the
@@ -11,7 +15,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import lightning as L
 import torch
@@ -25,8 +33,42 @@ class NonFiniteLoss(PosencError):
     """The training loss became NaN or infinite."""
 
 
-def mark_runs_failed(trainer: L.Trainer) -> list[str]:
-    """Set every MLflow run of ``trainer`` that is still RUNNING to FAILED; returns their ids."""
+class Terminated(SystemExit):
+    """The process received SIGTERM; exits with status 128 + the signal number (143) if not caught."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """While inside: the first SIGTERM raises :class:`Terminated` in the main thread (Lightning's own
+    handler, which only stops after the current step, is kept and chained); a second one ends the
+    process at once. The previous handler is restored on leaving."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum: int, frame: object) -> None:
+        if fired:  # cleanup after the first one is hanging: die as SIGTERM normally does
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        fired.append(signum)
+        raise Terminated(signum)
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def mark_runs_failed(trainer: L.Trainer, status: str = "FAILED") -> list[str]:
+    """Set every MLflow run of ``trainer`` that is still RUNNING to ``status`` (FAILED or KILLED);
+    returns their ids. For KILLED, the logger's own ``finalize("failed")`` that Lightning calls
+    next is made to keep KILLED."""
     from pipelines.tracking.store import mlflow_loggers
 
     failed = []
@@ -36,22 +78,26 @@ def mark_runs_failed(trainer: L.Trainer) -> list[str]:
         try:
             client, run_id = logger.experiment, logger.run_id
             if client.get_run(run_id).info.status == "RUNNING":
-                client.set_terminated(run_id, "FAILED")
+                client.set_terminated(run_id, status)
+            if status != "FAILED":
+                logger.finalize = lambda *_, _lg=logger, **__: type(_lg).finalize(_lg, status)
             failed.append(run_id)
         except Exception as exc:  # the store itself may be what failed; report, never mask the cause
-            log.warning("could not mark MLflow run %s FAILED: %s", getattr(logger, "_run_id", None), exc)
+            log.warning("could not mark MLflow run %s %s: %s", getattr(logger, "_run_id", None), status, exc)
     return failed
 
 
 class FailedRunGuard(L.Callback):
-    """On any exception during fit/validate/test: the MLflow run is marked FAILED (not RUNNING)."""
+    """On any exception during fit/validate/test: the MLflow run is marked FAILED (not RUNNING), or
+    KILLED when the exception is SIGTERM's :class:`Terminated` or Ctrl-C."""
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
                      exception: BaseException) -> None:
         if trainer.global_rank != 0:
             return
-        for run_id in mark_runs_failed(trainer):
-            print(f"MLflow run {run_id} marked FAILED ({type(exception).__name__})", file=sys.stderr)
+        status = "KILLED" if isinstance(exception, (Terminated, KeyboardInterrupt)) else "FAILED"
+        for run_id in mark_runs_failed(trainer, status):
+            print(f"MLflow run {run_id} marked {status} ({type(exception).__name__})", file=sys.stderr)
 
 
 class StopOnNonFiniteLoss(L.Callback):
@@ -74,7 +120,8 @@ class StopOnNonFiniteLoss(L.Callback):
         )
 
 
-__all__ = ["FailedRunGuard", "NonFiniteLoss", "StopOnNonFiniteLoss", "mark_runs_failed"]
+__all__ = ["FailedRunGuard", "NonFiniteLoss", "StopOnNonFiniteLoss", "Terminated", "mark_runs_failed",
+           "stop_on_sigterm"]
 
 
 def exception_chain(exc: BaseException):

@@ -7,9 +7,14 @@ resolved config (without the run id and ckpt path, which resuming sets itself). 
 * ``last.ckpt`` is written every ``every_n_steps`` optimizer steps and at each epoch end, to a
   temporary name and renamed into place, so a kill (even ``SIGKILL``) never leaves a torn file.
 
-A rerun of the same config finds ``run.json`` and ``last.ckpt``, logs into the same MLflow run
-(``MLFlowLogger(run_id=…)``) and passes ``ckpt_path`` to ``fit``. A successful fit removes both
-files, so the next run of that config starts afresh.
+* ``run.lock`` says which process trains it (:mod:`pipelines.tracking.runlock`): a second process
+  with the same config stops with one line while the first is alive.
+
+A rerun of the same config, once the lock is free (or stale), resumes only an *interrupted* run:
+one left RUNNING (``kill -9``) or KILLED (SIGTERM, Ctrl-C) with a ``last.ckpt``. It logs into the
+same MLflow run (``MLFlowLogger(run_id=…)``) and passes ``ckpt_path`` to ``fit``. A FAILED run is
+never resumed (it stays FAILED; the command starts a new run), nor a FINISHED one. A successful fit
+removes the files, so the next run of that config starts afresh.
 
 Exact continuation. Lightning restores the weights, optimizer, scheduler, loop counters and callback
 states, but a plain ``DataLoader`` restarts its epoch from the first batch and the global RNGs are
@@ -28,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +42,13 @@ import torch
 import yaml
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
+from pipelines.tracking.runlock import acquire, hold
+
 log = logging.getLogger(__name__)
 
 RUN_FILE, LAST = "run.json", "last.ckpt"
 _NOT_HASHED = ("ckpt_path", "trainer.logger.init_args.run_id", "trainer.logger.init_args.run_name",
-               "resume", "checkpoint_every_n_steps", "config")
+               "resume", "checkpoint_every_n_steps", "config", "take_over_lock")
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -68,9 +76,13 @@ def _atomic_json(path: Path, value: dict) -> None:
 
 
 def previous_run(run_dir: Path, tracking_uri: str | None) -> tuple[str | None, Path | None]:
-    """``(run_id, last.ckpt or None)`` of an unfinished run of this config, else ``(None, None)``.
+    """``(run_id, last.ckpt)`` of an *interrupted* run of this config, else ``(None, None)``.
 
-    A run id whose MLflow run is gone or FINISHED is stale: the directory is cleared.
+    Call it holding the run directory's lock (:mod:`pipelines.tracking.runlock`): no live process
+    then owns the run. Only a run left RUNNING (killed) or KILLED (stopped by a signal) with a resume
+    checkpoint is resumed. A FAILED run stays FAILED in the history and a FINISHED or deleted one is
+    left alone: the resume files are cleared and the command starts a new run. A RUNNING run without
+    a checkpoint (killed before its first one) is marked KILLED.
     """
     state = run_dir / RUN_FILE
     if not state.is_file():
@@ -80,11 +92,24 @@ def previous_run(run_dir: Path, tracking_uri: str | None) -> tuple[str | None, P
     except (OSError, ValueError, KeyError, TypeError):
         run_id = None
     status = _run_status(run_id, tracking_uri) if run_id else None
-    if status is None or status == "FINISHED":
-        clear(run_dir)
-        return None, None
     ckpt = run_dir / LAST
-    return run_id, ckpt if ckpt.is_file() else None
+    if status in ("RUNNING", "KILLED") and ckpt.is_file():
+        return run_id, ckpt
+    if os.environ.get("RANK", "0") != "0":  # torchrun/SLURM: rank 0 alone clears and reports
+        return None, None
+    if status == "FAILED":
+        print(f"MLflow run {run_id} FAILED: it is not resumed (its failure stays in the history); "
+              "starting a new run", file=sys.stderr)
+    elif status == "RUNNING":
+        _set_status(run_id, tracking_uri, "KILLED")
+    clear(run_dir)
+    return None, None
+
+
+def _set_status(run_id: str, tracking_uri: str | None, status: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri).set_terminated(run_id, status)
 
 
 def _run_status(run_id: str, tracking_uri: str | None) -> str | None:
@@ -203,7 +228,7 @@ class ResumeCheckpoint(L.Callback):
         for logger in mlflow_loggers(trainer):
             client, run_id = logger.experiment, logger.run_id  # creates the run if it is new
             if client.get_run(run_id).info.status != "RUNNING":
-                client.update_run(run_id, status="RUNNING")  # a resumed FAILED run is running again
+                client.update_run(run_id, status="RUNNING")  # a resumed KILLED run is running again
             _atomic_json(self.run_dir / RUN_FILE, {"run_id": run_id, "tracking_uri": logger._tracking_uri})
             break
 
@@ -287,16 +312,15 @@ __all__ = ["ResumableLoader", "ResumeCheckpoint", "clear", "config_key", "previo
 
 
 def prepare(parser: Any, cfg: Any) -> Path:
-    """Before instantiation: the config's run directory; if an unfinished run of the same config left
-    ``run.json`` there, log into that MLflow run and resume from its ``last.ckpt``.
+    """Before instantiation: take the config's run directory's lock (a live run of the same config
+    is a one-line :class:`~pipelines.tracking.runlock.RunLocked`); if an interrupted run of the
+    same config left ``run.json`` and ``last.ckpt`` there, log into that MLflow run and resume.
 
     Args:
         parser: the subcommand's parser (to dump the resolved config).
         cfg: the subcommand's config namespace; ``trainer.logger.init_args.run_id`` and
             ``ckpt_path`` are set in place when resuming (an explicit ``ckpt_path`` is kept).
     """
-    import sys
-
     text = parser.dump(cfg, skip_none=False, skip_validation=True)
     run_dir = run_dir_for(text, cfg.trainer.get("default_root_dir") or "outputs")
     logger = cfg.trainer.get("logger")
@@ -306,6 +330,8 @@ def prepare(parser: Any, cfg: Any) -> Path:
     if handed is not None:  # a rank Lightning launched: follow the launching process's decision
         run_id, ckpt = handed
     else:
+        if os.environ.get("RANK", "0") == "0":  # torchrun/SLURM: rank 0 holds the lock for all
+            hold(acquire(run_dir, bool(cfg.get("take_over_lock", False))))
         run_id, ckpt = previous_run(run_dir, uri) if mlflow else (None, None)
         hand_down(run_dir, run_id, ckpt)
     if run_id is None:
@@ -314,8 +340,7 @@ def prepare(parser: Any, cfg: Any) -> Path:
     if ckpt is not None and not cfg.get("ckpt_path"):
         cfg.ckpt_path = str(ckpt)
     if handed is None:
-        where = f" from {ckpt}" if ckpt else " (no checkpoint yet: from the start)"
-        print(f"resuming MLflow run {run_id}{where}", file=sys.stderr)
+        print(f"resuming MLflow run {run_id} from {ckpt}", file=sys.stderr)
     return run_dir
 
 

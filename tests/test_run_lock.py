@@ -1,0 +1,167 @@
+"""Runs and their locks: a second process never writes into a live run, a stale lock (dead PID,
+reused PID, another host's old heartbeat) is taken over, a FAILED run is never resumed and stays
+FAILED, SIGTERM stops a run mid-step and marks it KILLED. Real processes, real lock files and a real
+sqlite MLflow store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FAULT, ROOT, run_cli_in, runs, tiny_setup
+
+
+def _sleeper(seconds: int = 120) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _write_lock(run_dir: Path, pid: int, host: str | None = None, ticks: int | None = None) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "run.lock"
+    path.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(), "ticks": ticks,
+                                "started": "2026-01-01T00:00:00+00:00", "token": "theirs"}))
+    return path
+
+
+# ----------------------------------------------------------------------------------- the lock file
+def test_a_live_process_keeps_its_lock(tmp_path):
+    from pipelines.tracking.runlock import RunLocked, acquire
+
+    holder = _sleeper()
+    try:
+        path = _write_lock(tmp_path / "run", holder.pid)
+        before = path.read_text()
+        with pytest.raises(RunLocked, match=f"process {holder.pid} on {socket.gethostname()}"):
+            acquire(tmp_path / "run")
+        assert path.read_text() == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_lock_of_a_dead_process_is_taken_over_and_released(tmp_path, capsys):
+    from pipelines.tracking.runlock import acquire
+
+    pid = _dead_pid()
+    path = _write_lock(tmp_path / "run", pid)
+    lock = acquire(tmp_path / "run")
+    assert f"process {pid} is no longer running" in capsys.readouterr().err
+    held = json.loads(path.read_text())
+    assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
+    lock.release()
+    assert not path.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_reused_pid_does_not_keep_a_dead_runs_lock(tmp_path):
+    """The PID is alive but its process started at another time than the lock's holder."""
+    from pipelines.tracking.runlock import acquire
+
+    other = _sleeper()
+    try:
+        stat = Path(f"/proc/{other.pid}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        _write_lock(tmp_path / "run", other.pid, ticks=ticks + 1)
+        acquire(tmp_path / "run").release()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_another_hosts_lock_is_live_until_its_heartbeat_is_old_or_the_user_says(tmp_path):
+    from pipelines.tracking.runlock import STALE_AFTER_S, RunLocked, acquire
+
+    path = _write_lock(tmp_path / "run", 1, host="some-other-node")
+    with pytest.raises(RunLocked, match="some-other-node"):
+        acquire(tmp_path / "run")
+    acquire(tmp_path / "run", take_over=True).release()
+    path = _write_lock(tmp_path / "run", 1, host="some-other-node")
+    old = time.time() - STALE_AFTER_S - 60
+    os.utime(path, (old, old))
+    acquire(tmp_path / "run").release()
+
+
+# ----------------------------------------------------------------------------------- real runs
+def _env(tmp: Path, **extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k != "POSENC_FAULT"}
+    return {**base, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}", **extra}
+
+
+LONG = ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=50",
+        "--trainer.callbacks+=tests.toy.faults.SlowStep", "--trainer.callbacks.step=5"]
+
+
+def _wait_for(pattern: str, tmp: Path, proc: subprocess.Popen, timeout: float = 300) -> Path:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = list((tmp / "outputs").glob(pattern))
+        if found:
+            return found[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"training ended early: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.5)
+    raise AssertionError(f"no {pattern} after {timeout} s")
+
+
+def test_a_second_fit_never_enters_a_live_run_and_sigterm_stops_it_mid_step_as_killed(tmp_path):
+    """A real training (its step 5 takes minutes) holds the lock: the same command in a second process
+    stops with one line naming the live run and changes nothing; SIGTERM then ends the first one
+    mid-step (Lightning alone waits for the step to end), exit 143, its MLflow run KILLED."""
+    tiny_setup(tmp_path)
+    first = subprocess.Popen([sys.executable, "-m", "pipelines.train", *LONG], cwd=tmp_path,
+                             env=_env(tmp_path, POSENC_FAULT="1"), stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("runs/*/last.ckpt", tmp_path, first)  # step 4 is written: step 5 is sleeping
+        lock = next((tmp_path / "outputs").glob("runs/*/run.lock"))
+        held = lock.read_text()
+        run_id = json.loads((lock.parent / "run.json").read_text())["run_id"]
+        second = subprocess.run([sys.executable, "-m", "pipelines.train", *LONG], cwd=tmp_path,
+                                env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+        errors = [ln for ln in second.stderr.splitlines() if ln.startswith("error:")]
+        assert second.returncode == 2 and len(errors) == 1, second.stderr[-3000:]
+        assert f"MLflow run {run_id}" in errors[0] and f"process {first.pid}" in errors[0]
+        assert lock.read_text() == held and len(runs(tmp_path)[1]) == 1
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=60)  # the sleeping step alone has 10 minutes to go
+    finally:
+        first.kill()
+    assert first.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "error: stopped by signal SIGTERM" in err and "Traceback" not in err, err[-3000:]
+    (_, (run,)) = runs(tmp_path)
+    assert run.info.run_id == run_id and run.info.status == "KILLED"
+    assert not lock.exists()
+
+
+def test_a_failed_run_is_not_resumed_and_stays_failed(tmp_path, monkeypatch, capsys):
+    tiny_setup(tmp_path)
+    args = ["fit", "--config", "tiny.yaml", *FAULT]
+    monkeypatch.setenv("POSENC_FAULT", "1")
+    with pytest.raises(RuntimeError, match="injected fault"):
+        run_cli_in(tmp_path, args)
+    monkeypatch.delenv("POSENC_FAULT")
+    client, (failed,) = runs(tmp_path)
+    assert failed.info.status == "FAILED"
+    logged = [m.step for m in client.get_metric_history(failed.info.run_id, "train/loss")]
+    assert list((tmp_path / "outputs/runs").glob("*/last.ckpt"))  # there was something to resume from
+    capsys.readouterr()
+    assert run_cli_in(tmp_path, args)[0] == 0
+    err = capsys.readouterr().err
+    assert f"MLflow run {failed.info.run_id} FAILED: it is not resumed" in err and "resuming" not in err
+    client, both = runs(tmp_path)
+    status = {r.info.run_id: r.info.status for r in both}
+    assert len(status) == 2 and status.pop(failed.info.run_id) == "FAILED"
+    assert list(status.values()) == ["FINISHED"]
+    assert [m.step for m in client.get_metric_history(failed.info.run_id, "train/loss")] == logged
