@@ -16,6 +16,12 @@ from pipelines.tasks.lm import DNALanguageModel
 from pipelines.tasks.markov import MarkovBaselines
 from pipelines.tasks.mlm import MaskedDNAModel
 from pipelines.tasks.segment import FrameSegmenter
+from posenc.registry import trust_modules
+
+#: the packages this project's checkpoints, saved configs and registered models name (posenc itself
+#: trusts only posenc and torch)
+PROJECT_MODULES = ("pipelines", "datamodules", "lightning")
+trust_modules(*PROJECT_MODULES)
 
 __all__ = [
     "TaskModule",                                                      # what every task shares

@@ -37,7 +37,7 @@ from pipelines.tracking.registry import RegisterModel
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
 from pipelines.tracking.runlock import release_all as release_run_locks
-from pipelines.tracking.scrub import scrub_logged_params
+from datamodules.scrub import scrub_logged_params
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_defaults,

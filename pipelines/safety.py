@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipelines.tracking.scrub import scrub_text
+from datamodules.scrub import scrub_text
 from posenc import PosencError
 from posenc.registry import TRUST_ENV, check_trusted, trust_modules
 

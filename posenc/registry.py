@@ -14,10 +14,11 @@ from posenc.base import PosencError, PositionalEncoding, SchemeMeta
 EncodingFactory = Callable[[int, int], PositionalEncoding]
 
 
-#: the packages a class path (in a checkpoint, a saved config, a registered model) may name: this
-#: project's three and the libraries its configs name; more only through :func:`trust_modules`
-#: (``--trust-module``) or ``$POSENC_TRUSTED_MODULES``. Nothing else is imported.
-DEFAULT_TRUSTED = ("posenc", "pipelines", "datamodules", "torch", "lightning")
+#: the packages a class path (in a checkpoint, a saved config, a registered model) may name: the
+#: library and torch; an application adds its own packages with :func:`trust_modules` at import (the
+#: the project's training code adds its own), a user with ``--trust-module`` or ``$POSENC_TRUSTED_MODULES``.
+#: Nothing else is imported.
+DEFAULT_TRUSTED = ("posenc", "torch")
 _TRUSTED: set[str] = set(DEFAULT_TRUSTED)
 TRUST_ENV = "POSENC_TRUSTED_MODULES"
 

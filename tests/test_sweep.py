@@ -106,6 +106,6 @@ def test_a_config_the_cli_refuses_is_one_line_and_writes_no_run(tmp_path):
     broken = {"model": {"init_args": {"pe": {"class_path": "posenc.Learned", "init_args": {"max_len": 0}}}}}
     with workdir_with_store(tmp_path), pytest.raises(TrainingFailed) as exc:
         train_run(layers, broken, 0, experiment=EXPERIMENT, run_name="broken", namespace=NS)
-    assert exc.value.reason == "Learned max_len must be positive, got 0"
-    assert str(exc.value) == "training broken failed: Learned max_len must be positive, got 0"
+    assert exc.value.reason == "Learned max_len must be a positive integer, got 0"
+    assert str(exc.value) == "training broken failed: Learned max_len must be a positive integer, got 0"
     assert not (tmp_path / "mlflow.db").exists()  # refused before any run was opened

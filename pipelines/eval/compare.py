@@ -38,7 +38,7 @@ from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
 from pipelines.eval.sweep import TrainingFailed, experiment_id, train_run
-from pipelines.tracking.scrub import scrub_text
+from datamodules.scrub import scrub_text
 from pipelines.tracking.store import tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pipelines.tracking.scrub import scrub_checkpoint
+from datamodules.scrub import scrub_checkpoint
 from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import Transformer
 from posenc.registry import EncodingFactory

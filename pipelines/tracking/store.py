@@ -13,7 +13,7 @@ from typing import Any
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
-from pipelines.tracking.scrub import scrub_run_tags, scrub_text
+from datamodules.scrub import scrub_run_tags, scrub_text
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -81,7 +81,7 @@ def new_store_lock(uri: str | None) -> Iterator[None]:
 
 
 def scrub_config(text: str) -> str:
-    """A config safe to log (see :func:`pipelines.tracking.scrub.scrub_text`)."""
+    """A config safe to log (see :func:`datamodules.scrub.scrub_text`)."""
     return scrub_text(text)
 
 
