@@ -18,6 +18,7 @@ import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from datamodules.progress import interactive, progress_enabled
+from datamodules.scrub import scrub_logged_params
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.resources import check_fit
@@ -37,7 +38,6 @@ from pipelines.tracking.registry import RegisterModel
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
 from pipelines.tracking.runlock import release_all as release_run_locks
-from datamodules.scrub import scrub_logged_params
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_defaults,

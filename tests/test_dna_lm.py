@@ -80,6 +80,7 @@ def test_checkpoint_reloads_weights_only_with_same_scheme(trained):
     torch.testing.assert_close(model(tokens), ref(tokens))
 
 
+@pytest.mark.slow  # a real fit; the fast suite sees Learned's undefined lengths in the classification fit
 def test_learned_past_max_len_is_recorded_undefined(tmp_path):
     (tmp_path / "plain.yaml").write_text("trainer: {callbacks: []}\n")  # whole windows: no SelectContext
     cli = run_cli(tmp_path, "--config", str(ROOT / "configs/posenc/learned.yaml"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import final_metrics, run_cli_in, runs, tiny_setup
 
 ARGS = ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1"]
@@ -19,6 +21,7 @@ def metrics_of(tmp: Path, *extra: str) -> dict[str, float]:
     return final_metrics(run)
 
 
+@pytest.mark.slow  # three real fits; the fast suite's resume test also asks for bit-identical metrics
 def test_same_config_and_seed_give_identical_metrics(tmp_path):
     first, second = metrics_of(tmp_path / "a"), metrics_of(tmp_path / "b")
     other = metrics_of(tmp_path / "c", "--seed_everything=1", "--data.init_args.seed=1")

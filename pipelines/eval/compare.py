@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from datamodules.progress import progress_bar
+from datamodules.scrub import scrub_text
 from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.compare_report import figure, markdown, write_csvs
 from pipelines.eval.compare_runs import NAMESPACE, TAGS, ChildRun, child_key, read_child, untrained_positions
@@ -38,7 +39,6 @@ from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
 from pipelines.eval.sweep import TrainingFailed, experiment_id, train_run
-from datamodules.scrub import scrub_text
 from pipelines.tracking.store import tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError

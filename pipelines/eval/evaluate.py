@@ -25,6 +25,7 @@ import lightning as L
 import torch
 import yaml
 
+from datamodules.scrub import scrub_text
 from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.extrapolation import (
     DEFAULT_FACTORS,
@@ -39,7 +40,6 @@ from pipelines.eval.report import format_table, log_to_mlflow, save_all
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
-from datamodules.scrub import scrub_text
 from pipelines.tracking.store import mlflow_loggers, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError

@@ -80,9 +80,14 @@ def test_classification_fit_from_a_labels_file_with_learned_pe_undefined_past_ma
 
 
 def test_vocab_size_follows_the_kmer_setting(tmp_path):
+    """Linked when the CLI builds the model (no training needed to see it)."""
+    from pipelines.cli import make_cli
+
     fasta = write_fasta(tmp_path / "g.fa", {"chr1": random_bases(20000)})
-    cli = fit(tmp_path, "dna_mlm.yaml", f"--data.init_args.fasta={fasta}", *WINDOWS,
-              "--data.init_args.kmer=3", "--data.init_args.kmer_stride=3", "--trainer.fast_dev_run=true")
+    with workdir_with_store(tmp_path):
+        cli = make_cli(["--config", str(ROOT / "configs" / "dna_mlm.yaml"), *TINY,
+                        f"--data.init_args.fasta={fasta}", *WINDOWS, "--data.init_args.kmer=3",
+                        "--data.init_args.kmer_stride=3"], run=False)
     assert cli.model.embedding.num_embeddings == cli.model.head.out_features == 4**3 + 3
     assert cli.model.bases_per_token == 3 and cli.model.pad_id == cli.datamodule.pad_id
 

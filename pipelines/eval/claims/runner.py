@@ -28,11 +28,11 @@ from typing import Any
 
 import yaml
 
+from datamodules.scrub import scrub_text
 from pipelines.console import user_errors_exit
 from pipelines.eval.claims.base import ClaimResult, Experiment
 from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.eval.claims.report import claims_markdown, summary_table
-from datamodules.scrub import scrub_text
 from pipelines.tracking.store import tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class
