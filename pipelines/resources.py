@@ -134,7 +134,7 @@ def check_fits(parts: dict[str, int], what: str, advice: str, device: str = "cpu
 
 def attention_kind(pe_class_path: str | None, length: int, device: str = "cpu") -> str:
     """Which attention tensors the scheme's kernel keeps at ``length`` on ``device`` (see the
-    module docstring; the path choice is :func:`pipelines.model.attention.choose_path`'s)."""
+    module docstring; the path choice is :func:`posenc.nn.attention.choose_path`'s)."""
     from posenc import all_schemes
 
     name = (pe_class_path or "posenc.PositionalEncoding").rsplit(".", 1)[-1]
