@@ -135,6 +135,7 @@ class ForecastBaselines(L.Callback):
         self.ridge_alpha, self.max_train_windows = ridge_alpha, max_train_windows
         self.max_train_values = max_train_values
         self.results: dict[str, float] = {}
+        self._ridges: dict[tuple[int, bool], tuple[LinearBaseline, float]] = {}  # per (dm, future)
         self.period_from = ""
         self._announced = False
 
@@ -226,8 +227,11 @@ class ForecastBaselines(L.Callback):
 
     def same_inputs_ridge(self, dm, future: bool = True) -> tuple[LinearBaseline, float]:
         """The same-inputs ridge (``baseline/linear``) and its penalty, fitted as :meth:`compute`
-        fits it (the Forecaster's linear path starts from it)."""
-        return self._fit_ridge(dm, *self.same_inputs(dm, future))
+        fits it (the Forecaster's linear path starts from it); fitted once per datamodule."""
+        key = (id(dm), bool(future))
+        if key not in self._ridges:
+            self._ridges[key] = self._fit_ridge(dm, *self.same_inputs(dm, future))
+        return self._ridges[key]
 
     def compute(self, dm, starts: np.ndarray | None = None, future: bool | None = None) -> dict[str, float]:
         """Baseline errors on ``dm``'s test windows starting at ``starts`` (default: all of them);
@@ -246,7 +250,10 @@ class ForecastBaselines(L.Callback):
             if name == "linear_ar" and dm.covariates.shape[1] == 0:  # no covariates: the same model
                 results.update({f"linear_ar_{k}": results[f"linear_{k}"] for k in ("mse", "mae", "alpha")})
                 continue
-            lin, results[f"{name}_alpha"] = self._fit_ridge(dm, inputs, fut)
+            if name == "linear":  # the fit the Forecaster's linear path was set from, if it was
+                lin, results["linear_alpha"] = self.same_inputs_ridge(dm, future is not False)
+            else:
+                lin, results["linear_ar_alpha"] = self._fit_ridge(dm, inputs, fut)
             pred = lin.predict(self._design(dm, inputs, fut, test["start"]))  # (n, H, C)
             errors = masked_errors(orig(pred), truth, test["y_mask"])
             results.update({f"{name}_{k}": v for k, v in errors.items()})
