@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -11,6 +10,7 @@ from torch import Tensor, nn
 from pipelines.inference.forecast import describe_series, example_table, predict_forecast
 from pipelines.tasks.base import TaskAdapter, TaskModule
 from pipelines.tasks.distributed import EpochMeans
+from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
 from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_periods re-exported
     ForecastTokens,
     RevIN,
@@ -22,6 +22,7 @@ from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
     ForecastReport,
     log_lookback_metrics,
+    log_test_metrics,
     merge_ranks,
     to_original,
 )
@@ -91,8 +92,10 @@ class Forecaster(TaskModule):
     Known-future inputs (``fut``, (B, H, F): the horizon's calendar features and the datamodule's
     ``future_cols``) enter when ``n_future`` > 0 (linked from the datamodule).
 
-    Metrics are on the original scale (the scaler inverted): ``test/mse``, ``test/mae`` at the
-    training lookback, per horizon step (``test/mse_by_horizon`` with step = h and a
+    Metrics are on the original scale (the scaler inverted; in the series' own units, squared for
+    MSE): ``test/mse``, ``test/mae`` (also as ``test/mse_original``, ``test/mae_original``, beside
+    ``test/mse_scaled``, ``test/mae_scaled`` after the training-split scaler) at the training
+    lookback, per horizon step (``test/mse_by_horizon`` with step = h and a
     ``horizon_metrics.csv`` artifact), and at every test lookback (``test/mse_by_lookback`` with
     step = lookback, ``test/mse_L{lookback}``); lookbacks the scheme does not define (learned PE
     past ``max_len``) are recorded as undefined. Its :class:`ForecastReport` callback logs the
@@ -111,6 +114,10 @@ class Forecaster(TaskModule):
         head: ``horizon``, ``query``, ``last`` or ``mean`` (see above).
         loss: training loss on the scaled targets, ``mse`` or ``mae``.
         plot_examples: test windows drawn in ``forecast.png`` (0: no figure).
+        linear_path: add the Transformer (output layer starting at zero, trained on the residual)
+            to a fixed copy of the same-inputs ridge, with the Transformer's weight chosen on the
+            validation windows — the ridge alone when it does not help (logged); see
+            :mod:`pipelines.tasks.forecast_blend`. Needs ``lookback``.
         pe_periods: periods in token positions given to the encoding's ``periods`` argument
             (linked from ``data.pe_periods``, i.e. ``data.periods`` in steps ÷ ``patch_len``;
             ``None`` keeps the encoding's own config).
@@ -139,6 +146,7 @@ class Forecaster(TaskModule):
         loss: Loss = "mse",
         plot_examples: int = 4,
         pe_periods: list[float] | None = None,
+        linear_path: bool = False,
         **kwargs: Any,
     ) -> None:
         if pe_periods is not None:
@@ -162,14 +170,32 @@ class Forecaster(TaskModule):
         self.head = ForecastTokens(head, d_model, horizon, patch_len, per_seq, n_future)
         self._register_load_state_dict_pre_hook(_rename_legacy_head)
         self.revin = RevIN(n_targets, affine=revin_affine) if revin else None
+        self.linear = self._linear_path(linear_path, lookback, n_future)
         self._save_hparams(
             n_targets=n_targets, n_covariates=n_covariates, n_future=n_future, lookback=lookback,
             horizon=horizon, patch_len=patch_len, channel_independent=channel_independent, revin=revin,
             revin_affine=revin_affine, head=head, loss=loss, plot_examples=plot_examples,
-            pe_periods=pe_periods,
+            pe_periods=pe_periods, linear_path=linear_path,
         )
         self._reset_test_state()
         self._val = EpochMeans()  # exact over every rank's shard under DDP
+
+    def _linear_path(self, wanted: bool, lookback: int | None, n_future: int) -> LinearPath | None:
+        """The ridge path (``linear_path``), the Transformer's output layer zeroed so training starts
+        from the ridge; ``None`` when not wanted."""
+        if not wanted:
+            return None
+        if lookback is None:
+            raise PosencError("model.linear_path needs model.lookback (linked from data.lookback)")
+        nn.init.zeros_(self.head.out.weight)
+        nn.init.zeros_(self.head.out.bias)
+        return LinearPath(lookback, self.n_targets, self.n_covariates, self.horizon, n_future)
+
+    def setup(self, stage: str) -> None:
+        """Before training: the linear path's coefficients from the same-inputs ridge (fitted as the
+        run's :class:`ForecastBaselines` callback fits it, or with its defaults)."""
+        if stage == "fit" and self.linear is not None and not self.linear.fitted:
+            self.linear.fit_for(self.trainer, future=bool(self.n_future))
 
     # ------------------------------------------------------------------ model
     @property
@@ -186,9 +212,23 @@ class Forecaster(TaskModule):
                 fut: Tensor | None = None) -> Tensor:
         """Forecast (B, H, C) in scaled units from lookback targets ``x`` (B, L, C), covariates
         ``cov`` (B, L, K), step positions ``pos`` (B, L) or (L,) (default 0..L-1) and known-future
-        inputs ``fut`` (B, H, F) (required when ``n_future`` > 0)."""
-        b, n, c = x.shape
+        inputs ``fut`` (B, H, F) (required when ``n_future`` > 0). With the linear path: the ridge
+        plus the Transformer at weight 1 in training, at the weight validation chose in eval mode."""
         cov, fut = self._check_inputs(x, cov, fut)
+        out = self._transformer(x, cov, pos, fut)
+        if self.linear is None:
+            return out
+        return self.linear(x, cov, fut) + (1.0 if self.training else self.linear.blend) * out
+
+    def forecast_parts(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """The linear path's forecast and the Transformer's (both (B, H, C), scaled) for ``batch``."""
+        cov, fut = self._check_inputs(batch["x"], batch["cov"], batch.get("fut"))
+        return self.linear(batch["x"], cov, fut), self._transformer(batch["x"], cov, batch["pos"], fut)
+
+    def _transformer(self, x: Tensor, cov: Tensor, pos: Tensor | None, fut: Tensor) -> Tensor:
+        """The Transformer's forecast (B, H, C); with the linear path, the residual added to it
+        (RevIN then restores the window's scale but not its mean)."""
+        b, n, c = x.shape
         pos = torch.arange(n, device=x.device) if pos is None else pos
         pos = pos.expand(b, n) if pos.dim() == 1 else pos
         if self.revin is not None:
@@ -214,7 +254,7 @@ class Forecaster(TaskModule):
         else:
             y = out  # (B, H, C)
         if self.revin is not None:
-            y = self.revin.denormalize(y, mu, sd)
+            y = self.revin.denormalize(y, mu if self.linear is None else torch.zeros_like(mu), sd)
         return y
 
     def _check_inputs(self, x: Tensor, cov: Tensor | None, fut: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -253,17 +293,30 @@ class Forecaster(TaskModule):
         return loss
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        pred = self.predict_batch(batch)
+        """Validation loss, MSE and MAE (original units); with the linear path, at every weight of
+        the Transformer part in :data:`BLEND_GRID` (``val/mse@0.3``…)."""
+        if self.linear is None:
+            candidates = [("", self.predict_batch(batch))]
+        else:
+            lin, out = self.forecast_parts(batch)
+            candidates = [(blend_tag(w), lin + w * out) for w in BLEND_GRID]
         mask = batch["y_mask"]
-        err = to_original(pred, batch) - to_original(batch["y"], batch)
-        m = mask.to(err.dtype)
+        m = mask.to(batch["y"].dtype)
         n = m.sum()  # observed targets: the denominator of every val metric (Σ over batches and ranks)
-        self._val.add("val/loss", self._loss(pred, batch["y"], mask) * n, n)
-        self._val.add("val/mse", ((err**2) * m).sum(), n)
-        self._val.add("val/mae", (err.abs() * m).sum(), n)
+        for tag, pred in candidates:
+            err = to_original(pred, batch) - to_original(batch["y"], batch)
+            self._val.add(f"val/loss{tag}", self._loss(pred, batch["y"], mask) * n, n)
+            self._val.add(f"val/mse{tag}", ((err**2) * m).sum(), n)
+            self._val.add(f"val/mae{tag}", (err.abs() * m).sum(), n)
 
     def on_validation_epoch_end(self) -> None:
-        self._val.log(self, prog_bar=("val/loss",))
+        """Log the epoch's means (reduced over ranks); with the linear path, first set the
+        Transformer's weight to the best on these windows (:meth:`LinearPath.choose`)."""
+        values = self._val.compute()
+        if self.linear is not None:
+            values = self.linear.choose(values)
+        for name, value in values.items():  # already equal on every rank: `max` keeps them as they are
+            self.log(name, value, sync_dist=True, reduce_fx="max", prog_bar=name == "val/loss")
 
     # ------------------------------------------------------------------ test at every lookback
     def configure_callbacks(self) -> list:
@@ -277,7 +330,13 @@ class Forecaster(TaskModule):
 
     def _reset_test_state(self) -> None:
         self.test_errors: dict[int, ForecastErrors | None] = {}
+        self.scaled_errors = ForecastErrors(self.horizon)  # at the training lookback, in scaled units
         self.scored_starts: list[int] = []  # first target rows scored at the training lookback
+
+    def on_test_start(self) -> None:
+        """Say (console line, MLflow tags) what validation chose for the linear path, and why."""
+        if self.linear is not None:
+            self.linear.announce(self.trainer)
 
     def on_test_epoch_start(self) -> None:
         self._reset_test_state()
@@ -301,6 +360,7 @@ class Forecaster(TaskModule):
         self.test_errors.setdefault(lookback, ForecastErrors(self.horizon)).add(pred_o, y_o, batch["y_mask"])
         if lookback == (self.train_lookback() or lookback):
             self.scored_starts.extend(batch["start"].tolist())
+            self.scaled_errors.add(pred, batch["y"], batch["y_mask"])
         return {"pred": pred_o, "truth": y_o}
 
     def lookback_results(self) -> dict[int, dict[str, float]]:
@@ -313,20 +373,12 @@ class Forecaster(TaskModule):
 
     def on_test_epoch_end(self) -> None:
         self.test_errors, self.scored_starts = merge_ranks(self.test_errors, self.scored_starts)  # DDP
+        self.scaled_errors = merge_ranks({0: self.scaled_errors}, [])[0][0]
         defined = {n: e for n, e in self.test_errors.items() if e is not None}
-        if not defined:
-            return
-        main = self.main_lookback()
-        self.log("test/mse", defined[main].mse, sync_dist=True, reduce_fx="max")  # merged: equal on all ranks
-        self.log("test/mae", defined[main].mae, sync_dist=True, reduce_fx="max")
-        if self.logger is None:
-            return
-        per_step = defined[main].by_horizon()
-        for h in range(self.horizon):
-            if not math.isnan(per_step["mse"][h]):
-                self.logger.log_metrics({"test/mse_by_horizon": float(per_step["mse"][h]),
-                                         "test/mae_by_horizon": float(per_step["mae"][h])}, step=h + 1)
-        log_lookback_metrics(self.logger, self.test_errors)
+        if defined:
+            log_test_metrics(self, defined[self.main_lookback()], self.scaled_errors)
+            if self.logger is not None:
+                log_lookback_metrics(self.logger, self.test_errors)
 
     def main_lookback(self) -> int:
         """The lookback the headline metrics are at: the training one if scored, else the shortest."""

@@ -136,6 +136,7 @@ class ForecastBaselines(L.Callback):
         self.ridge_alpha, self.max_train_windows = ridge_alpha, max_train_windows
         self.max_train_values = max_train_values
         self.results: dict[str, float] = {}
+        self._ridges: dict[tuple[int, bool], tuple[LinearBaseline, float]] = {}  # per (dm, future)
         self.period_from = ""
         self._announced = False
 
@@ -217,6 +218,22 @@ class ForecastBaselines(L.Callback):
         best = int(np.argmin(errors))
         return fits[best], RIDGE_ALPHAS[best]
 
+    @staticmethod
+    def same_inputs(dm, future: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """What the Forecaster gets: targets and covariates per step (N, C + K) (its ``x`` and
+        ``cov``), and the known-future inputs (N, F') (its ``fut``; ``None`` without or unless ``future``)."""
+        index = list(getattr(dm, "future_index", [])) if future else []
+        known = dm.covariates[:, index] if index else None  # (N, F')
+        return np.concatenate([dm.targets, dm.covariates], axis=1), known  # (N, C + K)
+
+    def same_inputs_ridge(self, dm, future: bool = True) -> tuple[LinearBaseline, float]:
+        """The same-inputs ridge (``baseline/linear``) and its penalty, fitted as :meth:`compute`
+        fits it (the Forecaster's linear path starts from it); fitted once per datamodule."""
+        key = (id(dm), bool(future))
+        if key not in self._ridges:
+            self._ridges[key] = self._fit_ridge(dm, *self.same_inputs(dm, future))
+        return self._ridges[key]
+
     def compute(self, dm, starts: np.ndarray | None = None, future: bool | None = None) -> dict[str, float]:
         """Baseline errors on ``dm``'s test windows starting at ``starts`` (default: all of them);
         usable without a trainer. ``future``: give the same-inputs ridge the horizon's known-future
@@ -229,14 +246,15 @@ class ForecastBaselines(L.Callback):
         naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
         errors = masked_errors(orig(naive), truth, test["y_mask"])
         results = {f"seasonal_naive_{k}": v for k, v in errors.items()}
-        index = list(getattr(dm, "future_index", [])) if future is not False else []
-        known = dm.covariates[:, index] if index else None  # (N, F'): what the model gets as `fut`
-        same_inputs = np.concatenate([dm.targets, dm.covariates], axis=1)  # (N, C + K): x and cov
+        same_inputs, known = self.same_inputs(dm, future is not False)
         for name, inputs, fut in (("linear", same_inputs, known), ("linear_ar", dm.targets, None)):
             if name == "linear_ar" and dm.covariates.shape[1] == 0:  # no covariates: the same model
                 results.update({f"linear_ar_{k}": results[f"linear_{k}"] for k in ("mse", "mae", "alpha")})
                 continue
-            lin, results[f"{name}_alpha"] = self._fit_ridge(dm, inputs, fut)
+            if name == "linear":  # the fit the Forecaster's linear path was set from, if it was
+                lin, results["linear_alpha"] = self.same_inputs_ridge(dm, future is not False)
+            else:
+                lin, results["linear_ar_alpha"] = self._fit_ridge(dm, inputs, fut)
             pred = lin.predict(self._design(dm, inputs, fut, test["start"]))  # (n, H, C)
             errors = masked_errors(orig(pred), truth, test["y_mask"])
             results.update({f"{name}_{k}": v for k, v in errors.items()})

@@ -15,7 +15,8 @@ from posenc import PosencError, PositionOutOfRange
 log = logging.getLogger(__name__)
 
 # The Forecaster's Transformer is unused here: the smallest one keeps its machinery (checkpoints, specs).
-_NO_BACKBONE = {"d_model": 2, "n_heads": 1, "n_layers": 0, "pe": None, "head": "last", "dropout": 0.0}
+_NO_BACKBONE = {"d_model": 2, "n_heads": 1, "n_layers": 0, "pe": None, "head": "last", "dropout": 0.0,
+               "linear_path": False}
 
 
 def moving_average(x: Tensor, kernel: int) -> Tensor:

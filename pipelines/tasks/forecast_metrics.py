@@ -145,6 +145,35 @@ def log_lookback_metrics(logger, results: dict[int, ForecastErrors | None], pref
         logger.log_hyperparams({"extrapolation/undefined_lookbacks": ",".join(map(str, undefined))})
 
 
+#: what the forecaster's metric keys measure (logged as the MLflow tag ``metrics/units``)
+UNITS = ("test/mse, test/mae, *_original, *_by_horizon, *_by_lookback, *_L<n>, val/mse, val/mae, baseline/*: "
+         "the series' own units (squared for MSE); *_scaled: after the training-split scaler (z-scores); "
+         "val/loss, train/loss: the training loss on scaled values")
+
+
+def log_test_metrics(module, errors: ForecastErrors, scaled: ForecastErrors) -> None:
+    """The headline test metrics of ``module`` (a Forecaster) at its training lookback: ``test/mse``,
+    ``test/mae`` and the same as ``test/{mse,mae}_original`` (the series' units) from ``errors``,
+    ``test/{mse,mae}_scaled`` from ``scaled``; per horizon step (``test/mse_by_horizon``, step = h)
+    and the :data:`UNITS` tag when an MLflow logger is attached."""
+    from pipelines.tracking.store import mlflow_loggers
+
+    values = {"test/mse": errors.mse, "test/mae": errors.mae, "test/mse_original": errors.mse,
+              "test/mae_original": errors.mae, "test/mse_scaled": scaled.mse, "test/mae_scaled": scaled.mae}
+    for name, value in values.items():
+        module.log(name, value, sync_dist=True, reduce_fx="max")  # merged: equal on all ranks
+    if module.logger is None:
+        return
+    per_step = errors.by_horizon()
+    for h in range(errors.horizon):
+        if not np.isnan(per_step["mse"][h]):
+            module.logger.log_metrics({"test/mse_by_horizon": float(per_step["mse"][h]),
+                                       "test/mae_by_horizon": float(per_step["mae"][h])}, step=h + 1)
+    trainer = module.trainer
+    for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:
+        logger.experiment.set_tag(logger.run_id, "metrics/units", UNITS)
+
+
 def lookback_table(results: dict[int, ForecastErrors | None]) -> str:
     """CSV text ``lookback,mse,mae,defined``."""
     rows = ["lookback,mse,mae,defined"]

@@ -1,0 +1,150 @@
+"""The Forecaster's linear path: the same-inputs ridge inside the model, and the Transformer's weight
+on top of it chosen on the validation windows.
+
+With ``model.linear_path: true`` the forecast is ``ridge(x, cov, fut) + w · transformer(x, cov, fut)``:
+
+- the ridge part is :class:`LinearPath`, its coefficients set before training from the same-inputs
+  ridge of :class:`~pipelines.tasks.forecast_baselines.ForecastBaselines` (same training windows,
+  penalty chosen on the validation windows) and then held fixed — so with ``w = 0`` the model *is*
+  the ``baseline/linear`` ridge the run is compared with;
+- the Transformer learns the ridge's residual (its output layer starts at zero, so training starts
+  from the ridge) and is trained at ``w = 1``;
+- after every validation epoch, ``w`` is set to the weight of :data:`BLEND_GRID` with the lowest
+  validation MSE (original units; ``w = 0`` wins ties). The checkpoint keeps it, so the registered
+  model is the blend validation chose: the ridge alone (a logged fallback) when the Transformer part
+  did not help on validation.
+
+The test split plays no part in any of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from pipelines.tasks.forecast_baselines import ForecastBaselines
+from posenc import PosencError, PositionOutOfRange
+
+#: the Transformer part's weights tried on the validation windows
+BLEND_GRID = tuple(i / 10 for i in range(11))
+
+
+def blend_tag(weight: float) -> str:
+    """The suffix of the per-weight validation sums: ``@0.3``."""
+    return f"@{weight:.1f}"
+
+
+class LinearPath(nn.Module):
+    """A fixed linear map from the lookback's targets and covariates (L·(C+K)) and the horizon's
+    known-future inputs (H·F) to the horizon (H·C), in the datamodule's scaled units: the
+    same-inputs ridge, set by :meth:`fit`. Longer lookbacks are cut to their last L steps; shorter
+    ones are undefined (:class:`~posenc.PositionOutOfRange`).
+
+    Buffers (saved in every checkpoint): ``coef`` (D, H·C), ``intercept`` (H·C,), ``alpha`` (the
+    ridge penalty; 0 until fitted), ``blend`` (the Transformer part's weight at evaluation) and
+    ``val_mse`` (validation MSE of the ridge alone, at weight 1 and at the chosen weight).
+
+    Args:
+        lookback: input steps L.
+        n_targets: target channels C.
+        n_covariates: covariate + calendar features per step K.
+        horizon: forecast steps H.
+        n_future: known-future inputs per horizon step F.
+    """
+
+    def __init__(self, lookback: int, n_targets: int, n_covariates: int, horizon: int, n_future: int) -> None:
+        super().__init__()
+        self.lookback, self.horizon, self.n_targets = lookback, horizon, n_targets
+        width = lookback * (n_targets + n_covariates) + horizon * n_future
+        self.register_buffer("coef", torch.zeros(width, horizon * n_targets))
+        self.register_buffer("intercept", torch.zeros(horizon * n_targets))
+        self.register_buffer("alpha", torch.zeros(()))
+        self.register_buffer("blend", torch.ones(()))
+        self.register_buffer("val_mse", torch.full((3,), float("nan")))
+
+    @property
+    def fitted(self) -> bool:
+        return bool(self.alpha > 0)
+
+    def fit(self, dm: Any, baselines: Any, future: bool) -> None:
+        """Set the coefficients from ``baselines.same_inputs_ridge(dm, future)`` (a
+        :class:`~pipelines.tasks.forecast_baselines.ForecastBaselines`)."""
+        if getattr(dm, "lookback", None) != self.lookback:
+            raise PosencError(f"model.linear_path: the model's lookback {self.lookback} differs from the "
+                              f"datamodule's {getattr(dm, 'lookback', None)}")
+        ridge, alpha = baselines.same_inputs_ridge(dm, future)
+        if ridge.coef.shape != tuple(self.coef.shape):
+            raise PosencError(f"model.linear_path: the ridge has {ridge.coef.shape[0]} inputs, the model "
+                              f"{self.coef.shape[0]} (covariates or known-future inputs differ)")
+        self.coef.copy_(torch.as_tensor(ridge.coef, dtype=self.coef.dtype))
+        self.intercept.copy_(torch.as_tensor(ridge.intercept, dtype=self.intercept.dtype))
+        self.alpha.fill_(float(alpha))
+
+    def fit_for(self, trainer: Any, future: bool) -> None:
+        """:meth:`fit` on the trainer's datamodule, with its :class:`ForecastBaselines` callback's
+        settings (penalty, caps) or the defaults, so that the path is exactly ``baseline/linear``."""
+        dm = getattr(trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "windows"):
+            raise PosencError("model.linear_path needs a time-series datamodule (data: TimeSeriesDataModule)")
+        found = next((c for c in trainer.callbacks if isinstance(c, ForecastBaselines)), None)
+        self.fit(dm, found or ForecastBaselines(), future)
+
+    def forward(self, x: Tensor, cov: Tensor, fut: Tensor) -> Tensor:
+        """x (B, L', C), cov (B, L', K), fut (B, H, F), scaled → the ridge forecast (B, H, C)."""
+        b, n, _ = x.shape
+        if n < self.lookback:
+            raise PositionOutOfRange(f"the linear path needs a lookback of at least {self.lookback} steps, "
+                                     f"got {n}")
+        inputs = torch.cat((x, cov), dim=-1)[:, n - self.lookback:].reshape(b, -1)  # (B, L·(C+K))
+        if fut.shape[-1]:
+            inputs = torch.cat((inputs, fut.reshape(b, -1)), dim=1)  # (B, L·(C+K) + H·F)
+        return (inputs @ self.coef + self.intercept).view(b, self.horizon, self.n_targets)  # (B, H, C)
+
+    def choose(self, values: dict[str, float]) -> dict[str, float]:
+        """From the validation means ``val/{loss,mse,mae}@w`` of every weight w in :data:`BLEND_GRID`,
+        set ``blend`` to the weight with the lowest MSE and return the metrics to log: ``val/loss``,
+        ``val/mse``, ``val/mae`` at it, ``val/blend``, ``val/mse_linear_path`` (w = 0) and
+        ``val/mse_full_weight`` (w = 1); the other entries of ``values`` pass through."""
+        tags = {blend_tag(w): w for w in BLEND_GRID}
+        scored = {w: values[f"val/mse{t}"] for t, w in tags.items() if f"val/mse{t}" in values}
+        out = {k: v for k, v in values.items() if not any(k.endswith(t) for t in tags)}
+        if not scored:
+            return out
+        best = min(scored, key=lambda w: (scored[w], w))  # ties → the smaller weight
+        for name in ("loss", "mse", "mae"):
+            out[f"val/{name}"] = values[f"val/{name}{blend_tag(best)}"]
+        out.update({"val/blend": best, "val/mse_linear_path": scored[0.0],
+                    "val/mse_full_weight": scored[1.0]})
+        self.blend.fill_(best)
+        self.val_mse.copy_(torch.tensor([scored[0.0], scored[1.0], scored[best]], dtype=self.val_mse.dtype))
+        return out
+
+    def describe(self) -> tuple[str, dict[str, str]]:
+        """One console line on what validation chose and why, and the same as MLflow tags."""
+        lin, full, chosen = (float(v) for v in self.val_mse)
+        w = float(self.blend)
+        if not np.isfinite(chosen):
+            return "forecaster: linear path with the Transformer at weight 1 (no validation epoch)", {
+                "forecast/choice": "ridge + transformer (not validated)", "forecast/blend": f"{w:g}"}
+        if w == 0.0:
+            what = "the same-inputs ridge alone (fallback: the Transformer part did not lower validation MSE)"
+        else:
+            what = f"ridge + {w:g} × Transformer"
+        why = (f"validation MSE {chosen:.6g} (original units) against {lin:.6g} for the ridge alone and "
+               f"{full:.6g} at full Transformer weight; ridge alpha {float(self.alpha):g}")
+        tags = {"forecast/choice": what, "forecast/blend": f"{w:g}", "forecast/choice_why": why}
+        return f"forecaster: the registered model is {what}: {why}", tags
+
+    def announce(self, trainer: Any) -> None:
+        """:meth:`describe` as a console line (rank 0) and as tags of the run's MLflow loggers."""
+        from pipelines.tracking.store import mlflow_loggers
+
+        line, tags = self.describe()
+        rank_zero_info(line)
+        for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:
+            for key, value in tags.items():
+                logger.experiment.set_tag(logger.run_id, key, value)
