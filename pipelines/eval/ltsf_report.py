@@ -1,0 +1,93 @@
+"""The LTSF benchmark's summary: mean ± 95 % CI over seeds per model and horizon beside the published
+numbers, paired differences against the reference model, and CPU time."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from pipelines.eval.statistics import estimate, paired_difference
+
+FIELDS = ["model", "horizon", "seed", "n_test_windows", "test/mse_scaled", "test/mae_scaled",
+          "val/mse_scaled", "time/cpu_s", "time/wall_s"]
+
+#: ETTh1 MSE, PatchTST paper Table 3 (drop_last test loader) and the all-windows re-runs (FITS README)
+PUBLISHED = {
+    "PatchTST/64 (paper)": {96: 0.370, 192: 0.413, 336: 0.422, 720: 0.447},
+    "PatchTST/42 (paper)": {96: 0.375, 192: 0.414, 336: 0.431, 720: 0.449},
+    "DLinear (paper)": {96: 0.375, 192: 0.405, 336: 0.439, 720: 0.472},
+    "PatchTST (all windows)": {96: 0.385, 192: 0.413, 336: 0.440, 720: 0.456},
+    "DLinear (all windows)": {96: 0.384, 192: 0.443, 336: 0.446, 720: 0.504},
+}
+
+
+def _group(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, int], dict[int, float]]:
+    out: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    for r in rows:
+        out[(r["model"], int(r["horizon"]))][int(r["seed"])] = float(r[key])
+    return out
+
+
+def _row(model: str, table: dict, horizons: list[int], cell: Any) -> str:
+    """``| model | cell | … |`` over the horizons (``–`` where the model has no run)."""
+    return f"| {model} | " + " | ".join(cell(table[(model, h)]) if table.get((model, h)) else "–"
+                                        for h in horizons) + " |"
+
+
+def _cell(values: dict[int, float]) -> str:
+    est = estimate(list(values.values()))
+    return est.text(3) + (f" (n={est.n})" if est.n > 1 else "")
+
+
+def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) -> str:
+    """The tables of ``summary.md``: test MSE/MAE (scaled) mean ± 95 % CI per model and horizon, the
+    published numbers, CPU seconds per run, and (encoding tables) paired MSE differences against the
+    first model config."""
+    horizons = sorted({int(r["horizon"]) for r in rows})
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    mse, mae, cpu = (_group(rows, k) for k in ("test/mse_scaled", "test/mae_scaled", "time/cpu_s"))
+    head = "| model | " + " | ".join(f"H={h}" for h in horizons) + " |"
+    rule = "|---" * (len(horizons) + 1) + "|"
+    lines = [f"# LTSF benchmark on {args.data}", "",
+             f"Lookback {args.lookback}; seeds {' '.join(map(str, args.seeds))}; every test window; "
+             "metrics on the train-scaled data; mean ± 95 % Student-t half-width over seeds.", "",
+             "## Test MSE (scaled)", "", head, rule]
+    lines += [_row(m, mse, horizons, _cell) for m in models]
+    for name, nums in PUBLISHED.items():
+        lines.append(f"| *{name}* | " + " | ".join(f"{nums[h]:.3f}" if h in nums else "–" for h in horizons)
+                     + " |")
+    lines += ["", "## Test MAE (scaled)", "", head, rule]
+    lines += [_row(m, mae, horizons, _cell) for m in models]
+    lines += ["", "## CPU seconds per run (mean over seeds; process time, all threads)", "", head, rule]
+    lines += [_row(m, cpu, horizons, lambda v: f"{sum(v.values()) / len(v):.0f}") for m in models]
+    lines += _paired(mse, models, horizons, args)
+    if skipped:
+        lines += ["", "## Skipped", ""] + [f"- {s}" for s in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> list[str]:
+    """Paired (same seed) MSE differences of every neural model against the first config's."""
+    if not getattr(args, "configs", None) or len(args.seeds) < 2:
+        return []
+    ref = next((m for m in models if any(len(mse.get((m, h), {})) > 1 for h in horizons)), None)
+    if ref is None:
+        return []
+    lines = ["", f"## Paired MSE difference vs {ref} (same seeds; 95 % CI; ▲/▼ when it excludes 0)", "",
+             "| model | " + " | ".join(f"H={h}" for h in horizons) + " |", "|---" * (len(horizons) + 1) + "|"]
+    for m in models:
+        if m == ref or not any(len(mse.get((m, h), {})) > 1 for h in horizons):
+            continue
+        cells = []
+        for h in horizons:
+            a, b = mse.get((m, h), {}), mse.get((ref, h), {})
+            seeds = sorted(set(a) & set(b))
+            if len(seeds) < 2:
+                cells.append("–")
+                continue
+            d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+            mark = "" if not d.excludes_zero or math.isnan(d.lo) else ("▲" if d.mean > 0 else "▼")
+            cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
