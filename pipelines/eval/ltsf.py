@@ -17,7 +17,8 @@ encoding table, ``--test-lookbacks`` also scores the trained models at longer lo
 
 One MLflow parent run, one nested child per model × horizon × seed (metrics with their unit in the
 name); ``results.csv`` (one row per child, written as each finishes: ``--resume`` skips the rows it
-has) and ``summary.md`` (mean ± 95 % CI over seeds, CPU time) go to ``--out`` and the parent run.
+has), ``summary.md`` (mean ± 95 % CI over seeds, CPU time) and ``ltsf.png`` (MSE per horizon beside
+the published numbers) go to ``--out`` and the parent run.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 from datamodules.timeseries.ltsf import LTSFData, read_ltsf, scaled_errors
 from pipelines.console import configure
 from pipelines.eval.ltsf_models import Result, fit_neural, load_model_config, with_encoding
-from pipelines.eval.ltsf_report import FIELDS, summary_markdown
+from pipelines.eval.ltsf_report import FIELDS, figure, summary_markdown
 from posenc import PosencError
 
 BASELINES = ("naive", "ridge", "lightgbm")
@@ -228,10 +229,14 @@ def run(argv: Sequence[str] | None = None) -> Path:
         print(progress_line(row, args.val_only), file=sys.stderr, flush=True)
     summary = out / "summary.md"
     summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))
-    for f in (results, summary):
+    files = [results, summary]
+    if rows and not args.val_only:
+        figure(rows, out / "ltsf.png")
+        files.append(out / "ltsf.png")
+    for f in files:
         client.log_artifact(parent, str(f))
     client.set_terminated(parent, "FINISHED")
-    print(f"files: {results} {summary}\nMLflow parent run {parent} in {client.tracking_uri}")
+    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {client.tracking_uri}")
     return out
 
 

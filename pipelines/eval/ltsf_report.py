@@ -91,3 +91,35 @@ def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> lis
             cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return lines
+
+
+def figure(rows: list[dict[str, Any]], path: Any) -> None:
+    """Test MSE per horizon: each model's mean with its 95 % CI (bars where it has several seeds), and
+    the published PatchTST/64 and all-windows re-run numbers as dashed lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mse = _group(rows, "test/mse_scaled")
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, m in enumerate(models):
+        hs = sorted(h for (name, h) in mse if name == m)
+        ests = [estimate(list(mse[(m, h)].values())) for h in hs]
+        err = [[e.mean - e.lo if e.n > 1 else 0 for e in ests],
+               [e.hi - e.mean if e.n > 1 else 0 for e in ests]]
+        ax.errorbar([h * (1 + 0.012 * (i - len(models) / 2)) for h in hs], [e.mean for e in ests], yerr=err,
+                    marker="o", capsize=3, label=m)
+    for name, style in (("PatchTST/64 (paper)", "k--"), ("PatchTST (all windows)", "k:")):
+        hs = sorted(PUBLISHED[name])
+        ax.plot(hs, [PUBLISHED[name][h] for h in hs], style, label=name, linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xticks([96, 192, 336, 720], ["96", "192", "336", "720"])
+    ax.set_xlabel("horizon (hours)")
+    ax.set_ylabel("test MSE (scaled), every window")
+    ax.set_title("ETTh1, lookback 336")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

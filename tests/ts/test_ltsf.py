@@ -191,3 +191,35 @@ def test_benchmark_bad_input_is_one_line(tmp_path, capsys, extra, message):
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip() == message
     assert not (tmp_path / "out").exists()
+
+
+def small_protocol(n_channels: int = 2) -> object:
+    """A 1,000-row series under the protocol's arithmetic with borders 600 / 800 / 1000."""
+    t = np.arange(1000)[:, None]
+    raw = np.sin(2 * np.pi * t / 24) * (1 + np.arange(n_channels)) + 0.05 * np.cos(2 * np.pi * t / 7)
+    return scale_protocol(raw, [f"c{i}" for i in range(n_channels)], borders=(600, 800, 1000))
+
+
+def test_baselines_on_the_protocols_windows():
+    from pipelines.eval.ltsf_models import ridge_run, seasonal_naive_run
+
+    data = small_protocol()
+    truth = data.windows("test", 48, 8)[1]
+    naive = seasonal_naive_run(data, 48, 8, seed=0, period=24)
+    assert naive.pred.shape == truth.shape == (200 - 8 + 1, 8, 2)
+    assert scaled_errors(naive.pred, truth)["mse_scaled"] > 1e-3  # the period-7 term is not daily
+    assert scaled_errors(seasonal_naive_run(data, 48, 8, 0, period=168).pred, truth)["mse_scaled"] < 1e-9
+    ridge = ridge_run(data, 48, 8, seed=0)  # the series is exactly linear in its lags
+    assert scaled_errors(ridge.pred, truth)["mse_scaled"] < 1e-3 and ridge.params["alpha"] > 0
+
+
+def test_lightgbm_forecasts_every_window_recursively():
+    pytest.importorskip("lightgbm", reason="lightgbm is not installed (the optional ltsf extra)")
+    from pipelines.eval.ltsf_trees import lightgbm_run
+
+    data = small_protocol()
+    truth = data.windows("test", 336, 8)[1]
+    result = lightgbm_run(data, 336, 8, seed=0, threads=1)
+    assert result.pred.shape == truth.shape
+    naive = scaled_errors(np.repeat(data.windows("test", 336, 8)[0][:, -1:], 8, axis=1), truth)["mse_scaled"]
+    assert scaled_errors(result.pred, truth)["mse_scaled"] < naive  # better than repeating the last value
