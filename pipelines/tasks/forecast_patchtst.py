@@ -109,3 +109,16 @@ class PatchTSTForecaster(Forecaster):
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         return self.revin.denormalize(y, mu, sd) if self.revin is not None else y
 
+    def warm_start_linear(self, weight: Tensor, bias: Tensor) -> None:
+        """Set the linear path to a fitted map (``weight`` (H, L), ``bias`` (H,), e.g. ridge on
+        RevIN-normalised windows) and freeze it; the flatten head's output layer starts at 0, so the
+        untrained model *is* that linear forecast and training teaches the Transformer its residual."""
+        if self.linear is None:
+            raise PosencError("model.linear_path is off: there is no linear path to warm-start")
+        with torch.no_grad():
+            self.linear.weight.copy_(weight.to(self.linear.weight))
+            self.linear.bias.copy_(bias.to(self.linear.bias))
+            self.head.out.weight.zero_()
+            self.head.out.bias.zero_()
+        self.linear.requires_grad_(False)
+

@@ -223,3 +223,22 @@ def test_lightgbm_forecasts_every_window_recursively():
     assert result.pred.shape == truth.shape
     naive = scaled_errors(np.repeat(data.windows("test", 336, 8)[0][:, -1:], 8, axis=1), truth)["mse_scaled"]
     assert scaled_errors(result.pred, truth)["mse_scaled"] < naive  # better than repeating the last value
+
+
+def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val():
+    from pipelines.eval.ltsf_models import TRAIN_DEFAULTS, build_model, fit_neural, forecast, warm_start
+
+    data = small_protocol()
+    train = {**TRAIN_DEFAULTS, "max_epochs": 1, "batch_size": 32, "samples_per_epoch": 64,
+             "linear_warm_start": True}
+    init = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "linear_path": True,
+            "revin_affine": False, "lr": 0.01, "pe": None}
+    model_spec = {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster", "init_args": init}
+    config = {"name": "tiny", "train": train, "model": model_spec}
+    model = build_model(config, 2, 48, 8)
+    chosen = warm_start(model, data, 48, 8)
+    xv, yv = data.windows("val", 48, 8)
+    assert scaled_errors(forecast(model, xv), yv)["mse_scaled"] < 1e-3  # the linear forecast, exact here
+    assert chosen["linear_alpha"] > 0 and not model.linear.weight.requires_grad
+    result = fit_neural(config, data, 48, 8, seed=0)
+    assert result.val["mse_scaled"] <= result.params["val_at_start"] + 1e-9
