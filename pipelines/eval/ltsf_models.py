@@ -100,17 +100,35 @@ def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:
     return np.concatenate(out)
 
 
-def fit_neural(config: dict[str, Any], data: LTSFData, lookback: int, horizon: int, seed: int,
-               test_lookbacks: tuple[int, ...] = (), test: bool = True) -> Result:
-    """Train ``config``'s model with the Lightning loop (AdamW + warm-up/cosine, early stopping on
-    ``val/loss``, the best val epoch's weights kept) and forecast every test window. ``test_lookbacks``:
-    also forecast the same test targets from longer lookbacks (``params['pred_L<n>']``); ``test=False``
-    (model selection): no test window is forecast."""
+def _lightning_fit(model: Any, train: dict[str, Any], data: LTSFData, lookback: int, horizon: int,
+                   seed: int, tmp: str) -> tuple[Any, Any]:
+    """Train with the Lightning loop (early stopping on ``val/loss``) and load the best val epoch's
+    weights; returns (trainer, checkpoint callback)."""
     import lightning as L
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     from datamodules.timeseries.ltsf_data import LTSFDataModule
 
+    dm = LTSFDataModule(data, lookback, horizon, int(train["batch_size"]), seed, train["samples_per_epoch"])
+    best = ModelCheckpoint(dirpath=tmp, monitor="val/loss", mode="min", save_top_k=1)
+    stop = EarlyStopping(monitor="val/loss", mode="min", patience=int(train["patience"]))
+    trainer = L.Trainer(max_epochs=int(train["max_epochs"]), accelerator="cpu", logger=False,
+                        callbacks=[best, stop], enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0, default_root_dir=tmp,
+                        gradient_clip_val=train["gradient_clip_val"])
+    trainer.fit(model, datamodule=dm)
+    state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["state_dict"])
+    return trainer, best
+
+
+def fit_neural(config: dict[str, Any], data: LTSFData, lookback: int, horizon: int, seed: int,
+               test_lookbacks: tuple[int, ...] = (), test: bool = True) -> Result:
+    """Train ``config``'s model with the Lightning loop (AdamW + warm-up/cosine, early stopping on
+    ``val/loss``, the best val epoch's weights kept; with ``train.linear_warm_start`` the linear path
+    starts at ridge and the start is kept when no epoch beats it on val) and forecast every test window.
+    ``test_lookbacks``: also forecast the same test targets from longer lookbacks
+    (``params['pred_L<n>']``); ``test=False`` (model selection): no test window is forecast."""
     train = config["train"]
     with Timer() as clock, tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(seed)
@@ -122,32 +140,29 @@ def fit_neural(config: dict[str, Any], data: LTSFData, lookback: int, horizon: i
             start["val_at_start"] = scaled_errors(forecast(model, xv), yv)["mse_scaled"]
             initial = {k: v.clone() for k, v in model.state_dict().items()}
             model.train()  # forecast() left it in eval mode
-        dm = LTSFDataModule(data, lookback, horizon, int(train["batch_size"]), seed,
-                            train["samples_per_epoch"])
-        best = ModelCheckpoint(dirpath=tmp, monitor="val/loss", mode="min", save_top_k=1)
-        stop = EarlyStopping(monitor="val/loss", mode="min", patience=int(train["patience"]))
-        trainer = L.Trainer(max_epochs=int(train["max_epochs"]), accelerator="cpu", logger=False,
-                            callbacks=[best, stop], enable_progress_bar=False, enable_model_summary=False,
-                            num_sanity_val_steps=0, default_root_dir=tmp, deterministic=False,
-                            gradient_clip_val=train.get("gradient_clip_val"))
-        trainer.fit(model, datamodule=dm)
-        state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state["state_dict"])
+        trainer, best = _lightning_fit(model, train, data, lookback, horizon, seed, tmp)
         val = scaled_errors(forecast(model, xv), yv)
         if start and start["val_at_start"] <= val["mse_scaled"]:  # training did not beat the start on val
             model.load_state_dict(initial)
             val = scaled_errors(forecast(model, xv), yv)
             start["kept"] = "warm start (no epoch beat it on val)"
         pred = forecast(model, data.windows("test", lookback, horizon)[0]) if test else np.zeros(0)
-        extra = {}
-        for n in test_lookbacks if test else ():
-            x = _test_lookback(data, n, lookback, horizon)
-            try:
-                extra[f"pred_L{n}"] = forecast(model, x)
-            except PosencError as exc:  # undefined at this length (a learned table, a flatten head)
-                extra[f"pred_L{n}"] = str(exc)
+        extra = _longer_lookbacks(model, data, test_lookbacks if test else (), lookback, horizon)
     params = {"epochs_run": trainer.current_epoch, "best_epoch": _best_epoch(best), **start, **extra}
     return Result(pred, val, params, clock.cpu_s, clock.wall_s)
+
+
+def _longer_lookbacks(model: Any, data: LTSFData, lookbacks: tuple[int, ...], lookback: int,
+                      horizon: int) -> dict[str, Any]:
+    """``{pred_L<n>: forecast}`` of the test targets from ``n``-step lookbacks (the reason, when the
+    model is undefined there: a learned table too short, a flatten head)."""
+    out: dict[str, Any] = {}
+    for n in lookbacks:
+        try:
+            out[f"pred_L{n}"] = forecast(model, _test_lookback(data, n, lookback, horizon))
+        except PosencError as exc:
+            out[f"pred_L{n}"] = str(exc)
+    return out
 
 
 def _normalised(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
@@ -157,12 +172,20 @@ def _normalised(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
     return (rows - mu) / sd, None if y is None else (_per_channel(y) - mu) / sd, mu, sd
 
 
+def _as_rows(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
+    """As :func:`_normalised` without normalising (μ = 0, σ = 1)."""
+    rows = _per_channel(x)
+    return rows, None if y is None else _per_channel(y), np.zeros((len(rows), 1)), np.ones((len(rows), 1))
+
+
 def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[str, Any]:
-    """Fit the model's linear path in closed form: ridge from the normalised lookback to the normalised
-    horizon on every train window, the penalty the best of :data:`RIDGE_ALPHAS` on val (MSE, scaled)."""
-    xt, yt, _, _ = _normalised(*data.windows("train", lookback, horizon))
+    """Fit the model's linear path in closed form: ridge from the lookback to the horizon (both
+    RevIN-normalised when the path reads the normalised lookback) on every train window, the penalty
+    the best of :data:`RIDGE_ALPHAS` on val (MSE, scaled)."""
+    normalise = _normalised if getattr(model, "linear_input", "raw") == "revin" else _as_rows
+    xt, yt, _, _ = normalise(*data.windows("train", lookback, horizon))
     xv, yv = data.windows("val", lookback, horizon)
-    xvn, _, mu, sd = _normalised(xv)
+    xvn, _, mu, sd = normalise(xv)
     fits = LinearBaseline.fit_path(RIDGE_ALPHAS, xt, yt[:, :, None])
     errors = [float(np.mean((f.predict(xvn)[..., 0] * sd + mu - _per_channel(yv)) ** 2)) for f in fits]
     best = int(np.argmin(errors))

@@ -90,7 +90,7 @@ def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> lis
             mark = "" if not d.excludes_zero or math.isnan(d.lo) else ("▲" if d.mean > 0 else "▼")
             cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return lines
+    return lines if len(lines) > 5 else []
 
 
 def figure(rows: list[dict[str, Any]], path: Any) -> None:
@@ -123,3 +123,43 @@ def figure(rows: list[dict[str, Any]], path: Any) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m pipelines.eval.ltsf_report --results A.csv [B.csv …] --out DIR``: one ``results.csv``,
+    ``summary.md`` and ``ltsf.png`` from the results of several benchmark runs (e.g. horizons or seeds
+    run as separate commands); a row repeated (same model, horizon, seed) keeps its last copy."""
+    import argparse
+    import csv
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.eval.ltsf_report", description=main.__doc__)
+    p.add_argument("--results", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--data", default="ETTh1.csv", help="the data's name, for the title")
+    p.add_argument("--lookback", type=int, default=336)
+    args = p.parse_args(argv)
+    rows: dict[tuple, dict[str, Any]] = {}
+    for path in args.results:
+        if not Path(path).is_file():
+            raise SystemExit(f"error: {path}: no such results file")
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                rows[(r["model"], int(r["horizon"]), int(r["seed"]))] = r
+    merged = list(rows.values())
+    args.seeds = sorted({int(r["seed"]) for r in merged})
+    args.configs = [r["model"] for r in merged]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in merged for k in r))
+    with (out / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(merged)
+    (out / "summary.md").write_text(summary_markdown(merged, args, []))
+    figure(merged, out / "ltsf.png")
+    print(f"files: {out / 'results.csv'} {out / 'summary.md'} {out / 'ltsf.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -66,9 +66,13 @@ class PatchTSTForecaster(Forecaster):
         patch_len: steps per patch P (16 in the paper).
         patch_stride: steps between patch starts S (8 in the paper).
         head_dropout: dropout before the flatten head (0 for ETTh1 in the paper's scripts).
-        linear_path: add a linear map from the (RevIN-normalised) lookback to the horizon to the
-            head's output (RLinear, Li et al. 2023, inside the model: the Transformer then learns
-            what a linear forecast misses). Not in the paper.
+        linear_path: add a linear map from the lookback to the horizon to the forecast (a linear
+            model inside the Transformer's: it then learns what the linear forecast misses). Not in
+            the paper.
+        linear_input: what the linear path reads: ``revin``, the RevIN-normalised lookback (its
+            output then denormalised with the head's: RLinear, Li et al. 2023), or ``raw``, the
+            lookback as given (a plain linear model; the head then forecasts its residual, scaled by
+            the window's std but not shifted by its mean).
         **kwargs: the Forecaster's arguments (``n_targets``, ``horizon``, ``revin``, ``loss``, backbone
             and optimiser); ``channel_independent`` and ``head`` are fixed.
     """
@@ -76,7 +80,10 @@ class PatchTSTForecaster(Forecaster):
     task_name = "ts_forecast_patchtst"
 
     def __init__(self, lookback: int = 336, patch_len: int = 16, patch_stride: int = 8,
-                 head_dropout: float = 0.0, linear_path: bool = False, **kwargs: Any) -> None:
+                 head_dropout: float = 0.0, linear_path: bool = False, linear_input: str = "revin",
+                 **kwargs: Any) -> None:
+        if linear_input not in ("revin", "raw"):
+            raise PosencError(f"model.linear_input must be 'revin' or 'raw', got {linear_input!r}")
         if patch_stride < 1:
             raise PosencError(f"model.patch_stride must be ≥ 1, got {patch_stride}")
         kwargs = {**kwargs, "channel_independent": True, "head": "last", "n_covariates": 0, "n_future": 0}
@@ -85,8 +92,9 @@ class PatchTSTForecaster(Forecaster):
         self.n_patches = n_patches(lookback, patch_len, patch_stride)
         self.head = FlattenHead(self.n_patches, self.d_model, self.horizon, head_dropout)
         self.linear = nn.Linear(lookback, self.horizon) if linear_path else None
+        self.linear_input = linear_input
         self.save_hyperparameters({**self.hparams, "patch_stride": patch_stride, "head_dropout": head_dropout,
-                                   "linear_path": linear_path})
+                                   "linear_path": linear_path, "linear_input": linear_input})
 
     def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None,
                 fut: Tensor | None = None) -> Tensor:
@@ -97,6 +105,8 @@ class PatchTSTForecaster(Forecaster):
             raise PosencError(f"the model was built for {self.n_targets} target channel(s), got {c}")
         if n != self.lookback:
             raise PositionOutOfRange(f"the flatten head was built for lookback {self.lookback}, got {n}")
+        raw = self.linear is not None and (self.linear_input == "raw" or self.revin is None)
+        linear = self.linear(x.permute(0, 2, 1)).permute(0, 2, 1) if raw else None  # (B, H, C)
         if self.revin is not None:
             x, mu, sd = self.revin.normalize(x)
         seq = x.permute(0, 2, 1).reshape(b * c, n)  # (B·C, L)
@@ -104,10 +114,14 @@ class PatchTSTForecaster(Forecaster):
         pos = torch.arange(tokens.shape[1], device=x.device)  # (N,): patch index, shared by every sequence
         h = self.backbone(tokens, pos)  # (B·C, N, D)
         out = self.head.read(h)  # (B·C, H)
-        if self.linear is not None:
+        if self.linear is not None and not raw:
             out = out + self.linear(seq)
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
-        return self.revin.denormalize(y, mu, sd) if self.revin is not None else y
+        if self.revin is None:
+            return y + linear if raw else y
+        if raw:  # the head forecasts the residual of the linear forecast, in units of the window's std
+            return self.revin.denormalize(y, mu, sd) - mu + linear
+        return self.revin.denormalize(y, mu, sd)
 
     def warm_start_linear(self, weight: Tensor, bias: Tensor) -> None:
         """Set the linear path to a fitted map (``weight`` (H, L), ``bias`` (H,), e.g. ridge on
