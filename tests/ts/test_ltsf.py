@@ -225,6 +225,22 @@ def test_lightgbm_forecasts_every_window_recursively():
     assert scaled_errors(result.pred, truth)["mse_scaled"] < naive  # better than repeating the last value
 
 
+def test_raw_linear_path_starts_as_the_ridge_baseline():
+    from pipelines.eval.ltsf_models import build_model, forecast, ridge_run, warm_start
+
+    data = small_protocol()
+    data.values = data.values + np.random.default_rng(0).normal(0, 0.1, data.values.shape)  # not exact
+    init = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "linear_path": True,
+            "linear_input": "raw", "revin_affine": False, "pe": None}
+    model = build_model({"model": {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster",
+                                   "init_args": init}}, 2, 48, 8)
+    warm_start(model, data, 48, 8)
+    xv, yv = data.windows("val", 48, 8)
+    ridge = ridge_run(data, 48, 8, seed=0)
+    start = scaled_errors(forecast(model, xv), yv)["mse_scaled"]
+    assert start == pytest.approx(ridge.val["mse_scaled"], rel=1e-4)
+
+
 def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val():
     from pipelines.eval.ltsf_models import TRAIN_DEFAULTS, build_model, fit_neural, forecast, warm_start
 
