@@ -115,6 +115,7 @@ def figure(rows: list[dict[str, Any]], path: Any) -> None:
         hs = sorted(PUBLISHED[name])
         ax.plot(hs, [PUBLISHED[name][h] for h in hs], style, label=name, linewidth=1)
     ax.set_xscale("log")
+    ax.minorticks_off()
     ax.set_xticks([96, 192, 336, 720], ["96", "192", "336", "720"])
     ax.set_xlabel("horizon (hours)")
     ax.set_ylabel("test MSE (scaled), every window")
