@@ -109,3 +109,12 @@ predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INP
 bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_results.md (ARGS=--quick)
 	@$(PY) -c "import x_transformers" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[bench]"
 	$(PY) -m pipelines.bench $(ARGS)
+
+# The long-horizon forecasting benchmark (docs/ltsf.md): DATA is your copy of ETTh1.csv (not shipped).
+LTSF_CONFIGS ?= configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear_etth1.yaml
+.PHONY: benchmark-ltsf
+benchmark-ltsf: $(STAMP) ## ETTh1 under the literature's protocol: DATA=ETTh1.csv [HORIZONS=..] [SEEDS=..] [OUT=..] [ARGS=..]
+	@test -n "$(DATA)" || { echo "usage: make benchmark-ltsf DATA=path/to/ETTh1.csv [HORIZONS=\"96 192 336 720\"] [SEEDS=\"0 1 2\"]" >&2; exit 2; }
+	@$(PY) -c "import lightgbm" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[ltsf]" >/dev/null || true
+	$(PY) -m pipelines.eval.ltsf --data "$(DATA)" --horizons $(or $(HORIZONS),96 192 336 720) \
+	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --out $(or $(OUT),docs/ltsf_results) $(ARGS)

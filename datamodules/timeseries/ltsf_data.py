@@ -1,0 +1,61 @@
+"""The LTSF protocol's windows (:mod:`datamodules.timeseries.ltsf`) as a LightningDataModule, so the
+project's forecasters train on them with the Lightning loop."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+from torch.utils.data import DataLoader
+
+from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
+from datamodules.timeseries.ltsf import LTSFData
+from datamodules.timeseries.windows import ForecastWindows
+
+
+class LTSFDataModule(L.LightningDataModule):
+    """Train / val / test windows of an :class:`LTSFData` at one lookback and horizon.
+
+    Batches are the Forecaster's (``x``, ``cov``, ``pos``, ``y``, masks, ``loc``/``scale``) with no
+    covariates and the identity scaler: the data are already scaled, so the Forecaster's "original
+    units" metrics (``val/mse``) are the protocol's scaled ones. Training windows: every train
+    window once per epoch (or ``samples_per_epoch`` of them) in a seeded order; val/test windows:
+    every window, in order.
+
+    Args:
+        data: the series under the protocol.
+        lookback: input steps L.
+        horizon: forecast steps H.
+        batch_size: windows per batch.
+        seed: seed of the training order.
+        samples_per_epoch: random training windows per epoch (``None``: every window once).
+    """
+
+    def __init__(self, data: LTSFData, lookback: int, horizon: int, batch_size: int = 128,
+                 seed: int = 0, samples_per_epoch: int | None = None) -> None:
+        super().__init__()
+        self.data, self.lookback, self.horizon = data, lookback, horizon
+        self.batch_size, self.seed, self.samples_per_epoch = batch_size, seed, samples_per_epoch
+        self.n_targets = data.n_channels
+        for split in ("train", "val", "test"):
+            data.windows(split, lookback, horizon)  # a clear error now when a split holds no window
+
+    def dataset(self, split: str, lookback: int | None = None) -> ForecastWindows:
+        lookback = lookback or self.lookback
+        values = self.data.values
+        n, c = values.shape
+        starts = self.data.starts(split, lookback, self.horizon)
+        return ForecastWindows(values, np.ones((n, c), dtype=bool), np.zeros((n, 0), dtype=np.float32),
+                               np.arange(n, dtype=np.float64), starts, lookback, self.horizon)
+
+    def train_dataloader(self) -> DataLoader:
+        ds = self.dataset("train")
+        sampler = EpochSampler(len(ds), self.samples_per_epoch, self.seed, *train_shard(self.trainer))
+        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler)
+
+    def eval_dataloader(self, split: str, lookback: int | None = None) -> DataLoader:
+        ds = self.dataset(split, lookback)
+        sampler = ShardSampler(len(ds), *eval_shard(self.trainer), what=f"{split} windows")
+        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.eval_dataloader("val")

@@ -1,0 +1,243 @@
+"""The models of the LTSF benchmark (:mod:`pipelines.eval.ltsf`): the project's forecasters trained by
+the Lightning loop on the protocol's windows, and the baselines fitted on the same windows.
+
+Every runner takes the protocol's data, lookback, horizon and seed and returns a :class:`Result`: the
+forecast of every test window (scaled), the validation MSE the choices were made on, and what was
+chosen. The test windows are forecast once, after every choice (epoch, penalty) is made on val.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from datamodules.timeseries.ltsf import LTSFData, scaled_errors
+from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, LinearBaseline, seasonal_naive
+from posenc import PosencError
+from posenc.registry import import_class
+
+
+@dataclass
+class Result:
+    """One model × horizon × seed: its test forecast (n, H, C) scaled, the val metrics it was chosen
+    on, what was chosen (``params``) and how long it took (process CPU seconds, wall seconds)."""
+
+    pred: np.ndarray
+    val: dict[str, float]
+    params: dict[str, Any] = field(default_factory=dict)
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class Timer:
+    """Process CPU time (every thread) and wall time of a ``with`` block."""
+
+    def __enter__(self) -> Timer:
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cpu_s = time.process_time() - self.cpu0
+        self.wall_s = time.perf_counter() - self.wall0
+
+
+# ----------------------------------------------------------------------------- neural (Lightning)
+TRAIN_DEFAULTS = {"max_epochs": 10, "patience": 3, "batch_size": 128, "samples_per_epoch": None,
+                  "gradient_clip_val": None, "linear_warm_start": False}
+
+
+def load_model_config(path: str | Path) -> dict[str, Any]:
+    """A benchmark model config: ``model`` ({class_path, init_args}) and ``train`` (max_epochs,
+    patience, batch_size, samples_per_epoch, gradient_clip_val); a clear error naming the file when
+    a key is missing or unknown."""
+    file = Path(path)
+    if not file.is_file():
+        raise PosencError(f"{file}: no such model config")
+    config = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(config.get("model"), dict) or "class_path" not in config["model"]:
+        raise PosencError(f"{file}: needs model.class_path (and model.init_args)")
+    train = {**TRAIN_DEFAULTS, **(config.get("train") or {})}
+    unknown = sorted(set(train) - set(TRAIN_DEFAULTS))
+    if unknown:
+        raise PosencError(f"{file}: unknown train keys {', '.join(unknown)}; "
+                          f"known: {', '.join(TRAIN_DEFAULTS)}")
+    return {"name": config.get("name", file.stem), "model": config["model"], "train": train}
+
+
+def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, Any]:
+    """``config`` with its encoding replaced by the one of ``configs/posenc/<scheme>.yaml`` (its
+    ``model.init_args.pe``); a ``periods`` list there counts in the model's token positions."""
+    scheme = (yaml.safe_load(Path(scheme_file).read_text()) or {}).get("model") or {}
+    pe = (scheme.get("init_args") or {}).get("pe")
+    model = {**config["model"], "init_args": {**config["model"].get("init_args", {}), "pe": pe}}
+    return {**config, "model": model, "name": f"{config['name']}-{Path(scheme_file).stem}"}
+
+
+def build_model(config: dict[str, Any], n_targets: int, lookback: int, horizon: int) -> Any:
+    cls = import_class(config["model"]["class_path"], what="model class")
+    args = {**(config["model"].get("init_args") or {}), "n_targets": n_targets, "lookback": lookback,
+            "horizon": horizon, "plot_examples": 0}
+    try:
+        return cls(**args)
+    except TypeError as exc:
+        raise PosencError(f"bad model.init_args for {config['model']['class_path']}: {exc}") from None
+
+
+def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:
+    """The model's forecast (n, H, C) of lookbacks x (n, L, C), in eval mode, batched."""
+    model.eval()
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(x), batch):
+            out.append(model(torch.as_tensor(x[i : i + batch], dtype=torch.float32)).numpy())
+    return np.concatenate(out)
+
+
+def _lightning_fit(model: Any, train: dict[str, Any], data: LTSFData, lookback: int, horizon: int,
+                   seed: int, tmp: str) -> tuple[Any, Any]:
+    """Train with the Lightning loop (early stopping on ``val/loss``) and load the best val epoch's
+    weights; returns (trainer, checkpoint callback)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    from datamodules.timeseries.ltsf_data import LTSFDataModule
+
+    dm = LTSFDataModule(data, lookback, horizon, int(train["batch_size"]), seed, train["samples_per_epoch"])
+    best = ModelCheckpoint(dirpath=tmp, monitor="val/loss", mode="min", save_top_k=1)
+    stop = EarlyStopping(monitor="val/loss", mode="min", patience=int(train["patience"]))
+    trainer = L.Trainer(max_epochs=int(train["max_epochs"]), accelerator="cpu", logger=False,
+                        callbacks=[best, stop], enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0, default_root_dir=tmp,
+                        gradient_clip_val=train["gradient_clip_val"])
+    trainer.fit(model, datamodule=dm)
+    state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["state_dict"])
+    return trainer, best
+
+
+def fit_neural(config: dict[str, Any], data: LTSFData, lookback: int, horizon: int, seed: int,
+               test_lookbacks: tuple[int, ...] = (), test: bool = True) -> Result:
+    """Train ``config``'s model with the Lightning loop (AdamW + warm-up/cosine, early stopping on
+    ``val/loss``, the best val epoch's weights kept; with ``train.linear_warm_start`` the linear path
+    starts at ridge and the start is kept when no epoch beats it on val) and forecast every test window.
+    ``test_lookbacks``: also forecast the same test targets from longer lookbacks
+    (``params['pred_L<n>']``); ``test=False`` (model selection): no test window is forecast."""
+    train = config["train"]
+    with Timer() as clock, tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        model = build_model(config, data.n_channels, lookback, horizon)
+        xv, yv = data.windows("val", lookback, horizon)
+        start = warm_start(model, data, lookback, horizon) if train["linear_warm_start"] else {}
+        if start:
+            start["val_at_start"] = scaled_errors(forecast(model, xv), yv)["mse_scaled"]
+            initial = {k: v.clone() for k, v in model.state_dict().items()}
+            model.train()  # forecast() left it in eval mode
+        trainer, best = _lightning_fit(model, train, data, lookback, horizon, seed, tmp)
+        val = scaled_errors(forecast(model, xv), yv)
+        if start and start["val_at_start"] <= val["mse_scaled"]:  # training did not beat the start on val
+            model.load_state_dict(initial)
+            val = scaled_errors(forecast(model, xv), yv)
+            start["kept"] = "warm start (no epoch beat it on val)"
+        pred = forecast(model, data.windows("test", lookback, horizon)[0]) if test else np.zeros(0)
+        extra = _longer_lookbacks(model, data, test_lookbacks if test else (), lookback, horizon)
+    params = {"epochs_run": trainer.current_epoch, "best_epoch": _best_epoch(best), **start, **extra}
+    return Result(pred, val, params, clock.cpu_s, clock.wall_s)
+
+
+def _longer_lookbacks(model: Any, data: LTSFData, lookbacks: tuple[int, ...], lookback: int,
+                      horizon: int) -> dict[str, Any]:
+    """``{pred_L<n>: forecast}`` of the test targets from ``n``-step lookbacks (the reason, when the
+    model is undefined there: a learned table too short, a flatten head)."""
+    out: dict[str, Any] = {}
+    for n in lookbacks:
+        try:
+            out[f"pred_L{n}"] = forecast(model, _test_lookback(data, n, lookback, horizon))
+        except PosencError as exc:
+            out[f"pred_L{n}"] = str(exc)
+    return out
+
+
+def _normalised(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
+    """RevIN without affine, per window and channel: ((x − μ)/σ, (y − μ)/σ, μ, σ) as rows (n·C, ·)."""
+    rows = _per_channel(x)
+    mu, sd = rows.mean(axis=1, keepdims=True), np.sqrt(rows.var(axis=1, keepdims=True) + 1e-5)
+    return (rows - mu) / sd, None if y is None else (_per_channel(y) - mu) / sd, mu, sd
+
+
+def _as_rows(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
+    """As :func:`_normalised` without normalising (μ = 0, σ = 1)."""
+    rows = _per_channel(x)
+    return rows, None if y is None else _per_channel(y), np.zeros((len(rows), 1)), np.ones((len(rows), 1))
+
+
+def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[str, Any]:
+    """Fit the model's linear path in closed form: ridge from the lookback to the horizon (both
+    RevIN-normalised when the path reads the normalised lookback) on every train window, the penalty
+    the best of :data:`RIDGE_ALPHAS` on val (MSE, scaled)."""
+    normalise = _normalised if getattr(model, "linear_input", "raw") == "revin" else _as_rows
+    xt, yt, _, _ = normalise(*data.windows("train", lookback, horizon))
+    xv, yv = data.windows("val", lookback, horizon)
+    xvn, _, mu, sd = normalise(xv)
+    fits = LinearBaseline.fit_path(RIDGE_ALPHAS, xt, yt[:, :, None])
+    errors = [float(np.mean((f.predict(xvn)[..., 0] * sd + mu - _per_channel(yv)) ** 2)) for f in fits]
+    best = int(np.argmin(errors))
+    fit = fits[best]
+    model.warm_start_linear(torch.as_tensor(fit.coef.T, dtype=torch.float32),
+                            torch.as_tensor(fit.intercept, dtype=torch.float32))
+    return {"linear_alpha": RIDGE_ALPHAS[best]}
+
+
+def _best_epoch(checkpoint: Any) -> int:
+    name = Path(checkpoint.best_model_path).stem  # "epoch=3-step=256"
+    return int(name.split("-")[0].split("=")[1]) if name.startswith("epoch=") else -1
+
+
+def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.ndarray:
+    """Lookbacks of ``n`` steps ending where the protocol's test windows (lookback ``lookback``) start."""
+    from datamodules.timeseries.windows import gather_windows
+
+    starts = data.starts("test", lookback, horizon)
+    if starts.min() < n:
+        raise PosencError(f"test lookback {n} reaches before the first row")
+    return gather_windows(data.values, starts, n, 0)
+
+
+# ----------------------------------------------------------------------------- closed-form baselines
+def seasonal_naive_run(data: LTSFData, lookback: int, horizon: int, seed: int, period: int = 24) -> Result:
+    """The value ``period`` steps (a day of hours) earlier, repeated over the horizon."""
+    with Timer() as clock:
+        pred = {s: seasonal_naive(data.values, data.starts(s, lookback, horizon), horizon, period)
+                for s in ("val", "test")}
+    val = scaled_errors(pred["val"], data.windows("val", lookback, horizon)[1])
+    return Result(pred["test"], val, {"period": period}, clock.cpu_s, clock.wall_s)
+
+
+def _per_channel(x: np.ndarray) -> np.ndarray:
+    """(n, T, C) → (n·C, T): one row per window and channel (channel-independent)."""
+    return x.transpose(0, 2, 1).reshape(-1, x.shape[1])
+
+
+def _from_channels(rows: np.ndarray, c: int) -> np.ndarray:
+    """(n·C, H) → (n, H, C)."""
+    return rows.reshape(-1, c, rows.shape[1]).transpose(0, 2, 1)
+
+
+def ridge_run(data: LTSFData, lookback: int, horizon: int, seed: int) -> Result:
+    """Ridge from a channel's lookback to its horizon (the model's inputs), shared by every channel
+    and fitted on every train window; the penalty the best of :data:`RIDGE_ALPHAS` on val."""
+    c = data.n_channels
+    with Timer() as clock:
+        (xt, yt), (xv, yv), (xs, _) = (data.windows(s, lookback, horizon) for s in ("train", "val", "test"))
+        fits = LinearBaseline.fit_path(RIDGE_ALPHAS, _per_channel(xt), _per_channel(yt)[:, :, None])
+        errors = [scaled_errors(_from_channels(f.predict(_per_channel(xv))[..., 0], c), yv) for f in fits]
+        best = int(np.argmin([e["mse_scaled"] for e in errors]))
+        pred = _from_channels(fits[best].predict(_per_channel(xs))[..., 0], c)
+    return Result(pred, errors[best], {"alpha": RIDGE_ALPHAS[best]}, clock.cpu_s, clock.wall_s)

@@ -1,0 +1,260 @@
+"""The LTSF protocol (datamodules.timeseries.ltsf): split rows, window counts, a train-only scaler,
+the scaled metrics, the PatchTST layout and the benchmark command end to end on a tiny series."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from datamodules.timeseries.ltsf import (
+    ETT_HOURLY_BORDERS,
+    n_windows,
+    read_ltsf,
+    scale_protocol,
+    scaled_errors,
+    split_bounds,
+)
+from posenc import PosencError
+
+ROOT = Path(__file__).resolve().parents[2]
+ETTH1 = ROOT / ".." / "shared" / "data" / "ETT" / "ETTh1.csv"
+COLUMNS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+
+
+def etth1():
+    if not ETTH1.is_file():
+        pytest.skip(f"ETTh1 not found at {ETTH1} (the shared data folder is absent)")
+    return read_ltsf(ETTH1)
+
+
+def synthetic(n: int = 14400, c: int = 3, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)[:, None]
+    return np.sin(2 * np.pi * t / 24) + 0.1 * t / n + rng.normal(0, 0.1, (n, c)) + np.arange(c)
+
+
+def test_split_rows_are_the_literatures():
+    assert split_bounds(17420) == {"train": (0, 8640), "val": (8640, 11520), "test": (11520, 14400)}
+    with pytest.raises(PosencError, match="at least 14400 rows"):
+        split_bounds(14399, source="short.csv")
+
+
+@pytest.mark.parametrize("lookback,horizon,split,expected", [
+    (336, 96, "test", 2785),  # the count the literature's all-windows re-runs score
+    (336, 720, "test", 2161),
+    (512, 96, "test", 2785),  # val/test lookbacks reach into the previous split
+    (336, 96, "val", 2785),
+    (336, 96, "train", 8640 - 336 - 96 + 1),  # train windows cannot reach before row 0
+])
+def test_window_counts(lookback, horizon, split, expected):
+    data = scale_protocol(synthetic(), ["a", "b", "c"])
+    assert n_windows(data.bounds[split], lookback, horizon) == expected
+    starts = data.starts(split, lookback, horizon)
+    assert len(starts) == expected
+    lo, hi = data.bounds[split]
+    assert starts.min() == max(lo, lookback) and starts.max() + horizon == hi
+    x, y = data.windows(split, lookback, horizon)
+    assert x.shape == (expected, lookback, 3) and y.shape == (expected, horizon, 3)
+    np.testing.assert_array_equal(y[0], data.values[starts[0] : starts[0] + horizon])
+    np.testing.assert_array_equal(x[-1], data.values[starts[-1] - lookback : starts[-1]])
+
+
+def test_scaler_never_sees_a_val_or_test_row():
+    raw = synthetic()
+    base = scale_protocol(raw, ["a", "b", "c"])
+    changed = raw.copy()
+    changed[8640:] *= 100.0  # every val/test row (and the unused tail) different
+    other = scale_protocol(np.concatenate([changed, changed[:50]]), ["a", "b", "c"])
+    np.testing.assert_array_equal(base.scaler.mean_, other.scaler.mean_)
+    np.testing.assert_array_equal(base.scaler.scale_, other.scaler.scale_)
+    np.testing.assert_allclose(base.scaler.mean_, raw[:8640].mean(axis=0))
+    np.testing.assert_allclose(base.values[:8640].mean(axis=0), 0.0, atol=1e-5)
+    assert len(other.values) == ETT_HOURLY_BORDERS[2]  # rows past the test split are dropped
+    changed[8639] += 1.0  # a train row does reach it
+    assert not np.array_equal(scale_protocol(changed, ["a", "b", "c"]).scaler.mean_, base.scaler.mean_)
+
+
+def test_scaled_errors_average_every_window_step_and_channel():
+    truth = np.zeros((2, 3, 2))
+    pred = np.zeros((2, 3, 2))
+    pred[0, 0, 0] = 2.0  # one entry off by 2 of 12, one by -1
+    pred[1, 2, 1] = -1.0
+    assert scaled_errors(pred, truth) == {"mse_scaled": 5.0 / 12, "mae_scaled": 3.0 / 12}
+    with pytest.raises(PosencError, match="shape"):
+        scaled_errors(pred[:1], truth)
+
+
+def test_etth1_protocol():
+    data = etth1()
+    assert data.columns == COLUMNS and data.values.shape == (14400, 7)
+    assert len(data.starts("test", 336, 96)) == 2785
+    train = pd.read_csv(ETTH1).iloc[:8640, 1:].to_numpy()
+    np.testing.assert_allclose(data.scaler.mean_, train.mean(axis=0))
+    np.testing.assert_allclose(data.scaler.scale_, train.std(axis=0))  # population std, as sklearn
+
+
+def test_bad_file_says_what_is_wrong(tmp_path):
+    with pytest.raises(PosencError, match="no such file"):
+        read_ltsf(tmp_path / "missing.csv")
+    short = tmp_path / "short.csv"
+    pd.DataFrame({"date": pd.date_range("2020", periods=100, freq="h"), "a": np.arange(100.0)}).to_csv(
+        short, index=False)
+    with pytest.raises(PosencError, match="short.csv: the protocol needs at least 14400 rows"):
+        read_ltsf(short)
+    with pytest.raises(PosencError, match="no time column 'when'"):
+        read_ltsf(short, time_col="when")
+
+
+def test_patchtst_layout():
+    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster, n_patches, strided_patches
+
+    assert n_patches(336, 16, 8) == 42 and n_patches(512, 16, 8) == 64
+    seq = torch.arange(32.0)[None]  # (1, 32)
+    patches = strided_patches(seq, 16, 8)  # (1, 4, 16)
+    assert patches.shape == (1, n_patches(32, 16, 8), 16)
+    assert patches[0, 1, 0] == 8 and patches[0, -1, -1] == 31  # the end padded with the last value
+    model = PatchTSTForecaster(lookback=32, patch_len=16, patch_stride=8, n_targets=3, horizon=5,
+                               d_model=16, n_heads=2, n_layers=2, d_ff=32, plot_examples=0,
+                               pe={"class_path": "posenc.Learned", "init_args": {"max_len": 8}})
+    assert model(torch.randn(4, 32, 3)).shape == (4, 5, 3)
+    with pytest.raises(PosencError, match="lookback 32, got 48"):
+        model(torch.randn(4, 48, 3))
+
+
+def write_tiny_ett(path: Path, n: int = 14400) -> Path:
+    raw = synthetic(n, 2)
+    frame = pd.DataFrame(raw, columns=["a", "b"])
+    frame.insert(0, "date", pd.date_range("2016-07-01", periods=n, freq="h").strftime("%Y-%m-%d %H:%M:%S"))
+    frame.to_csv(path, index=False)
+    return path
+
+
+TINY_MODEL = """\
+name: tiny
+model:
+  class_path: pipelines.tasks.forecast_patchtst.PatchTSTForecaster
+  init_args: {patch_len: 16, patch_stride: 8, d_model: 16, n_heads: 2, n_layers: 2, d_ff: 32,
+              linear_path: true, lr: 0.001, pe: {class_path: posenc.Learned, init_args: {max_len: 8}}}
+train: {max_epochs: 1, patience: 1, batch_size: 64, samples_per_epoch: 64}
+"""
+
+
+def run_benchmark(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    data = write_tiny_ett(tmp_path / "tiny.csv")
+    (tmp_path / "tiny.yaml").write_text(TINY_MODEL)
+    cmd = [sys.executable, "-m", "pipelines.eval.ltsf", "--data", str(data), "--lookback", "32",
+           "--horizons", "8", "--seeds", "0", "--configs", str(tmp_path / "tiny.yaml"),
+           "--out", str(tmp_path / "out"), "--threads", "1", *extra]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+@pytest.mark.slow
+def test_benchmark_command_logs_every_child_with_units(tmp_path):
+    import mlflow
+
+    done = run_benchmark(tmp_path, "--baselines", "naive", "ridge")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert list(rows.model) == ["naive", "ridge", "tiny"]
+    assert (rows.n_test_windows == 2880 - 8 + 1).all()
+    assert rows["test/mse_scaled"].notna().all() and rows["val/mse_scaled"].notna().all()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("posenc-ltsf")
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if r.data.tags.get("posenc.ltsf") == "parent"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
+    assert len(parent) == 1 and len(children) == 3
+    for child in children:
+        units = {"test/mse_scaled", "test/mae_scaled", "val/mse_scaled", "time/cpu_s"}
+        assert units <= set(child.data.metrics)
+    assert "| tiny |" in (tmp_path / "out" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--baselines", "arima"], "error: unknown --baselines arima; known: naive ridge lightgbm"),
+    (["--horizons", "0"], "error: --horizons must be positive, got [0]"),
+])
+def test_benchmark_bad_input_is_one_line(tmp_path, capsys, extra, message):
+    from pipelines.eval.ltsf import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--data", str(tmp_path / "x.csv"), "--out", str(tmp_path / "out"), *extra])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not (tmp_path / "out").exists()
+
+
+def small_protocol(n_channels: int = 2) -> object:
+    """A 1,000-row series under the protocol's arithmetic with borders 600 / 800 / 1000."""
+    t = np.arange(1000)[:, None]
+    raw = np.sin(2 * np.pi * t / 24) * (1 + np.arange(n_channels)) + 0.05 * np.cos(2 * np.pi * t / 7)
+    return scale_protocol(raw, [f"c{i}" for i in range(n_channels)], borders=(600, 800, 1000))
+
+
+def test_baselines_on_the_protocols_windows():
+    from pipelines.eval.ltsf_models import ridge_run, seasonal_naive_run
+
+    data = small_protocol()
+    truth = data.windows("test", 48, 8)[1]
+    naive = seasonal_naive_run(data, 48, 8, seed=0, period=24)
+    assert naive.pred.shape == truth.shape == (200 - 8 + 1, 8, 2)
+    assert scaled_errors(naive.pred, truth)["mse_scaled"] > 1e-3  # the period-7 term is not daily
+    assert scaled_errors(seasonal_naive_run(data, 48, 8, 0, period=168).pred, truth)["mse_scaled"] < 1e-9
+    ridge = ridge_run(data, 48, 8, seed=0)  # the series is exactly linear in its lags
+    assert scaled_errors(ridge.pred, truth)["mse_scaled"] < 1e-3 and ridge.params["alpha"] > 0
+
+
+def test_lightgbm_forecasts_every_window_recursively():
+    pytest.importorskip("lightgbm", reason="lightgbm is not installed (the optional ltsf extra)")
+    from pipelines.eval.ltsf_trees import lightgbm_run
+
+    data = small_protocol()
+    truth = data.windows("test", 336, 8)[1]
+    result = lightgbm_run(data, 336, 8, seed=0, threads=1)
+    assert result.pred.shape == truth.shape
+    naive = scaled_errors(np.repeat(data.windows("test", 336, 8)[0][:, -1:], 8, axis=1), truth)["mse_scaled"]
+    assert scaled_errors(result.pred, truth)["mse_scaled"] < naive  # better than repeating the last value
+
+
+def test_raw_linear_path_starts_as_the_ridge_baseline():
+    from pipelines.eval.ltsf_models import build_model, forecast, ridge_run, warm_start
+
+    data = small_protocol()
+    data.values = data.values + np.random.default_rng(0).normal(0, 0.1, data.values.shape)  # not exact
+    init = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "linear_path": True,
+            "linear_input": "raw", "revin_affine": False, "pe": None}
+    model = build_model({"model": {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster",
+                                   "init_args": init}}, 2, 48, 8)
+    warm_start(model, data, 48, 8)
+    xv, yv = data.windows("val", 48, 8)
+    ridge = ridge_run(data, 48, 8, seed=0)
+    start = scaled_errors(forecast(model, xv), yv)["mse_scaled"]
+    assert start == pytest.approx(ridge.val["mse_scaled"], rel=1e-4)
+
+
+def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val():
+    from pipelines.eval.ltsf_models import TRAIN_DEFAULTS, build_model, fit_neural, forecast, warm_start
+
+    data = small_protocol()
+    train = {**TRAIN_DEFAULTS, "max_epochs": 1, "batch_size": 32, "samples_per_epoch": 64,
+             "linear_warm_start": True}
+    init = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "linear_path": True,
+            "revin_affine": False, "lr": 0.01, "pe": None}
+    model_spec = {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster", "init_args": init}
+    config = {"name": "tiny", "train": train, "model": model_spec}
+    model = build_model(config, 2, 48, 8)
+    chosen = warm_start(model, data, 48, 8)
+    xv, yv = data.windows("val", 48, 8)
+    assert scaled_errors(forecast(model, xv), yv)["mse_scaled"] < 1e-3  # the linear forecast, exact here
+    assert chosen["linear_alpha"] > 0 and not model.linear.weight.requires_grad
+    result = fit_neural(config, data, 48, 8, seed=0)
+    assert result.val["mse_scaled"] <= result.params["val_at_start"] + 1e-9
