@@ -27,11 +27,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.eval.forecast_seeds import SeedRun, _client, decimals, train_seed
+from pipelines.eval.forecast_seeds import SeedRun, _client, decimals, train_seeds
 from pipelines.eval.statistics import estimate
 from posenc import PosencError
 
 ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENT = "posenc-ts-defaults"  # the seeds of each series are children of one parent run there
 CONFIG = ROOT / "configs" / "ts_forecast.yaml"
 ETTH1 = ROOT.parent / "shared" / "data" / "ETT" / "ETTh1.csv"
 TARGET_RATIO = 1.05
@@ -100,11 +101,8 @@ def write_heldout(folder: Path) -> list[Series]:
 def run_series(series: Series, seeds: list[int], extra: list[str]) -> list[tuple[SeedRun, dict]]:
     """Train the default config on ``series`` at each seed; each run with its MLflow tags."""
     config = [str(CONFIG), *series.overlays]
-    done = []
-    for seed in seeds:
-        run = train_seed(config, seed, [*series.args, *extra])
-        done.append((run, dict(_client().get_run(run.run_id).data.tags)))
-    return done
+    _, runs = train_seeds(config, seeds, [*series.args, *extra], experiment=EXPERIMENT, retrain=False)
+    return [(run, dict(_client().get_run(run.run_id).data.tags)) for run in runs]
 
 
 def row(name: str, runs: list[tuple[SeedRun, dict]]) -> dict[str, object]:

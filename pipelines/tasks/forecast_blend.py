@@ -141,10 +141,11 @@ class LinearPath(nn.Module):
 
     def announce(self, trainer: Any) -> None:
         """:meth:`describe` as a console line (rank 0) and as tags of the run's MLflow loggers."""
-        from pipelines.tracking.store import mlflow_loggers
+        from lightning.pytorch.loggers import MLFlowLogger
 
         line, tags = self.describe()
         rank_zero_info(line)
-        for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:
+        mlflow = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
+        for logger in mlflow if trainer.is_global_zero else []:
             for key, value in tags.items():
                 logger.experiment.set_tag(logger.run_id, key, value)

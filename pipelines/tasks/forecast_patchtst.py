@@ -91,7 +91,7 @@ class PatchTSTForecaster(Forecaster):
         self.patch_stride = patch_stride
         self.n_patches = n_patches(lookback, patch_len, patch_stride)
         self.head = FlattenHead(self.n_patches, self.d_model, self.horizon, head_dropout)
-        self.linear = nn.Linear(lookback, self.horizon) if linear_path else None
+        self.lookback_linear = nn.Linear(lookback, self.horizon) if linear_path else None
         self.linear_input = linear_input
         self.save_hyperparameters({**self.hparams, "patch_stride": patch_stride, "head_dropout": head_dropout,
                                    "linear_path": linear_path, "linear_input": linear_input})
@@ -105,8 +105,8 @@ class PatchTSTForecaster(Forecaster):
             raise PosencError(f"the model was built for {self.n_targets} target channel(s), got {c}")
         if n != self.lookback:
             raise PositionOutOfRange(f"the flatten head was built for lookback {self.lookback}, got {n}")
-        raw = self.linear is not None and (self.linear_input == "raw" or self.revin is None)
-        linear = self.linear(x.permute(0, 2, 1)).permute(0, 2, 1) if raw else None  # (B, H, C)
+        raw = self.lookback_linear is not None and (self.linear_input == "raw" or self.revin is None)
+        linear = self.lookback_linear(x.permute(0, 2, 1)).permute(0, 2, 1) if raw else None  # (B, H, C)
         if self.revin is not None:
             x, mu, sd = self.revin.normalize(x)
         seq = x.permute(0, 2, 1).reshape(b * c, n)  # (B·C, L)
@@ -114,8 +114,8 @@ class PatchTSTForecaster(Forecaster):
         pos = torch.arange(tokens.shape[1], device=x.device)  # (N,): patch index, shared by every sequence
         h = self.backbone(tokens, pos)  # (B·C, N, D)
         out = self.head.read(h)  # (B·C, H)
-        if self.linear is not None and not raw:
-            out = out + self.linear(seq)
+        if self.lookback_linear is not None and not raw:
+            out = out + self.lookback_linear(seq)
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         if self.revin is None:
             return y + linear if raw else y
@@ -127,12 +127,12 @@ class PatchTSTForecaster(Forecaster):
         """Set the linear path to a fitted map (``weight`` (H, L), ``bias`` (H,), e.g. ridge on
         RevIN-normalised windows) and freeze it; the flatten head's output layer starts at 0, so the
         untrained model *is* that linear forecast and training teaches the Transformer its residual."""
-        if self.linear is None:
+        if self.lookback_linear is None:
             raise PosencError("model.linear_path is off: there is no linear path to warm-start")
         with torch.no_grad():
-            self.linear.weight.copy_(weight.to(self.linear.weight))
-            self.linear.bias.copy_(bias.to(self.linear.bias))
+            self.lookback_linear.weight.copy_(weight.to(self.lookback_linear.weight))
+            self.lookback_linear.bias.copy_(bias.to(self.lookback_linear.bias))
             self.head.out.weight.zero_()
             self.head.out.bias.zero_()
-        self.linear.requires_grad_(False)
+        self.lookback_linear.requires_grad_(False)
 

@@ -255,6 +255,6 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val():
     chosen = warm_start(model, data, 48, 8)
     xv, yv = data.windows("val", 48, 8)
     assert scaled_errors(forecast(model, xv), yv)["mse_scaled"] < 1e-3  # the linear forecast, exact here
-    assert chosen["linear_alpha"] > 0 and not model.linear.weight.requires_grad
+    assert chosen["linear_alpha"] > 0 and not model.lookback_linear.weight.requires_grad
     result = fit_neural(config, data, 48, 8, seed=0)
     assert result.val["mse_scaled"] <= result.params["val_at_start"] + 1e-9
