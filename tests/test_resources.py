@@ -57,7 +57,8 @@ print(json.dumps({"measured": peak - base, "estimated": sum(parts.values()) - pa
 
 
 @pytest.mark.parametrize(("pe", "batch", "length"), [
-    ("posenc.DeBERTa", 4, 1024), ("posenc.RoPE", 16, 2048),
+    ("posenc.DeBERTa", 4, 1024),  # the fast suite keeps one quadratic-kernel case
+    pytest.param("posenc.RoPE", 16, 2048, marks=pytest.mark.slow),
     pytest.param("posenc.FIRE", 4, 1024, marks=pytest.mark.slow)])
 def test_estimate_is_within_a_factor_of_three_of_a_measured_training_step(pe, batch, length):
     """DeBERTa: its (B, H, T, T) content bias per layer dominates; FIRE: its (H, T, T) bias and MLP
@@ -140,6 +141,7 @@ def _predict_peak(tmp: Path, ckpt: Path, n: int) -> int:
     return peak
 
 
+@pytest.mark.slow  # two real predict subprocesses over 0.1 and 0.5 Mb: ~35 s
 def test_per_base_predict_memory_is_flat_in_the_record_length(tmp_path):
     """A record four times longer costs (nearly) no more memory: today's whole-record tables cost
     ~250 bytes per base; streaming keeps the FASTA text and one byte per base of codes."""
