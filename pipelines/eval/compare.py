@@ -38,8 +38,8 @@ from pipelines.eval.compare_runs import NAMESPACE, TAGS, ChildRun, child_key, re
 from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
-from pipelines.eval.sweep import TrainingFailed, experiment_id, train_run
-from pipelines.tracking.store import tracking_uri
+from pipelines.eval.sweep import TrainingFailed, train_run
+from pipelines.tracking.store import experiment_id, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class

@@ -40,7 +40,7 @@ from pipelines.eval.report import format_table, log_to_mlflow, save_all
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
-from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from pipelines.tracking.store import experiment_id, mlflow_loggers, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class
@@ -244,10 +244,8 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     print("files: " + " ".join(map(str, files)))
     if not args.no_mlflow:
         if run_id is None:
-            exp = client.get_experiment_by_name(args.experiment)
-            exp_id = exp.experiment_id if exp else client.create_experiment(args.experiment)
             run_id = client.create_run(
-                exp_id,
+                experiment_id(client, args.experiment),
                 run_name=f"{type(module).__name__}-{result.scheme}-extrapolation",
                 tags={"posenc.checkpoint": scrub_text(str(Path(args.ckpt).resolve()))},
             ).info.run_id

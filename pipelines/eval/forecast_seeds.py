@@ -58,7 +58,8 @@ def train_seeds(config: list[str], seeds: list[int], extra: list[str], experimen
                 retrain: bool) -> tuple[str, list[SeedRun]]:
     """Train ``config`` (+ ``extra`` CLI arguments) at every seed as children of a new parent run
     (initialisation and training-window order seeded as ``pipelines.eval.compare`` seeds them)."""
-    from pipelines.eval.sweep import config_key, experiment_id, read_layers, train_run
+    from pipelines.eval.sweep import config_key, read_layers, train_run
+    from pipelines.tracking.store import experiment_id
 
     client = _client()
     exp_id = experiment_id(client, experiment)
@@ -123,10 +124,14 @@ def table(runs: list[SeedRun]) -> str:
     return "\n".join(lines)
 
 
+def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``(own, extra)``: this command's options, and the training arguments after ``--``."""
+    argv = list(argv)
+    return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[: argv.index("--")] if "--" in argv else argv
+    own, extra = split_passthrough(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m pipelines.eval.forecast_seeds", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", default=[], help="training config (repeatable)")

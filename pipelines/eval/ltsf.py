@@ -186,7 +186,7 @@ def progress_line(row: dict[str, Any], val_only: bool) -> str:
 def run(argv: Sequence[str] | None = None) -> Path:
     import mlflow
 
-    from pipelines.tracking.store import tracking_uri
+    from pipelines.tracking.store import experiment_id, tracking_uri
 
     args = parse_args(argv)
     configure(verbose=False, progress=False)
@@ -206,8 +206,7 @@ def run(argv: Sequence[str] | None = None) -> Path:
     have = {(r["model"], int(r["horizon"]), int(r["seed"])) for r in rows}
     fields = FIELDS + [f"test/mse_scaled_L{n}" for n in args.test_lookbacks] + ["chosen"]
     client = mlflow.MlflowClient(tracking_uri())
-    exp = client.get_experiment_by_name(args.experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(args.experiment)
+    exp_id = experiment_id(client, args.experiment)
     parent = client.create_run(exp_id, run_name=f"ltsf-{Path(args.data).stem}",
                                tags={"posenc.ltsf": "parent"}).info.run_id
     command = " ".join(["python -m pipelines.eval.ltsf", *(argv or sys.argv[1:])])

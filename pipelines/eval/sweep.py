@@ -86,22 +86,6 @@ def config_key(parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def experiment_id(client: Any, experiment: str) -> str:
-    """The id of MLflow experiment ``experiment``, created if missing (for the caller's parent run);
-    two sweeps started together may both try to create it, and the second then takes the first one's."""
-    from mlflow.exceptions import MlflowException
-
-    exp = client.get_experiment_by_name(experiment)
-    if exp is not None:
-        return exp.experiment_id
-    try:
-        return client.create_experiment(experiment)
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-        return client.get_experiment_by_name(experiment).experiment_id
-
-
 def find_finished(client: Any, experiment: str, namespace: str, key: str, seed: int,
                   tags: dict[str, str] | None = None) -> str | None:
     """The newest FINISHED, complete run of ``experiment`` with this key, seed and ``tags``, or ``None``."""

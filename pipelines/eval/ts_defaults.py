@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.eval.forecast_seeds import SeedRun, _client, decimals, train_seeds
+from pipelines.eval.forecast_seeds import SeedRun, _client, decimals, split_passthrough, train_seeds
 from pipelines.eval.statistics import estimate
 from posenc import PosencError
 
@@ -132,9 +132,7 @@ def table(rows: list[dict[str, object]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[: argv.index("--")] if "--" in argv else argv
+    own, extra = split_passthrough(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m pipelines.eval.ts_defaults", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

@@ -99,3 +99,19 @@ def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test
         lines.append(f"  model: {model_uri} (make predict CKPT={model_uri} INPUT=… OUTPUT=…)")
     lines.append(f"  see it: make ui, then {run_url(run.info.experiment_id, logger.run_id)}")
     return "\n".join(lines)
+
+
+def experiment_id(client: Any, experiment: str) -> str:
+    """The id of MLflow experiment ``experiment``, created if missing (for the caller's parent run);
+    two sweeps started together may both try to create it, and the second then takes the first one's."""
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(experiment)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(experiment)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(experiment).experiment_id

@@ -33,7 +33,7 @@ from pipelines.console import user_errors_exit
 from pipelines.eval.claims.base import ClaimResult, Experiment
 from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.eval.claims.report import claims_markdown, summary_table
-from pipelines.tracking.store import tracking_uri
+from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class
 
@@ -181,8 +181,7 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or Path("outputs") / "claims" / stamp)
     client = mlflow.MlflowClient(tracking_uri())
-    exp = client.get_experiment_by_name(EXPERIMENT)
-    exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT)
+    exp_id = experiment_id(client, EXPERIMENT)
     results, cache, wall0, cpu0 = [], {}, time.perf_counter(), cpu_seconds()
     for name in names:
         results.append(
