@@ -23,6 +23,7 @@ from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.resources import check_fit
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
+from pipelines.tasks.base import mlflow_loggers
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
@@ -41,7 +42,6 @@ from pipelines.tracking.runlock import release_all as release_run_locks
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_defaults,
-    mlflow_loggers,
     new_store_lock,
     run_summary,
 )

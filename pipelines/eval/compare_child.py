@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     """``--result FILE -- <fit arguments>``: run the fit; rank 0 writes what the runner needs."""
     from pipelines.cli import main as cli_main
     from pipelines.eval.evaluate import ExtrapolationEval
-    from pipelines.tracking.store import mlflow_loggers
+    from pipelines.tasks.base import mlflow_loggers
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[0] != "--result" or argv[2] != "--":

@@ -40,7 +40,8 @@ from pipelines.eval.report import format_table, log_to_mlflow, save_all
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
-from pipelines.tracking.store import experiment_id, mlflow_loggers, tracking_uri
+from pipelines.tasks.base import mlflow_loggers
+from pipelines.tracking.store import experiment_id, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class

@@ -40,7 +40,8 @@ import yaml
 
 from pipelines.eval.compare_child import launches_processes, run_in_subprocess
 from pipelines.eval.evaluate import ExtrapolationEval, _merge, load_config
-from pipelines.tracking.store import mlflow_loggers, tracking_uri
+from pipelines.tasks.base import mlflow_loggers
+from pipelines.tracking.store import tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class
 

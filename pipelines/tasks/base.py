@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 
 from datamodules.scrub import scrub_checkpoint
@@ -204,6 +205,11 @@ class TaskModule(L.LightningModule):
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def mlflow_loggers(trainer: Any) -> list[MLFlowLogger]:
+    """The trainer's MLflow loggers (where a run's tags and artifacts go), on every rank."""
+    return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
 
 
 def check_task(checkpoint: dict[str, Any], expected: str, source: str) -> None:

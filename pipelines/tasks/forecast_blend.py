@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from pipelines.tasks.base import mlflow_loggers
 from pipelines.tasks.forecast_baselines import ForecastBaselines
 from posenc import PosencError, PositionOutOfRange
 
@@ -141,11 +142,8 @@ class LinearPath(nn.Module):
 
     def announce(self, trainer: Any) -> None:
         """:meth:`describe` as a console line (rank 0) and as tags of the run's MLflow loggers."""
-        from lightning.pytorch.loggers import MLFlowLogger
-
         line, tags = self.describe()
         rank_zero_info(line)
-        mlflow = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
-        for logger in mlflow if trainer.is_global_zero else []:
+        for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:
             for key, value in tags.items():
                 logger.experiment.set_tag(logger.run_id, key, value)

@@ -156,7 +156,7 @@ def log_test_metrics(module, errors: ForecastErrors, scaled: ForecastErrors) -> 
     ``test/mae`` and the same as ``test/{mse,mae}_original`` (the series' units) from ``errors``,
     ``test/{mse,mae}_scaled`` from ``scaled``; per horizon step (``test/mse_by_horizon``, step = h)
     and the :data:`UNITS` tag when an MLflow logger is attached."""
-    from pipelines.tracking.store import mlflow_loggers
+    from pipelines.tasks.base import mlflow_loggers
 
     values = {"test/mse": errors.mse, "test/mae": errors.mae, "test/mse_original": errors.mse,
               "test/mae_original": errors.mae, "test/mse_scaled": scaled.mse, "test/mae_scaled": scaled.mae}
@@ -267,8 +267,8 @@ class ForecastReport(Callback):
         return {int(starts[i]) for i in pick}
 
     def on_test_end(self, trainer, pl_module) -> None:
+        from pipelines.tasks.base import mlflow_loggers
         from pipelines.tasks.distributed import gather
-        from pipelines.tracking.store import mlflow_loggers
 
         self._picked = [e for part in gather(self._picked) for e in part]  # DDP: every rank's windows
         if not getattr(trainer, "is_global_zero", True):

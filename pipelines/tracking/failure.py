@@ -69,7 +69,7 @@ def mark_runs_failed(trainer: L.Trainer, status: str = "FAILED") -> list[str]:
     """Set every MLflow run of ``trainer`` that is still RUNNING to ``status`` (FAILED or KILLED);
     returns their ids. For KILLED, the logger's own ``finalize("failed")`` that Lightning calls
     next is made to keep KILLED."""
-    from pipelines.tracking.store import mlflow_loggers
+    from pipelines.tasks.base import mlflow_loggers
 
     failed = []
     for logger in mlflow_loggers(trainer):

@@ -136,7 +136,7 @@ class RegisterModel(L.Callback):
         checkpoint[META_KEY] = dict(getattr(pl_module, "posenc_inference", {}) or {})
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from pipelines.tracking.store import mlflow_loggers
+        from pipelines.tasks.base import mlflow_loggers
 
         loggers = mlflow_loggers(trainer)
         if not self.register or not loggers or trainer.global_rank != 0 or trainer.interrupted:

@@ -222,7 +222,7 @@ class ResumeCheckpoint(L.Callback):
             self._record_run(trainer)
 
     def _record_run(self, trainer: L.Trainer) -> None:
-        from pipelines.tracking.store import mlflow_loggers
+        from pipelines.tasks.base import mlflow_loggers
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for logger in mlflow_loggers(trainer):

@@ -35,10 +35,6 @@ def mlflow_logger_defaults(experiment: str = "posenc") -> dict[str, Any]:
     }
 
 
-def mlflow_loggers(trainer) -> list[MLFlowLogger]:
-    return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
-
-
 class LogConfigToMLflow(SaveConfigCallback):
     """Log the resolved config to the MLflow run as ``config.yaml`` (the default saver writes to
     ``trainer.log_dir``, which is None with a sqlite store), scrubbed like the run's tags."""
@@ -50,6 +46,8 @@ class LogConfigToMLflow(SaveConfigCallback):
         self.already_saved = True
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
+        from pipelines.tasks.base import mlflow_loggers  # the store module stays light (server checks)
+
         text = scrub_config(self.parser.dump(self.config, skip_none=False))
         for logger in mlflow_loggers(trainer):
             logger.experiment.log_text(logger.run_id, text, "config.yaml")
