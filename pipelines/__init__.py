@@ -1,8 +1,9 @@
 """posenc pipelines: task LightningModules, evaluation, inference and MLflow wiring.
 
 The Transformer and its attention belong to the library (:mod:`posenc.nn`). Sub-packages: ``tasks``
-(one module per task), ``eval`` (length extrapolation, comparisons, statistics), ``inference``
-(loading, predictors, the predict command), ``tracking`` (MLflow, registry, resume), ``bench``. The
+(one module per task, each task's predictor beside it), ``eval`` (length extrapolation, comparisons,
+statistics), ``inference`` (resolve, load, write: the predict command), ``tracking`` (MLflow, registry,
+resume), ``bench``. The
 names below are public API: configs, checkpoints and registered MLflow models name them by these paths.
 """
 

@@ -21,10 +21,10 @@ from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
-from pipelines.resources import check_fit
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
 from pipelines.tasks.base import mlflow_loggers
 from pipelines.tasks.distributed import end_process_group
+from pipelines.tasks.resources import check_fit
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
     FailedRunGuard,
@@ -196,7 +196,7 @@ class PosencCLI(LightningCLI):
 
 
 def check_fit_memory(cfg: Any) -> None:
-    """Refuse, before the model exists, a training step that cannot fit (:mod:`pipelines.resources`)."""
+    """Refuse, before the model exists, a training step that cannot fit (:mod:`pipelines.tasks.resources`)."""
     import torch
 
     model, data = cfg.get("model"), cfg.get("data")

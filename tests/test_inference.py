@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pipelines import DNALanguageModel, Forecaster, FrameSegmenter, MaskedDNAModel, SequenceClassifier
 from pipelines.inference import load_model
-from pipelines.inference.windows import keep_ranges, window_starts
+from pipelines.tasks.windows import keep_ranges, window_starts
 from pipelines.tracking.registry import RegisterModel
 from posenc import PosencError
 

@@ -32,7 +32,7 @@ def _python(code: str, *args: str, cwd: Path | None = None, env: dict | None = N
 # ----------------------------------------------------------------------------------- the estimate
 STEP = """
 import json, resource, sys, torch
-from pipelines.resources import Shape, attention_kind, training_bytes
+from pipelines.tasks.resources import Shape, attention_kind, training_bytes
 from pipelines.tasks.lm import DNALanguageModel
 pe, B, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.manual_seed(0)

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 
 from pipelines.inference.resolve import resolve
-from pipelines.resources import check_checkpoint
 from pipelines.safety import weights_only_reason
 from pipelines.tasks import task_class
 from pipelines.tasks.base import check_task
+from pipelines.tasks.resources import check_checkpoint
 from posenc import PosencError
 
 META_KEY = "posenc_inference"  # checkpoint entry written by pipelines.tracking.registry.RegisterModel

@@ -14,7 +14,7 @@ file renamed into place: an error leaves nothing behind). What is written depend
 
 Long records go through windows of ``--window`` tokens (default: the training length; ``0``: whole
 records, where the encoding defines those positions) overlapping by ``--overlap`` (default half a
-window) and are stitched (see :mod:`pipelines.inference.loading`). ``.gz`` outputs are gzip-compressed.
+window) and are stitched (see :mod:`pipelines.tasks.windows`). ``.gz`` outputs are gzip-compressed.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class TableWriter:
 def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool, min_length: int = 0) -> int:
     """CDS intervals (of at least ``min_length`` bases) of one record's per-base labels as GFF3 or
     BED6 lines; returns their number."""
-    from pipelines.inference.dna import label_intervals
+    from pipelines.tasks.dna_predict import label_intervals
 
     rid = str(table["record"].iloc[0])
     labels, prob = table["label"].to_numpy(), table["prob"].to_numpy()

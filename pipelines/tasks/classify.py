@@ -14,8 +14,8 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
-from pipelines.inference.dna import predict_classify
 from pipelines.tasks.base import TaskAdapter
+from pipelines.tasks.dna_predict import predict_classify
 from pipelines.tasks.per_length import PerLengthTest, token_positions
 from posenc import PosencError
 

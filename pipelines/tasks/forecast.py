@@ -7,7 +7,6 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from pipelines.inference.forecast import describe_series, example_table, predict_forecast
 from pipelines.tasks.base import TaskAdapter, TaskModule
 from pipelines.tasks.distributed import EpochMeans
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
@@ -26,6 +25,7 @@ from pipelines.tasks.forecast_metrics import (
     merge_ranks,
     to_original,
 )
+from pipelines.tasks.forecast_predict import describe_series, example_table, predict_forecast
 from posenc import PosencError, PositionOutOfRange
 
 Head = Literal["query", "horizon", "last", "mean"]

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from pipelines.inference.dna import predict_lm
 from pipelines.tasks.base import TaskAdapter, positions
 from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna import DNATask
+from pipelines.tasks.dna_predict import predict_lm
 from posenc import PosencError, PositionOutOfRange
 
 LN2 = math.log(2.0)

@@ -10,7 +10,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from datamodules.dna.tokenize import IGNORE_INDEX
-from pipelines.inference.dna import predict_mlm
+from pipelines.tasks.dna_predict import predict_mlm
 from pipelines.tasks.lm import LMAdapter
 from pipelines.tasks.per_length import LN2, NatsToBits, PerLengthTest, token_positions
 

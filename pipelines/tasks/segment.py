@@ -12,8 +12,8 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from datamodules.dna.annotation import LABEL_NAMES, N_LABELS
-from pipelines.inference.dna import predict_segment
 from pipelines.tasks.base import TaskAdapter
+from pipelines.tasks.dna_predict import predict_segment
 from pipelines.tasks.per_length import PerLengthTest, token_positions
 
 

@@ -1,9 +1,10 @@
 """The MLflow pyfunc face of a registered posenc model (imported only when MLflow loads one).
 
 ``mlflow.pyfunc.load_model("models:/<name>/<version>")`` gives a pyfunc whose ``predict`` takes what
-the task's :mod:`pipelines.inference.dna` takes (a DataFrame with ``id``/``sequence`` columns for DNA
-tasks, the time-series table for a forecaster); ``unwrap_python_model().model`` is the project's
-own LightningModule. ``pipelines.load_model`` reads the stored checkpoint directly instead.
+the task's predictor takes (:mod:`pipelines.tasks.dna_predict`: a DataFrame with ``id``/``sequence``
+columns for DNA tasks; :mod:`pipelines.tasks.forecast_predict`: the time-series table for a
+forecaster); ``unwrap_python_model().model`` is the project's own LightningModule.
+``pipelines.load_model`` reads the stored checkpoint directly instead.
 """
 
 from __future__ import annotations

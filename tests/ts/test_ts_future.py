@@ -230,7 +230,7 @@ def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(
 
 
 def test_a_series_selected_from_a_long_table_gets_an_input_example_its_model_accepts(tmp_path):
-    from pipelines.inference.forecast import example_table
+    from pipelines.tasks.forecast_predict import example_table
 
     a, b = seasonal_frame(seed=0), seasonal_frame(seed=1)
     long = pd.concat([a.assign(site="A"), b.assign(site="B")], ignore_index=True)

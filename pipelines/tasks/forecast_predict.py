@@ -27,7 +27,7 @@ from datamodules.timeseries.calendar import calendar_features
 from datamodules.timeseries.parse import parse_series, read_table
 from datamodules.timeseries.select import future_columns, select_rows
 from datamodules.timeseries.windows import check_scaled, fit_scaler, to_float32
-from pipelines.inference.windows import inference_meta
+from pipelines.tasks.windows import inference_meta
 from posenc import PosencError
 
 

@@ -29,8 +29,8 @@ from torch import Tensor
 
 from datamodules.dna.fasta import EncodeReport, encode_bases, iter_records
 from datamodules.dna.tokenize import KmerTokenizer
-from pipelines.inference.windows import check_window, inference_meta, iter_windows, run_windows, window_starts
-from pipelines.resources import check_inference
+from pipelines.tasks.resources import check_inference
+from pipelines.tasks.windows import check_window, inference_meta, iter_windows, run_windows, window_starts
 from posenc import PosencError
 
 LN2 = math.log(2.0)
@@ -152,7 +152,8 @@ def _record_tokens(tok: KmerTokenizer, rid: str, codes: np.ndarray) -> np.ndarra
 
 
 def check_memory(model: torch.nn.Module, batch_size: int, window: int, n: int) -> None:
-    """Refuse (one line) windows that cannot fit in memory (:func:`pipelines.resources.check_inference`)."""
+    """Refuse (one line) windows that cannot fit in memory
+    (:func:`pipelines.tasks.resources.check_inference`)."""
     width = n if window == 0 else min(window, n)
     check_inference(dict(model.hparams), batch_size if window else 1, width, str(model.device))
 
