@@ -33,6 +33,8 @@ SCHEMES = biased_schemes() + other_schemes()
 FAST = {"PositionalEncoding", "RoPE", "ALiBi", "T5Bias", "DeBERTa", "ShawRelative"}
 CASES = [pytest.param(c, id=c.__name__, marks=() if c.__name__ in FAST else pytest.mark.slow)
          for c in SCHEMES]
+IDENTITY = [pytest.param(c, id=c.__name__, marks=() if c.__name__ in FAST - {"DeBERTa"} else pytest.mark.slow)
+            for c in SCHEMES]  # with gradients on three paths: DeBERTa's content bias is the slowest
 L0 = 8  # the "training length": ATTN_T = 40 rows attend up to 40 keys, so s_i reaches log 40 / log 8 ≈ 1.77
 
 
@@ -87,7 +89,7 @@ def test_every_path_matches_the_float64_reference(cls, causal, padded):
         assert torch.isfinite(weights).all()
 
 
-@pytest.mark.parametrize("cls", CASES)
+@pytest.mark.parametrize("cls", IDENTITY)
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
 def test_identical_to_plain_attention_within_the_training_length(cls, causal):
     """T ≤ L0: bit for bit the attention without the option, outputs and gradients, on every path."""
