@@ -24,6 +24,7 @@ from posenc.discrete import Binary, GrayCode, Integer
 from posenc.kernel_bias import GaussianPrior, Kerple
 from posenc.learned_bias import FIRE, DynamicBias, T5Bias, t5_relative_bucket
 from posenc.periods import periods_from_data
+from posenc.positions import RandomizedPositions, sample_positions
 from posenc.registry import all_schemes, build_encoding, scheme_table
 from posenc.relative import DeBERTa, ShawRelative, TransformerXL
 from posenc.rotary import RoPE, apply_rotation, rope_angles, rope_inv_freq

@@ -101,6 +101,9 @@ class TaskModule(L.LightningModule):
         lr: peak AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear warm-up steps before cosine decay.
+        log_scale_len: L0 (the training length) of the log-length attention temperature: a query
+            attending n > L0 keys has its logits multiplied by log n / log L0
+            (:mod:`posenc.nn.temperature`); ``None``: off.
     """
 
     task_name: ClassVar[str] = ""
@@ -132,16 +135,17 @@ class TaskModule(L.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
+        log_scale_len: int | None = None,
     ) -> None:
         super().__init__()
         self._base_hparams = {
             "d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, "d_ff": d_ff,
             "dropout": dropout, "scale_embedding": scale_embedding, "lr": lr,
-            "weight_decay": weight_decay, "warmup_steps": warmup_steps,
+            "weight_decay": weight_decay, "warmup_steps": warmup_steps, "log_scale_len": log_scale_len,
         }
         encoding = build_encoding(pe, d_model, n_heads)
-        self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout,
-                                    causal=self.causal, scale_embedding=scale_embedding)
+        self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout, causal=self.causal,
+                                    scale_embedding=scale_embedding, log_scale_len=log_scale_len)
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:

@@ -16,6 +16,7 @@ from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna import DNATask
 from pipelines.tasks.dna_predict import predict_lm
 from posenc import PosencError, PositionOutOfRange
+from posenc.positions import RandomizedPositions
 
 LN2 = math.log(2.0)
 
@@ -75,6 +76,10 @@ class DNALanguageModel(DNATask):
         pad_id: padding token id; targets equal to it are not scored.
         context: most tokens one prediction sees at inference (``None``: the whole window).
         context_stride: S, tokens predicted per chunk after the first (default C // 2).
+        train_positions: randomized positions (:class:`posenc.positions.RandomizedPositions`, e.g.
+            ``{max_position: 8192}``): each training window sits at a sorted random sample of distinct
+            positions from [0, max_position); outside training, windows sit where its ``eval`` says
+            (default: sampled the same way from a fixed seed, as Ruoss et al. test). ``None``: 0..T−1.
         **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
     """
 
@@ -85,14 +90,20 @@ class DNALanguageModel(DNATask):
     default_datamodule = "datamodules.DNADataModule"
 
     def __init__(self, vocab_size: int = 6, pad_id: int = 5, context: int | None = None,
-                 context_stride: int | None = None, **kwargs: Any) -> None:
+                 context_stride: int | None = None, train_positions: RandomizedPositions | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.embedding = self.embed_tokens(vocab_size)
         self.head = nn.Linear(self.d_model, vocab_size)
         self.pad_id = pad_id
         self.set_context(context, context_stride)
+        self.train_positions = RandomizedPositions.coerce(train_positions)
+        if self.train_positions is not None:
+            self.train_positions = self.train_positions.resolved()  # the seed is saved, not re-drawn
+            self.train_positions.check(self.pe)
+        saved = None if self.train_positions is None else self.train_positions.as_dict()
         self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, context=context,
-                           context_stride=context_stride)
+                           context_stride=context_stride, train_positions=saved)
         self._test_sums: dict[int, list[float]] = {}
         self._undefined: set[int] = set()
         self._val = EpochMeans()  # Σ bits / Σ bases over every rank's shard (exact under DDP)
@@ -112,9 +123,17 @@ class DNALanguageModel(DNATask):
         T = tokens.shape[1]
         if pos is None and self.context is not None and T > self.context and not self.training:
             return self._chunked(tokens)
-        pos = positions(T, tokens.device) if pos is None else pos
+        pos = self._default_positions(tokens) if pos is None else pos
         h = self.backbone(self.embedding(tokens), pos, self.padding(tokens))  # (B, T, D)
         return self.head(h)
+
+    def _default_positions(self, tokens: Tensor) -> Tensor:
+        """Positions (T,) of windows (B, T) given without any: 0..T−1, or under randomized positions
+        outside training what :meth:`RandomizedPositions.evaluate` gives."""
+        T = tokens.shape[1]
+        if self.train_positions is None or self.training:
+            return positions(T, tokens.device)
+        return self.train_positions.evaluate(T, tokens.device)
 
     def _chunked(self, tokens: Tensor) -> Tensor:
         """Sliding-window logits (B, T, V): chunk j ends at e_j = C + j·S (the last at T) and
@@ -130,20 +149,30 @@ class DNALanguageModel(DNATask):
             parts.append(logits[:, j, C - (ends[j] - ends[j - 1]) :])  # (B, e_j − e_{j−1}, V)
         return torch.cat(parts, dim=1)  # (B, T, V)
 
-    def _nll(self, window: Tensor) -> tuple[Tensor, Tensor]:
-        """Summed next-base NLL (nats) and number of scored targets for windows (B, T+1)."""
+    def _nll(self, window: Tensor, pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Summed next-base NLL (nats) and number of scored targets for windows (B, T+1) at positions
+        ``pos`` of the T inputs (default: :meth:`forward`'s)."""
         x, y = window[:, :-1], window[:, 1:]
-        logits = self(x)  # (B, T, V)
+        logits = self(x, pos)  # (B, T, V)
         nll = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
         keep = (y.flatten() != self.pad_id).float()
         return (nll * keep).sum(), keep.sum()
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
-        total, count = self._nll(batch)
+        total, count = self._nll(batch, self.training_positions(batch, batch_idx))
         loss = total / count.clamp(min=1)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/bits_per_base", loss / LN2)
         return loss
+
+    def training_positions(self, batch: Tensor, batch_idx: int = 0) -> Tensor:
+        """Positions of the inputs of training windows ``batch`` (B, T+1): 0..T−1 (T,), or under
+        randomized positions one sample per window (B, T), drawn from (seed, step, batch, rank)."""
+        B, T = batch.shape[0], batch.shape[1] - 1
+        if self.train_positions is None:
+            return positions(T, batch.device)
+        key = (self.global_step, batch_idx, self.global_rank)
+        return self.train_positions.train(T, B, *key, device=batch.device)
 
     def validation_step(self, batch: Tensor, batch_idx: int) -> None:
         total, count = self._nll(batch)

@@ -30,6 +30,12 @@ looked at. Paths:
 A position-only mask or distance table is built by the first layer of a forward and read by the
 others (:mod:`posenc.nn.share`).
 
+Log-length temperature (``log_scale_len`` = L0, :mod:`posenc.nn.temperature`): the logits of query
+i, content and bias alike, are multiplied by s_i = max(1, log n_i / log L0). Every kernel applies it:
+q is scaled row by row (the bias hooks still see the unscaled q) and so is the bias; the Toeplitz view
+takes only a scale constant over rows (bidirectional), so a causal call that needs one goes to the
+dense or blocked path, and FlexAttention is skipped for it (its ``score_mod`` is not given the scale).
+
 Adding a path is a local change: write a kernel ``fn(q, k, v, ctx) -> (B, H, T, Dh)`` reading
 what else it needs from the :class:`AttentionCall` (and ``ctx.share`` for anything built once per
 forward), add it to :data:`KERNELS` under a new name, and return that name from one branch of
@@ -56,6 +62,7 @@ from posenc.nn.clipped import clipped_attention, fits
 from posenc.nn.flex import flex_attention_bias
 from posenc.nn.mask import build_mask
 from posenc.nn.share import ForwardShare
+from posenc.nn.temperature import check_log_scale_len, length_scale
 from posenc.nn.toeplitz import distance_table, grad_rows, toeplitz_attention
 
 log = logging.getLogger(__name__)
@@ -93,6 +100,8 @@ class AttentionCall:
         settings: how the attention runs.
         share: what the layers of this forward share (a fresh one lives for this call alone).
         flex_ok: FlexAttention has not failed on this layer's bias.
+        row_scale: (B', 1, T, 1) log-length temperature per query row (:func:`length_scale`), or
+            ``None`` where every row's is 1.
     """
 
     pos: Tensor
@@ -103,6 +112,7 @@ class AttentionCall:
     settings: AttentionSettings = field(default_factory=AttentionSettings)
     share: ForwardShare = field(default_factory=ForwardShare)
     flex_ok: bool = True
+    row_scale: Tensor | None = None
 
 
 class Attention(nn.Module):
@@ -120,14 +130,17 @@ class Attention(nn.Module):
         dropout: attention dropout probability (applied in training only).
         causal: forbid keys after the query.
         settings: how the attention runs (every path gives the same result).
+        log_scale_len: L0, the training length: logits of a query attending n keys are multiplied by
+            max(1, log n / log L0) (see the module docstring); ``None``: no temperature.
     """
 
     def __init__(self, d_model: int, n_heads: int, pe: PositionalEncoding | None = None,
                  dropout: float = 0.0, causal: bool = False,
-                 settings: AttentionSettings | None = None) -> None:
+                 settings: AttentionSettings | None = None, log_scale_len: int | None = None) -> None:
         super().__init__()
         if d_model % n_heads:
             raise PosencError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.log_scale_len = check_log_scale_len(log_scale_len)
         self.n_heads = n_heads
         self.pe = pe if pe is not None else PositionalEncoding(d_model, n_heads)
         self.qkv = nn.Linear(d_model, 3 * d_model)
@@ -150,8 +163,9 @@ class Attention(nn.Module):
         q, k, v = self._qkv(x, pos)  # 3 × (B, H, T, Dh)
         drop = self.dropout if self.training else 0.0
         share = share if share is not None else ForwardShare()
+        scale = length_scale(T, self.log_scale_len, self.causal, key_padding_mask, q)  # (B', 1, T, 1) or None
         ctx = AttentionCall(pos, self.pe, key_padding_mask, self.causal, drop, self.settings, share,
-                            self.flex_ok)
+                            self.flex_ok, scale)
         path = route(ctx, T, x.device)  # the path, chosen once
         y = self._flex_or_sdpa(q, k, v, ctx) if path == "flex" else KERNELS[path](q, k, v, ctx)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, Dh) → (B, T, C)
@@ -185,6 +199,8 @@ class Attention(nn.Module):
         bias = self.pe.bias(q, pos, pos, k=k)
         if bias is not None:
             scores = scores + bias.float()
+        scale = length_scale(T, self.log_scale_len, self.causal, key_padding_mask, scores)
+        scores = scores if scale is None else scores * scale  # (B, H, T, T)
         keep = torch.ones(T, T, dtype=torch.bool, device=x.device)
         keep = (keep.tril() if self.causal else keep)[None, None]  # (1, 1, T, T)
         if key_padding_mask is not None:
@@ -195,15 +211,17 @@ class Attention(nn.Module):
 def route(ctx: AttentionCall, length: int, device: torch.device) -> str:
     """The call's path: :func:`choose_path` on the scheme's metadata, with the conditions only the
     call knows (asked only when the path they guard would be chosen): FlexAttention has not failed
-    in this layer and no gradient must reach the scheme's parameters; the Toeplitz view and the
-    clipped path need no key padding and positions in unit steps, the clipped path T > 2m."""
+    in this layer, no gradient must reach the scheme's parameters and no log-length temperature
+    applies; the Toeplitz view and the clipped path need no key padding and positions in unit steps,
+    the Toeplitz view a temperature constant over rows, the clipped path T > 2m."""
     pe = ctx.pe
-    can_toeplitz = lambda: ctx.key_padding_mask is None and ctx.share.unit_steps(ctx.pos)
+    contiguous = lambda: ctx.key_padding_mask is None and ctx.share.unit_steps(ctx.pos)
+    constant_scale = ctx.row_scale is None or not ctx.causal  # per-row scales break the Toeplitz view
     return choose_path(
         pe.meta, length, device, ctx.settings, ctx.drop,
-        can_flex=lambda: ctx.flex_ok and not _learns_bias(pe),
-        can_toeplitz=can_toeplitz,
-        can_clip=lambda: can_toeplitz() and fits(pe, length),
+        can_flex=lambda: ctx.flex_ok and ctx.row_scale is None and not _learns_bias(pe),
+        can_toeplitz=lambda: constant_scale and contiguous(),
+        can_clip=lambda: contiguous() and fits(pe, length),
     )
 
 
@@ -261,32 +279,37 @@ def choose_path(
 
 def fused(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``sdpa-fused``: no bias; only key padding (as a mask shared by the layers) or causality."""
+    qs = _scaled(q, ctx.row_scale)
     if ctx.key_padding_mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=ctx.drop, is_causal=ctx.causal)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=_mask(q, k, ctx), dropout_p=ctx.drop)
+        return F.scaled_dot_product_attention(qs, k, v, dropout_p=ctx.drop, is_causal=ctx.causal)
+    return F.scaled_dot_product_attention(qs, k, v, attn_mask=_mask(q, k, ctx), dropout_p=ctx.drop)
 
 
 def biased(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``sdpa+bias``: the dense bias, key padding and causality as one SDPA additive mask."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=_mask(q, k, ctx), dropout_p=ctx.drop)
+    mask = _mask(q, k, ctx)  # the bias hook sees the unscaled q
+    return F.scaled_dot_product_attention(_scaled(q, ctx.row_scale), k, v, attn_mask=mask, dropout_p=ctx.drop)
 
 
 def toeplitz(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``sdpa+toeplitz``: the bias as a view of one distance table, built once per forward."""
     B, H, T, _ = q.shape
     table = ctx.share.get("table", lambda: distance_table(ctx.pe, q, T, ctx.causal))  # (H', 2T − 1)
+    if ctx.row_scale is not None:  # constant over rows here (route): scale the logits, bias included
+        s = ctx.row_scale[0, 0, 0, 0]
+        q, table = q * s, table * s
     return toeplitz_attention(q, k, v, table, ctx.drop, grad_rows(B, H, T))
 
 
 def explicit(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``explicit``: whole-sequence weights, handed to the scheme's value-side term."""
-    return _weighted(q, k, v, _mask(q, k, ctx), ctx, ctx.pos, ctx.pos)
+    return _weighted(q, k, v, _mask(q, k, ctx), ctx, ctx.pos, ctx.pos, ctx.row_scale)
 
 
 def clipped(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``clipped``: far keys by the flash kernel, the band explicitly (:mod:`posenc.nn.clipped`)."""
-    m, rel_key, rel_value = ctx.pe.clipped_tables()
-    return clipped_attention(q, k, v, m, rel_key, rel_value, ctx.causal)
+    m, rel_key, rel_value = ctx.pe.clipped_tables()  # logits q·(k + a^K)/√Dh: linear in q, so scale q
+    return clipped_attention(_scaled(q, ctx.row_scale), k, v, m, rel_key, rel_value, ctx.causal)
 
 
 def blocked(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall, value_side: bool = False) -> Tensor:
@@ -323,13 +346,15 @@ class _BlockFn:
         self.ctx, self.start, self.value_side = ctx, start, value_side
 
     def __call__(self, qb, kb, vb, q_pos, k_pos, kpm) -> Tensor:
-        ctx = self.ctx
-        bias = ctx.pe.bias(qb, q_pos, k_pos, k=kb)  # (B', H, R, Tk) or None
-        mask = build_mask(bias, kpm, ctx.causal, qb.shape[-2], kb.shape[-2], qb.dtype, qb.device,
-                          q_offset=self.start)
+        ctx, R = self.ctx, qb.shape[-2]
+        rs = ctx.row_scale
+        rs = None if rs is None else rs[:, :, self.start:self.start + R]  # (B', 1, R, 1)
+        bias = _scaled(ctx.pe.bias(qb, q_pos, k_pos, k=kb), rs)  # (B', H, R, Tk) or None
+        mask = build_mask(bias, kpm, ctx.causal, R, kb.shape[-2], qb.dtype, qb.device, q_offset=self.start)
         if self.value_side:
-            return _weighted(qb, kb, vb, mask, ctx, q_pos, k_pos)
-        return F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=ctx.drop)  # (B, H, R, Dh)
+            return _weighted(qb, kb, vb, mask, ctx, q_pos, k_pos, rs)
+        return F.scaled_dot_product_attention(_scaled(qb, rs), kb, vb, attn_mask=mask,
+                                              dropout_p=ctx.drop)  # (B, H, R, Dh)
 
 
 def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
@@ -359,22 +384,28 @@ def _mask(q: Tensor, k: Tensor, ctx: AttentionCall) -> Tensor | None:
     T = q.shape[-2]
 
     def build() -> Tensor | None:
-        bias = ctx.pe.bias(q, ctx.pos, ctx.pos, k=k)
+        bias = _scaled(ctx.pe.bias(q, ctx.pos, ctx.pos, k=k), ctx.row_scale)
         return build_mask(bias, ctx.key_padding_mask, ctx.causal, T, T, q.dtype, q.device)
 
     return build() if ctx.pe.meta.content_bias else ctx.share.get("mask", build)
 
 
 def _weighted(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: AttentionCall,
-              q_pos: Tensor, k_pos: Tensor) -> Tensor:
-    """Softmax attention with explicit weights and the scheme's value-side term."""
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+              q_pos: Tensor, k_pos: Tensor, row_scale: Tensor | None = None) -> Tensor:
+    """Softmax attention with explicit weights and the scheme's value-side term (``mask`` already
+    holds the scaled bias; ``row_scale`` scales the content logits)."""
+    scores = _scaled(q, row_scale) @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores + mask
     w = F.dropout(scores.softmax(dim=-1), p=ctx.drop)  # (B, H, Tq, Tk)
     y = w @ v  # (B, H, Tq, Dh)
     extra = ctx.pe.value_term(w, q_pos, k_pos)
     return y if extra is None else y + extra
+
+
+def _scaled(x: Tensor | None, row_scale: Tensor | None) -> Tensor | None:
+    """``x`` (…, Tq, ·) with row i multiplied by the temperature s_i; unchanged without one."""
+    return x if x is None or row_scale is None else x * row_scale
 
 
 def block_rows(settings: AttentionSettings, batch: int, heads: int, tk: int) -> int:

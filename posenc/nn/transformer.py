@@ -79,6 +79,9 @@ class Transformer(nn.Module):
             table (:mod:`posenc.nn.toeplitz`) instead of a dense or blocked mask.
         clipped: on CPU, run clipped relative schemes (Shaw) through the fused kernel for keys
             beyond the clipping distance (:mod:`posenc.nn.clipped`) instead of explicit weights.
+        log_scale_len: L0 of the log-length attention temperature (:mod:`posenc.nn.temperature`):
+            a query attending n > L0 keys has its logits multiplied by log n / log L0 in every layer;
+            ``None``: off.
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class Transformer(nn.Module):
         flex: bool = True,
         toeplitz: bool = True,
         clipped: bool = True,
+        log_scale_len: int | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -112,7 +116,8 @@ class Transformer(nn.Module):
         settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            Block(Attention(d_model, n_heads, pe, dropout, causal, settings), d_ff or 4 * d_model, dropout)
+            Block(Attention(d_model, n_heads, pe, dropout, causal, settings, log_scale_len),
+                  d_ff or 4 * d_model, dropout)
             for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
