@@ -114,8 +114,10 @@ class Judgement:
                          {1: "better", -1: "worse", 0: "not called"}[c.sign], c.stat.method])
         head = ["comparison", "length", f"Δ {metric}", "interval (Holm level)", "p", "p Holm", "call",
                 "interval from"]
-        return (f"\nEvery paired call of this experiment, Holm–Bonferroni over {len(self.calls)} "
-                "(family-wise α = 0.05); the verdict reads the primary one only:\n\n" + md_table(head, rows))
+        tested = sum(math.isfinite(c.p) for c in self.calls.values())
+        return (f"\nEvery paired call of this experiment: Holm–Bonferroni over the {tested} defined of "
+                f"{len(self.calls)} (family-wise α = 0.05); the verdict reads the primary one only:\n\n"
+                + md_table(head, rows))
 
 
 def _p(p: float) -> str:

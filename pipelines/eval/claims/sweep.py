@@ -264,7 +264,7 @@ def retained_table(m: Measured, head: list[str], nope: str | None) -> str:
         return text
 
     rows = [[c, *[cell(c, n) for n in m.lengths]] for c in m.values]
-    why = sorted({r.why for c in m.values for r in [m.retained_guarded(c, m.train_length)] if r.why})
+    why = [f"{c}: {r.why}" for c in m.values for r in [m.retained_guarded(c, m.train_length)] if r.why]
     beside = f"; beside it the paired difference from {nope} (95 % interval)" if nope else ""
     return (f"\nRetained gain over {m.baseline_name} ({m.baseline:.4g} on the same test data): ratio of "
             "mean gains gain(L) / gain(L₀), 95 % paired bootstrap interval; undefined unless the gain at "
