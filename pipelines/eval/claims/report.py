@@ -9,6 +9,47 @@ from pathlib import Path
 from pipelines.eval.claims.base import ClaimResult
 from pipelines.eval.claims.judge import CLAIM_SEEDS, QUICK_SEEDS
 
+#: the method section of the write-up (docs/claims.md), regenerated with it
+METHOD = """\
+## How a verdict is called
+
+The rules are code (`pipelines/eval/verdicts.py`, `pipelines/eval/claims/judge.py`), fixed before a run:
+
+1. **One primary comparison per claim, declared before the run.** Each config in `configs/experiments/`
+   names it at the top (`primary: {a: <condition>, b: <condition>, length: <L>, expect: better|worse|differ}`;
+   `length` omitted = the training length L₀); the runner refuses a config without one and logs it on the
+   experiment's parent run before anything trains. The verdict is read from that comparison alone:
+   **yes** when it is called in the expected direction, **no** otherwise. Every other comparison in the
+   write-up is reported, not used. Claims without a paired comparison over seeds (probes, analytic checks)
+   name their primary measurement in words.
+2. **Intervals that cover the seeds and the test data.** A paired difference `a − b` is computed per seed
+   on the whole test region (seeds are paired: the same seed gives both arms the same initialisation and
+   data order). Its interval is the Student-t interval over seeds; where the task scores its test region
+   as K separate blocks (per-block sums, artifact `extrapolation/blocks.csv`), also a seed × block
+   bootstrap (10,000 replicates; seeds and blocks drawn with replacement, the same block draw for every
+   seed and arm, blocks kept whole), and the interval used is the **union** of the two (p-value: the
+   larger). Every table says which ("Student t over 5 seeds" or "… ∪ seed × block bootstrap (K blocks)").
+   Seeds: 5 by default (`CLAIM_SEEDS`); `ARGS=--quick` uses 3 and the table says the verdicts are provisional.
+3. **Holm–Bonferroni within each experiment.** All paired calls one experiment makes (the primary among
+   them) are adjusted together; a difference is *called* only when its Holm-adjusted p is below 0.05, and
+   its interval is shown at the level Holm tested it at (1 − 0.05/(m − rank)), so a called difference's
+   interval always excludes 0. Direction is read from the interval's side of 0 — no rule reads a mean.
+4. **Power before verdicts.** A trained claim's power is the gain of the primary's arm `a` over the task's
+   trivial baseline at L₀ divided by the half-width of that gain's 95 % interval (trivial baselines: order-0
+   Markov chain = base composition for the DNA LM, chance = 0.5 for classifiers (AUROC) and the balanced
+   order task, seasonal naive for the forecaster, majority class for segmentation). Below **10** — or not
+   measured — the claim is **"inconclusive (underpowered)"**, never "no"; the rule's own verdict is shown
+   beside it ("rule alone: …"). Claims that train nothing or measure an exact identity (7, 8, 10) are exempt
+   and say so.
+5. **Retained gain, guarded.** retained(L) = mean gain(L) / mean gain(L₀) (a ratio of means over seeds and
+   blocks, not a mean of per-seed ratios), with a 95 % paired bootstrap interval (numerator and denominator
+   resampled together). It is defined only when the gain at L₀ has its lower 95 % bound above 0 **and** above
+   the minimum effect — 0.01 bits/base for the LM, 0.01 for accuracy and AUROC, 1 % of the trivial
+   baseline's value for other metrics (MSE) (`MIN_EFFECT`, `MIN_RELATIVE_EFFECT`) — otherwise "undefined",
+   with the reason. Beside it, at every length, the absolute paired difference from the no-position
+   condition (NoPE, scheme `none`) where the experiment has one.
+"""
+
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
@@ -72,8 +113,8 @@ def claims_markdown(
             "primary comparison before the run; every paired call of an experiment is Holm-adjusted "
             "with the others and the verdict reads the primary one's interval; a trained claim whose "
             "power (gain over the trivial baseline at L₀ / half-width of its 95 % interval) is below "
-            "10 is \"inconclusive (underpowered)\" (method: `docs/claims.md`, \"How a verdict is "
-            "called\").\n",
+            "10 is \"inconclusive (underpowered)\" (below: how a verdict is called).\n",
+            METHOD,
             table,
         ]
     for r in results:
