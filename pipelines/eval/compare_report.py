@@ -171,41 +171,10 @@ def write_csvs(cmp: Comparison, folder: Path) -> list[Path]:
     """``comparison.csv`` (one row per scheme: every estimate with its bounds) and
     ``comparison_long.csv`` (one row per child, variant and length)."""
     wide, long_ = folder / "comparison.csv", folder / "comparison_long.csv"
-    lengths = cmp.info.lengths
-
-    def bounds(e: Estimate | None) -> list:
-        return ["", "", ""] if e is None else [e.mean, e.lo if e.n > 1 else "", e.hi if e.n > 1 else ""]
-
-    def stat_bounds(s: PairedStat | None) -> list:
-        return ["", "", ""] if s is None else [s.mean, *s.interval(cmp.level)]
-
-    def ret_bounds(r: Retained | None) -> list:
-        return ["", "", ""] if r is None or not r.defined else [r.mean, r.lo, r.hi]
-
-    def holm(r: Row, n: int) -> list:
-        c = r.holm.get(n)
-        return ["", ""] if c is None or not math.isfinite(c.p) else [c.p, c.p_adj]
-
     with wide.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["scheme", "variant", "seeds",
-                    *[f"{k}_L{n}" for n in lengths for k in ("mean", "lo", "hi")],
-                    *[f"{k}_L{n}" for n in lengths for k in ("diff", "diff_lo", "diff_hi", "call", "p",
-                                                             "p_holm")],
-                    *[f"{k}_L{n}" for n in lengths for k in ("vs_none", "vs_none_lo", "vs_none_hi")],
-                    *[f"{k}_L{n}" for n in lengths for k in ("retained", "retained_lo", "retained_hi")],
-                    "gain_at_train", "gain_lo", "gain_hi", "power", "extrapolation_ratio", "max_length",
-                    "no_ratio", "tolerance_max_length"])
-        for r in cmp.rows:
-            w.writerow([r.label, r.variant, " ".join(map(str, r.seeds)),
-                        *[x for n in lengths for x in bounds(r.metric.get(n))],
-                        *[x for n in lengths
-                          for x in [*bounds(r.diff.get(n)), r.calls.get(n, 0), *holm(r, n)]],
-                        *[x for n in lengths for x in stat_bounds(r.nope.get(n))],
-                        *[x for n in lengths for x in ret_bounds(r.retained.get(n))],
-                        *stat_bounds(r.gain), "" if r.power is None else r.power,
-                        "" if r.ratio is None else r.ratio / cmp.info.train_length,
-                        r.ratio or "", r.no_ratio, r.tolerance_ratio or ""])
+        w.writerow(wide_header(cmp.info.lengths))
+        w.writerows(wide_row(cmp, r) for r in cmp.rows)
     with long_.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["scheme", "seed", "run_id", "source", "variant", "length", "metric", "status"])
@@ -217,6 +186,41 @@ def write_csvs(cmp: Comparison, folder: Path) -> list[Path]:
                     w.writerow([c.scheme, c.seed, c.run_id, c.source, variant, n, "" if v is None else v,
                                 "ok" if v is not None else "undefined"])
     return [wide, long_]
+
+
+def wide_header(lengths: list[int]) -> list[str]:
+    """The columns of ``comparison.csv``."""
+    per = (("mean", "lo", "hi"), ("diff", "diff_lo", "diff_hi", "call", "p", "p_holm"),
+           ("vs_none", "vs_none_lo", "vs_none_hi"), ("retained", "retained_lo", "retained_hi"))
+    return ["scheme", "variant", "seeds", *[f"{k}_L{n}" for keys in per for n in lengths for k in keys],
+            "gain_at_train", "gain_lo", "gain_hi", "power", "extrapolation_ratio", "max_length", "no_ratio",
+            "tolerance_max_length"]
+
+
+def wide_row(cmp: Comparison, r: Row) -> list:
+    """One scheme's row of ``comparison.csv`` (empty cells where a value is undefined)."""
+    def bounds(e: Estimate | None) -> list:
+        return ["", "", ""] if e is None else [e.mean, e.lo if e.n > 1 else "", e.hi if e.n > 1 else ""]
+
+    def stat_bounds(s: PairedStat | None) -> list:
+        return ["", "", ""] if s is None else [s.mean, *s.interval(cmp.level)]
+
+    def ret_bounds(g: Retained | None) -> list:
+        return ["", "", ""] if g is None or not g.defined else [g.mean, g.lo, g.hi]
+
+    def holm(n: int) -> list:
+        c = r.holm.get(n)
+        return ["", ""] if c is None or not math.isfinite(c.p) else [c.p, c.p_adj]
+
+    lengths = cmp.info.lengths
+    return [r.label, r.variant, " ".join(map(str, r.seeds)),
+            *[x for n in lengths for x in bounds(r.metric.get(n))],
+            *[x for n in lengths for x in [*bounds(r.diff.get(n)), r.calls.get(n, 0), *holm(n)]],
+            *[x for n in lengths for x in stat_bounds(r.nope.get(n))],
+            *[x for n in lengths for x in ret_bounds(r.retained.get(n))],
+            *stat_bounds(r.gain), "" if r.power is None else r.power,
+            "" if r.ratio is None else r.ratio / cmp.info.train_length,
+            r.ratio or "", r.no_ratio, r.tolerance_ratio or ""]
 
 
 # ----------------------------------------------------------------------------- figure

@@ -8,6 +8,8 @@ places in the test windows (exactly the label flip) — 0 for an encoder with no
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from pipelines.eval.bootstrap import Arm
@@ -57,6 +59,18 @@ class OrderTask(Experiment):
             reference,
         )
 
+    def judge(self, ctx, acc: dict[str, list[float]], blind: bool, length: int) -> tuple[Any, str, str]:
+        """Holm over every scheme − reference; (judgement, holds, rule) read from the primary comparison
+        (and the reference's blindness to the swap: an exact identity, not a statistical call)."""
+        ref = Arm.from_values(acc[self.reference])
+        stats = {(s, self.reference, length): paired(Arm.from_values(acc[s]), ref)
+                 for s in self.schemes if s != self.reference}
+        j = judge_stats(stats, ctx.primary, length, True)
+        if not isinstance(ctx.primary, Primary):
+            return j, "no", "no primary comparison declared"
+        rule = ctx.primary.rule() + f"; and {self.reference} blind to the swap (< 1e-5), else no"
+        return j, ctx.primary.verdict(j.primary) if blind else "no", rule
+
     def run(self, ctx) -> ClaimResult:
         acc: dict[str, list[float]] = {s: [] for s in self.schemes}
         swap: dict[str, float] = {}
@@ -69,17 +83,7 @@ class OrderTask(Experiment):
                 swap[scheme] = max(swap.get(scheme, 0.0), swap_change(t.module, dm, ctx.max_batches(4)))
         e = {s: est(v) for s, v in acc.items()}
         rows = [[s, fmt(e[s]), " ".join(f"{v:.3f}" for v in acc[s]), f"{swap[s]:.2g}"] for s in self.schemes]
-        L0 = dm.seq_len
-        ref = Arm.from_values(acc[self.reference])
-        stats = {(s, self.reference, L0): paired(Arm.from_values(acc[s]), ref)
-                 for s in self.schemes if s != self.reference}
-        j = judge_stats(stats, ctx.primary, L0, True)
-        blind = swap[self.reference] < 1e-5  # an exact identity, not a statistical call
-        rule = "no primary comparison declared"
-        holds = "no"
-        if isinstance(ctx.primary, Primary):
-            holds = ctx.primary.verdict(j.primary) if blind else "no"
-            rule = ctx.primary.rule() + f"; and {self.reference} blind to the swap (< 1e-5), else no"
+        j, holds, rule = self.judge(ctx, acc, swap[self.reference] < 1e-5, dm.seq_len)
         reach = {s: e[s].lo >= self.target for s in self.schemes if s != self.reference}
         missed = [s for s, ok in reach.items() if not ok]  # reported: lower 95 % bound below the target
         measured = (

@@ -128,6 +128,13 @@ def run_one(
         result.details = f"{result.details}\n**Note.** {' '.join(str(note).split())}\n"
     result.command = f"make experiments ONLY={name}"
     result.children = [c for c in ctx.children if c]
+    finish(client, parent, ctx, result, factor)
+    return result
+
+
+def finish(client: Any, parent: str, ctx: Context, result: ClaimResult, factor: float) -> None:
+    """The result's files and numbers onto the parent run (artifacts, metrics, verdict tags); a line
+    on stderr."""
     result.to_json(ctx.out / "result.json")
     (ctx.out / "details.md").write_text(claims_markdown([result], figures_dir=None))
     for f in [ctx.out / "result.json", ctx.out / "details.md", *map(Path, result.figures)]:
@@ -145,12 +152,11 @@ def run_one(
     client.set_tag(parent, "posenc.claims.raw_holds", result.raw_holds)
     client.set_terminated(parent, "FINISHED")
     print(
-        f"[claims] {name}: holds={result.holds} (rule: {result.raw_holds}; "
+        f"[claims] {ctx.name}: holds={result.holds} (rule: {result.raw_holds}; "
         f"{result.power_text or 'no power'}); {result.measured}\n  wall {result.wall_s:.0f} s, "
         f"CPU {result.cpu_s:.0f} s (idle ≈ {result.cpu_s / factor:.0f} s)",
         file=sys.stderr,
     )
-    return result
 
 
 def gated(result: ClaimResult, experiment: Experiment) -> None:
