@@ -273,3 +273,26 @@ def test_bad_options_fail_before_any_run(tmp_path, capsys):
         filter_string="name = 'posenc-compare'"
     )
     assert os.getcwd() != str(tmp_path)
+
+
+def test_children_with_block_sums_get_the_block_bootstrap_in_every_interval():
+    import numpy as np
+
+    from pipelines.eval.compare_stats import compare
+
+    children = hand_children()
+    counts = np.array([3.0, 5.0, 2.0, 4.0])  # bases per block, the same test blocks for every child
+    shape = np.array([1.1, 0.9, 1.05, 0.95])  # per-block difficulty (count-weighted mean 0.993…)
+    for c in children:  # per-block sums whose ratio gives exactly the logged metric
+        curve = c.curves[TRAINED]
+        c.blocks = {TRAINED: {n: np.c_[v * shape * counts * (counts.sum() / (shape * counts).sum()), counts]
+                              for n, v in curve.items()}}
+        c.trivial_blocks = np.c_[2.0 * counts, counts]
+    cmp = compare(children, reference="A")
+    b = cmp.rows[1]
+    stat = b.holm[10].stat
+    assert stat.replicates is not None and "seed × block bootstrap (4 blocks)" in stat.method
+    assert b.diff[10].mean == pytest.approx(-0.1) and b.holm[10].stat.mean == pytest.approx(-0.1)
+    lo, hi = b.holm[10].stat.interval()
+    assert lo <= b.diff[10].lo and hi >= b.diff[10].hi  # the union never narrows the seeds' interval
+    assert "block" in b.gain.method and cmp.rows[0].retained[40].defined
