@@ -190,12 +190,12 @@ class ClassifyBaselines(L.Callback):
     Args:
         cnn_epochs: most CNN training epochs (early stop after 3 without a better validation AUROC).
         stride: bases between the windows a longer crop is read as.
-        seed: CNN initialisation and shuffling seed.
+        seed: CNN initialisation and shuffling seed (``None``: the datamodule's ``seed``).
     """
 
     CHOICE = {"onehot_lr": "C", "pwm": "alpha", "cnn": "epoch"}  # what validation chose, per baseline
 
-    def __init__(self, cnn_epochs: int = 10, stride: int = 1, seed: int = 0) -> None:
+    def __init__(self, cnn_epochs: int = 10, stride: int = 1, seed: int | None = None) -> None:
         if cnn_epochs < 1 or stride < 1:
             raise PosencError(f"ClassifyBaselines: cnn_epochs={cnn_epochs} and stride={stride} must be ≥ 1")
         self.cnn_epochs, self.stride, self.seed = cnn_epochs, stride, seed
@@ -207,7 +207,8 @@ class ClassifyBaselines(L.Callback):
         from pipelines.tasks.classify_baselines import fit_baselines, score_lengths
 
         width = dm.tokenizer.n_bases(dm.seq_len)
-        fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, self.seed)
+        seed = self.seed if self.seed is not None else int(getattr(dm, "seed", 0))
+        fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, seed)
         lengths = {n: dm.tokenizer.n_bases(n) for n in dm.eval_lengths}
         self.by_length = score_lengths(fitted, dm.sets["test"], lengths, width, self.stride)
         out = {}
