@@ -211,31 +211,37 @@ def train_cnn(train: tuple[Tensor, np.ndarray], val: tuple[Tensor, np.ndarray], 
               seed: int = 0) -> SmallCNN:
     """Train :class:`SmallCNN` on ``train`` (one-hot (N, 4, L0), labels) with Adam and cross-entropy;
     returns it with the weights of the epoch with the best validation AUROC (``chosen``, 1-based) and
-    the AUROC of every epoch run (``val_curve``). Seeded and isolated from the global torch RNG."""
-    (x, y), (xv, yv) = train, val
-    y_t = torch.as_tensor(np.asarray(y), dtype=torch.int64)
+    the AUROC of every epoch run (``val_curve``). Seeded and isolated from the global torch RNG; trains
+    also when called under ``torch.inference_mode`` (as a callback after Lightning's test loop is)."""
     curve: dict[int, float] = {}
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(), torch.inference_mode(False), torch.enable_grad():
+        x, xv = train[0].clone(), val[0].clone()  # inference tensors cannot enter autograd
+        y = torch.as_tensor(np.asarray(train[1]), dtype=torch.int64)
         torch.manual_seed(seed)
         model = SmallCNN(x.shape[2], num_classes)
         opt = torch.optim.Adam(model.parameters(), lr=lr)
         best_state, best_epoch = None, 0
         for epoch in range(1, epochs + 1):
-            model.train()
-            for idx in torch.randperm(len(y_t)).split(batch_size):
-                if len(idx) < 2:  # batch norm needs two samples
-                    continue
-                opt.zero_grad()
-                F.cross_entropy(model(x[idx]), y_t[idx]).backward()
-                opt.step()
-            curve[epoch] = auroc(yv, model.scores(xv))
+            _epoch(model, opt, x, y, batch_size)
+            curve[epoch] = auroc(val[1], model.scores(xv))
             if best_state is None or curve[epoch] > curve[best_epoch]:
                 best_epoch, best_state = epoch, {k: v.clone() for k, v in model.state_dict().items()}
             elif epoch - best_epoch >= patience:
                 break
-    model.load_state_dict(best_state)
+        model.load_state_dict(best_state)
     model.chosen, model.val_curve = best_epoch, curve
     return model.eval()
+
+
+def _epoch(model: SmallCNN, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, batch_size: int) -> None:
+    """One pass over ``x`` (N, 4, L0), ``y`` (N,) in a fresh random order."""
+    model.train()
+    for idx in torch.randperm(len(y)).split(batch_size):
+        if len(idx) < 2:  # batch norm needs two samples
+            continue
+        opt.zero_grad()
+        F.cross_entropy(model(x[idx]), y[idx]).backward()
+        opt.step()
 
 
 def crops(samples: SampleSet, bases: int, width: int) -> tuple[Tensor, np.ndarray]:

@@ -71,6 +71,17 @@ def test_settings_are_chosen_on_validation_without_the_test_split():
     assert fitted["pwm"].val_curve[fitted["pwm"].chosen] == max(fitted["pwm"].val_curve.values())
 
 
+def test_the_cnn_trains_inside_inference_mode_as_after_a_lightning_test_loop():
+    import torch
+
+    from pipelines.tasks.classify_baselines import crops, train_cnn
+
+    with torch.inference_mode():  # Lightning calls on_test_end inside it
+        train, val = crops(motif_set(40, 16, 1), 16, 16), crops(motif_set(20, 16, 2), 16, 16)
+        cnn = train_cnn(train, val, 2, epochs=1)
+    assert cnn.chosen == 1 and 0.0 <= cnn.val_curve[1] <= 1.0
+
+
 def test_two_class_pwm_ranks_by_the_log_odds_of_positives_against_negatives():
     import torch
 
@@ -93,16 +104,17 @@ def test_two_class_pwm_ranks_by_the_log_odds_of_positives_against_negatives():
 def test_a_longer_crop_scores_as_its_best_window_and_a_shorter_one_is_centred():
     import torch
 
-    from pipelines.tasks.classify_baselines import OneHotLogistic, crops, train_cnn, window_scores
+    from pipelines.tasks.classify_baselines import OneHotLogistic, crops, one_thread, train_cnn, window_scores
 
     train, val = motif_set(80, 16, 6), motif_set(40, 16, 7)
-    lr = OneHotLogistic(grid=(1.0,)).fit(crops(train, 16, 16), crops(val, 16, 16), 2)
-    cnn = train_cnn(crops(train, 16, 16), crops(val, 16, 16), 2, epochs=1)
     x, _ = crops(motif_set(6, 40, 8, offset=3), 40, 16)  # (6, 4, 40): the motif far from the centre
-    for scorer in (lr, cnn):
-        each = np.stack([window_scores(scorer.logits, x[:, :, o : o + 16])
-                         for o in range(0, 25, 2)])  # (W, N, C): every 16-base window at stride 2
-        assert np.allclose(scorer.scores(x, stride=2), each.max(0), atol=1e-5)
+    with one_thread():
+        lr = OneHotLogistic(grid=(1.0,)).fit(crops(train, 16, 16), crops(val, 16, 16), 2)
+        cnn = train_cnn(crops(train, 16, 16), crops(val, 16, 16), 2, epochs=1)
+        for scorer in (lr, cnn):
+            each = np.stack([window_scores(scorer.logits, x[:, :, o : o + 16])
+                             for o in range(0, 25, 2)])  # (W, N, C): every 16-base window at stride 2
+            assert np.allclose(scorer.scores(x, stride=2), each.max(0), atol=1e-5)
     short, _ = crops(motif_set(2, 8, 9), 8, 16)  # 8 bases inside a 16-base window, 4 zero columns each side
     assert short.shape == (2, 4, 16) and short[:, :, :4].sum() == 0 and short[:, :, 12:].sum() == 0
     assert torch.equal(short[:, :, 4:12].sum(1), torch.ones(2, 8))
