@@ -201,12 +201,13 @@ class ClassifyBaselines(L.Callback):
         self.cnn_epochs, self.stride, self.seed = cnn_epochs, stride, seed
         self.results: dict[str, float] = {}
         self.by_length: dict[str, dict[int, float]] = {}
+        self.train_length = 0  # tokens (the datamodule's seq_len), set by compute
 
     def compute(self, dm: Any) -> dict[str, float]:
         """Fit on ``dm.sets["train"]``/``["val"]``, score ``dm.sets["test"]`` at every ``dm.eval_lengths``."""
         from pipelines.tasks.classify_baselines import fit_baselines, score_lengths
 
-        width = dm.tokenizer.n_bases(dm.seq_len)
+        self.train_length, width = int(dm.seq_len), dm.tokenizer.n_bases(dm.seq_len)
         seed = self.seed if self.seed is not None else int(getattr(dm, "seed", 0))
         fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, seed)
         lengths = {n: dm.tokenizer.n_bases(n) for n in dm.eval_lengths}
@@ -221,8 +222,9 @@ class ClassifyBaselines(L.Callback):
     def table(self, model: dict[int, dict[str, float]]) -> str:
         """The model's (``model``: its per-length results) and the baselines' test AUROC per length."""
         names = list(self.by_length)
-        lines = [f"test AUROC by length (baselines: max over their {min(self.by_length[names[0]])}-token"
-                 " windows)", f"  {'length':>8} {'model':>8}" + "".join(f" {n:>10}" for n in names)]
+        lines = [f"test AUROC by length (baselines: max over their {self.train_length}-token windows; read"
+                 " as the centre crop, each keeps its 1× value)",
+                 f"  {'length':>8} {'model':>8}" + "".join(f" {n:>10}" for n in names)]
         for n in sorted(self.by_length[names[0]]):
             own = model.get(n, {}).get("auroc", float("nan"))
             lines.append(f"  {n:>8} {own:>8.4f}" + "".join(f" {self.by_length[k][n]:>10.4f}" for k in names))
