@@ -10,7 +10,7 @@ names below are public API: configs, checkpoints and registered MLflow models na
 from pipelines.eval.evaluate import ExtrapolationEval
 from pipelines.inference import load_model
 from pipelines.tasks.base import TaskModule
-from pipelines.tasks.classify import KmerBaseline, SequenceClassifier
+from pipelines.tasks.classify import ClassifyBaselines, KmerBaseline, SequenceClassifier
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines
 from pipelines.tasks.lm import DNALanguageModel
@@ -27,7 +27,7 @@ trust_modules(*PROJECT_MODULES)
 __all__ = [
     "TaskModule",                                                      # what every task shares
     "DNALanguageModel", "MaskedDNAModel", "FrameSegmenter", "SequenceClassifier", "Forecaster",  # tasks
-    "MarkovBaselines", "ForecastBaselines", "KmerBaseline",           # baselines beside every run
+    "MarkovBaselines", "ForecastBaselines", "KmerBaseline", "ClassifyBaselines",  # baselines beside every run
     "ExtrapolationEval",                                               # evaluation after fit
     "load_model",                                                      # inference
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import lightning as L
@@ -175,3 +176,68 @@ class KmerBaseline(L.Callback):
         self.results = {f"baseline/kmer{self.k}_acc": acc, f"baseline/kmer{self.k}_auroc": auroc}
         for logger in trainer.loggers:
             logger.log_metrics(self.results)
+
+
+class ClassifyBaselines(L.Callback):
+    """After testing, fit the baselines a practitioner would pick on the classifier's own crops and split
+    (:mod:`pipelines.tasks.classify_baselines`: one-hot logistic regression, position weight matrix, the
+    Genomic Benchmarks CNN), each at the training length on train with its setting chosen on validation,
+    and score them on the test sequences at every test length, a longer crop read as the maximum over
+    its training-length windows. Logged: ``baseline/<name>_auroc_L<n>`` (name ``onehot_lr``, ``pwm``,
+    ``cnn``), ``baseline/<name>_val_auroc``, the choices ``baseline/onehot_lr_C``, ``baseline/pwm_alpha``,
+    ``baseline/cnn_epoch``; a table of the model's and the baselines' AUROC per length on stderr.
+
+    Args:
+        cnn_epochs: most CNN training epochs (early stop after 3 without a better validation AUROC).
+        stride: bases between the windows a longer crop is read as.
+        seed: CNN initialisation and shuffling seed (``None``: the datamodule's ``seed``).
+    """
+
+    CHOICE = {"onehot_lr": "C", "pwm": "alpha", "cnn": "epoch"}  # what validation chose, per baseline
+
+    def __init__(self, cnn_epochs: int = 10, stride: int = 1, seed: int | None = None) -> None:
+        if cnn_epochs < 1 or stride < 1:
+            raise PosencError(f"ClassifyBaselines: cnn_epochs={cnn_epochs} and stride={stride} must be ≥ 1")
+        self.cnn_epochs, self.stride, self.seed = cnn_epochs, stride, seed
+        self.results: dict[str, float] = {}
+        self.by_length: dict[str, dict[int, float]] = {}
+        self.train_length = 0  # tokens (the datamodule's seq_len), set by compute
+
+    def compute(self, dm: Any) -> dict[str, float]:
+        """Fit on ``dm.sets["train"]``/``["val"]``, score ``dm.sets["test"]`` at every ``dm.eval_lengths``."""
+        from pipelines.tasks.classify_baselines import fit_baselines, score_lengths
+
+        self.train_length, width = int(dm.seq_len), dm.tokenizer.n_bases(dm.seq_len)
+        seed = self.seed if self.seed is not None else int(getattr(dm, "seed", 0))
+        fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, seed)
+        lengths = {n: dm.tokenizer.n_bases(n) for n in dm.eval_lengths}
+        self.by_length = score_lengths(fitted, dm.sets["test"], lengths, width, self.stride)
+        out = {}
+        for name, scorer in fitted.items():
+            out |= {f"baseline/{name}_auroc_L{n}": v for n, v in self.by_length[name].items()}
+            out[f"baseline/{name}_{self.CHOICE[name]}"] = float(scorer.chosen)
+            out[f"baseline/{name}_val_auroc"] = scorer.val_curve[scorer.chosen]
+        return out
+
+    def table(self, model: dict[int, dict[str, float]]) -> str:
+        """The model's (``model``: its per-length results) and the baselines' test AUROC per length."""
+        names = list(self.by_length)
+        lines = [f"test AUROC by length (baselines: max over their {self.train_length}-token windows; read"
+                 " as the centre crop, each keeps its 1× value)",
+                 f"  {'length':>8} {'model':>8}" + "".join(f" {n:>10}" for n in names)]
+        for n in sorted(self.by_length[names[0]]):
+            own = model.get(n, {}).get("auroc", float("nan"))
+            lines.append(f"  {n:>8} {own:>8.4f}" + "".join(f" {self.by_length[k][n]:>10.4f}" for k in names))
+        return "\n".join(lines)
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dm = trainer.datamodule
+        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
+            return
+        if dm is None or not hasattr(dm, "sets"):
+            return
+        self.results = self.compute(dm)
+        for logger in trainer.loggers:
+            logger.log_metrics(self.results)
+        lengths = pl_module.length_results() if hasattr(pl_module, "length_results") else {}
+        print(self.table(lengths), file=sys.stderr)
