@@ -83,7 +83,7 @@ def test_run(dm, tmp: Path, context: int | None) -> dict[str, float]:
 test_run.__test__ = False  # a helper, not a test
 
 
-def test_whole_windows_and_chain_logged_per_length_sliding_only_with_a_context(dm, tmp_path):
+def test_whole_windows_and_chain_per_length_sliding_only_with_a_context_table_and_figure(dm, tmp_path):
     client = store_client(tmp_path)
     whole = client.get_run(test_run(dm, tmp_path, None)).data.metrics
     for n in LENGTHS:
@@ -93,25 +93,21 @@ def test_whole_windows_and_chain_logged_per_length_sliding_only_with_a_context(d
     assert whole["test/bits_per_base"] == whole["test/bits_per_base_whole_L32"]
     assert not any("sliding" in k for k in whole)
 
-    sliding = client.get_run(test_run(dm, tmp_path, 32)).data.metrics  # same weights, context 32
+    run_id = test_run(dm, tmp_path, 32)  # the same weights, sliding chunks of 32 tokens
+    sliding = client.get_run(run_id).data.metrics
     w, s = "test/bits_per_base_whole_L", "test/bits_per_base_sliding_L"
     for n in LENGTHS:  # the whole-window score does not depend on the inference context
         assert sliding[f"{w}{n}"] == pytest.approx(whole[f"{w}{n}"])
     assert sliding[f"{s}32"] == pytest.approx(sliding[f"{w}32"])  # a window within the context
     assert sliding[f"{s}256"] != pytest.approx(sliding[f"{w}256"])  # chunks of 32: another number
 
-
-def test_table_and_figure_of_a_run(dm, tmp_path):
-    client = store_client(tmp_path)
-    run_id = test_run(dm, tmp_path, 64)
-    table = log_run_lengths(client, run_id, 32)
+    table = log_run_lengths(client, run_id, 32)  # what make train prints, and its figure artifact
     lines = table.splitlines()
     assert "whole-window bits/base" in lines[1] and "chain bits/base" in lines[1] and "sliding" in lines[1]
-    metrics = client.get_run(run_id).data.metrics
     for n in LENGTHS:
         row = next(line for line in lines if line.strip().startswith(f"{n // 32}× ({n})"))
-        assert f"{metrics[f'test/bits_per_base_whole_L{n}']:.4f}" in row
-        assert f"{metrics[f'baseline/markov_bits_per_base_L{n}']:.4f}" in row
+        assert f"{sliding[f'{w}{n}']:.4f}" in row and f"{sliding[f'{s}{n}']:.4f}" in row
+        assert f"{sliding[f'baseline/markov_bits_per_base_L{n}']:.4f}" in row
     assert [a.path for a in client.list_artifacts(run_id)] == [FIGURE]
     readable_png(Path(client.download_artifacts(run_id, FIGURE, str(tmp_path))))
     assert log_run_lengths(client, client.create_run("0").info.run_id, 32) is None  # nothing to show
