@@ -128,12 +128,12 @@ def whole_windows(run: Any, path: Path) -> Path | None:
     (:func:`pipelines.eval.whole_window.length_figure`); ``None`` if it logged none (an older run)."""
     from pipelines.eval.whole_window import length_figure, read_lengths, run_curves
 
-    train_length = int(run.data.params.get("data/seq_len") or 0)  # as the MLflow logger flattens it
-    table = read_lengths(run.data.metrics, train_length) if train_length else None
+    table = read_lengths(run.data.metrics, int(run.data.params.get("seq_len") or 0))
     if table is None:
         print(f"skipped {path.name}: run {run.info.run_id} has no whole-window scores", file=sys.stderr)
         return None
-    return length_figure(run_curves(table, f"{DNA_RUN} (whole windows)"), table.chain, train_length,
+    table.train_length = table.train_length or min(table.whole)  # the shortest test length is L0
+    return length_figure(run_curves(table, f"{DNA_RUN} (whole windows)"), table.chain, table.train_length,
                          f"{DNA_RUN}: held-out test bases", path)
 
 

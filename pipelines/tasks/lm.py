@@ -106,7 +106,8 @@ class DNALanguageModel(DNATask):
                            context_stride=context_stride)
         self._test_sums: dict[int, list[float]] = {}
         self._sliding_sums: dict[int, list[float]] = {}
-        self._undefined: set[int] = set()
+        self._undefined: set[int] = set()  # whole windows
+        self._sliding_undefined: set[int] = set()
         self._val = EpochMeans()  # Σ bits / Σ bases over every rank's shard (exact under DDP)
 
     def set_context(self, context: int | None, stride: int | None = None) -> None:
@@ -167,22 +168,29 @@ class DNALanguageModel(DNATask):
 
     # ------------------------------------------------------------------ per-length test
     def on_test_epoch_start(self) -> None:
-        self._test_sums, self._sliding_sums, self._undefined = {}, {}, set()
+        self._test_sums, self._sliding_sums, self._undefined, self._sliding_undefined = {}, {}, set(), set()
 
     def test_step(self, batch: Tensor, batch_idx: int, dataloader_idx: int = 0) -> None:
         length = batch.shape[1] - 1
-        if length in self._undefined:
-            return
+        whole = self._test_nll(batch, length, sliding=False)
+        slide = self._test_nll(batch, length, sliding=True) if self.sliding_differs(length) else whole
+        for table, found in ((self._test_sums, whole), (self._sliding_sums, slide)):
+            if found is not None:
+                acc = table.setdefault(length, [0.0, 0.0])
+                acc[0] += float(found[0])
+                acc[1] += float(found[1])
+
+    def _test_nll(self, batch: Tensor, length: int, sliding: bool) -> tuple[Tensor, Tensor] | None:
+        """:meth:`_nll`, or ``None`` once positions of ``length`` proved undefined (a learned table
+        shorter than the window is undefined on whole windows yet defined in sliding chunks)."""
+        undefined = self._sliding_undefined if sliding else self._undefined
+        if length in undefined:
+            return None
         try:
-            whole = self._nll(batch)
-            slide = self._nll(batch, sliding=True) if self.sliding_differs(length) else whole
+            return self._nll(batch, sliding)
         except PositionOutOfRange:
-            self._undefined.add(length)
-            return
-        for table, (total, count) in ((self._test_sums, whole), (self._sliding_sums, slide)):
-            acc = table.setdefault(length, [0.0, 0.0])
-            acc[0] += float(total)
-            acc[1] += float(count)
+            undefined.add(length)
+            return None
 
     def sliding_differs(self, length: int) -> bool:
         """Whether sliding-window inference scores windows of ``length`` tokens differently."""
@@ -191,7 +199,7 @@ class DNALanguageModel(DNATask):
     def on_test_epoch_end(self) -> None:
         self._test_sums = sum_tables(self._test_sums)  # every rank's shard (DDP): sums, then ratios
         self._sliding_sums = sum_tables(self._sliding_sums)
-        self._undefined = union(self._undefined)
+        self._undefined, self._sliding_undefined = union(self._undefined), union(self._sliding_undefined)
         results = self.length_results()
         if not results or self.logger is None:
             return
@@ -216,6 +224,7 @@ class DNALanguageModel(DNATask):
 
     @property
     def undefined_lengths(self) -> list[int]:
+        """Lengths whose whole windows the encoding does not define (last test epoch)."""
         return sorted(self._undefined)
 
 

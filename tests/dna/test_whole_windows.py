@@ -152,5 +152,11 @@ def test_make_train_prints_the_table_and_logs_the_figure(tmp_path, capfd):
                     "--trainer.enable_progress_bar=false"])
     err = capfd.readouterr().err
     assert "Whole-window extrapolation" in err and "8× (256)" in err
-    names = {a.path for a in store_client(tmp_path).list_artifacts(cli.trainer.logger.run_id)}
+    client = store_client(tmp_path)
+    names = {a.path for a in client.list_artifacts(cli.trainer.logger.run_id)}
     assert FIGURE in names
+    from pipelines.eval.figures import whole_windows  # make figures: the same figure from the run
+
+    run = client.get_run(cli.trainer.logger.run_id)
+    assert run.data.params["seq_len"] == "32"
+    readable_png(whole_windows(run, tmp_path / "docs.png"))
