@@ -160,3 +160,21 @@ def test_make_train_prints_the_table_and_logs_the_figure(tmp_path, capfd):
     run = client.get_run(cli.trainer.logger.run_id)
     assert run.data.params["seq_len"] == "32"
     readable_png(whole_windows(run, tmp_path / "docs.png"))
+
+
+def test_compare_report_shows_the_chain_per_length_and_draws_the_whole_window_figure(tmp_path):
+    from pipelines.eval.compare_report import markdown, others, whole_window_figure
+    from pipelines.eval.compare_runs import ChildRun, TaskInfo
+    from pipelines.eval.compare_stats import compare
+    from pipelines.eval.extrapolation import TRAINED
+
+    info = TaskInfo("dna_lm", "bits_per_base", False, 128, [128, 256], "tokens", "position", "order-0 Markov")
+    chain = {"markov0": 2.0, "markov_best": 1.938, "markov_best_L128": 1.9390, "markov_best_L256": 1.9384}
+    children = [ChildRun(s, seed, f"{s}{seed}", "trained", trivial=2.0, info=info, baselines=chain,
+                         curves={TRAINED: {128: 1.93 + d + 0.001 * seed, 256: 1.94 + d + 0.002 * seed}})
+                for seed in range(3) for s, d in (("none", 0.01), ("alibi", 0.0))]
+    cmp = compare(children, reference="none")
+    md = markdown(cmp)
+    assert "| best Markov chain (same windows) | — | 1.9390 | 1.9384 |" in md
+    assert "markov_best_L128" not in md and set(others(cmp)) == {"markov_best"}
+    readable_png(whole_window_figure(cmp, tmp_path / "whole_windows.png"))
