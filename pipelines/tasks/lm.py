@@ -230,9 +230,11 @@ class DNALanguageModel(DNATask):
 
 
 class SelectContext(L.Callback):
-    """Before testing, choose the causal LM's inference context (:meth:`DNALanguageModel.set_context`)
-    on the **validation** split: every candidate scores validation windows as long as the longest
-    test length, and the lowest bits/base wins (ties: the earlier candidate); a candidate the
+    """Before testing, choose the causal LM's sliding-window inference context
+    (:meth:`DNALanguageModel.set_context`) on the **validation** split — an option: the test scores
+    whole windows regardless and adds ``test/bits_per_base_sliding_L<n>`` when a context is chosen.
+    Every candidate scores validation windows as long as the longest test length, and the lowest
+    bits/base wins (ties: the earlier candidate); a candidate the
     encoding does not define (positions past a learned table) is skipped. The test split is not
     consulted. Logged: ``inference/context`` (param; ``full`` = whole windows) and
     ``val/bits_per_base_context_<c>`` per candidate.
