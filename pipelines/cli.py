@@ -189,8 +189,8 @@ class PosencCLI(LightningCLI):
         for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:  # DDP: the run is rank 0's
             if register is not None:
                 update_card(register, logger.experiment)  # the card shows the test metrics too
+            self._print_lengths(logger)  # before the summary, which ends with where to see the run
             print(run_summary(logger, model_uri=getattr(register, "model_uri", None)), file=sys.stderr)
-            self._print_lengths(logger)
 
     def _print_lengths(self, logger: Any) -> None:
         """The causal LM's whole-window table (and figure artifact) when the test pass logged one."""
