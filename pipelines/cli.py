@@ -189,7 +189,17 @@ class PosencCLI(LightningCLI):
         for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:  # DDP: the run is rank 0's
             if register is not None:
                 update_card(register, logger.experiment)  # the card shows the test metrics too
+            self._print_lengths(logger)  # before the summary, which ends with where to see the run
             print(run_summary(logger, model_uri=getattr(register, "model_uri", None)), file=sys.stderr)
+
+    def _print_lengths(self, logger: Any) -> None:
+        """The causal LM's whole-window table (and figure artifact) when the test pass logged one."""
+        from pipelines.eval.whole_window import log_run_lengths
+
+        train_length = getattr(self.datamodule, "seq_len", None)
+        table = log_run_lengths(logger.experiment, logger.run_id, train_length) if train_length else None
+        if table:
+            print(table, file=sys.stderr)
 
     def _register_callback(self) -> RegisterModel | None:
         return next((c for c in self.trainer.callbacks if isinstance(c, RegisterModel)), None)

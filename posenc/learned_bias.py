@@ -160,6 +160,9 @@ class DynamicBias(BiasEncoding):
         return F.embedding(inverse, table).permute(0, 3, 1, 2)  # (B', Tq, Tk, H) → (B', H, Tq, Tk)
 
 
+FIRE_PAIRS = 1 << 20  # (query, key) pairs per chunk of FIRE's MLP when no gradient is needed
+
+
 class FIRE(PositionalEncoding):
     """Functional interpolation, "Functional Interpolation for Relative Positions Improves Long
     Context Transformers" (Li, You, Guruganesh, Ainslie, Ontanon, Zaheer, Sanghai, Yang, Kumar and
@@ -217,5 +220,11 @@ class FIRE(PositionalEncoding):
         q_pos, k_pos = q_pos.to(q.device), k_pos.to(q.device)
         rel = relative_distance(q_pos, k_pos)  # (B', 1, Tq, Tk)
         x = fire_inputs(rel, q_pos, k_pos, self.c, self.threshold)  # (B', 1, Tq, Tk)
-        out = self.mlp(x[:, 0, :, :, None].to(self.mlp[0].weight.dtype))  # (B', Tq, Tk, 1) → (B', Tq, Tk, H)
-        return out.permute(0, 3, 1, 2)  # (B', H, Tq, Tk)
+        x = x[:, 0, :, :, None].to(self.mlp[0].weight.dtype)  # (B', Tq, Tk, 1)
+        if torch.is_grad_enabled():  # autograd keeps every activation anyway
+            return self.mlp(x).permute(0, 3, 1, 2)  # (B', Tq, Tk, H) → (B', H, Tq, Tk)
+        # Without gradients, query rows in chunks of about FIRE_PAIRS pairs: the hidden activations
+        # (pairs × hidden, 4× the bias itself at hidden 32, H 8) stay bounded; only the bias is whole.
+        rows = max(1, FIRE_PAIRS // max(1, x.shape[0] * x.shape[2]))
+        out = torch.cat([self.mlp(x[:, r : r + rows]) for r in range(0, x.shape[1], rows)], dim=1)
+        return out.permute(0, 3, 1, 2)  # (B', Tq, Tk, H) → (B', H, Tq, Tk)

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
         "--trainer.max_epochs=1", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=2",
         "--trainer.log_every_n_steps=1", "--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
-        "--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256"]
+        "--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256",
+        "--data.init_args.eval_lengths=[32,64,128,256]"]
 BAR_MARKS = ("%|", "\r")  # tqdm's meter and the carriage return a live bar redraws with
 
 

@@ -16,6 +16,7 @@ TINY = [
     "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
     "--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
     "--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256",
+    "--data.init_args.eval_lengths=[32,64,128,256]",  # configs/dna_lm.yaml: 1×…64× of 128
     "--trainer.max_epochs=1", "--trainer.limit_val_batches=2", "--trainer.enable_progress_bar=false",
 ]
 
@@ -82,7 +83,7 @@ def test_checkpoint_reloads_weights_only_with_same_scheme(trained):
 
 @pytest.mark.slow  # a real fit; the fast suite sees Learned's undefined lengths in the classification fit
 def test_learned_past_max_len_is_recorded_undefined(tmp_path):
-    (tmp_path / "plain.yaml").write_text("trainer: {callbacks: []}\n")  # whole windows: no SelectContext
+    (tmp_path / "plain.yaml").write_text("trainer: {callbacks: []}\n")  # no baselines: faster
     cli = run_cli(tmp_path, "--config", str(ROOT / "configs/posenc/learned.yaml"),
                   "--model.init_args.pe.init_args.max_len=64", "--config", str(tmp_path / "plain.yaml"))
     assert cli.model.undefined_lengths == [128, 256]
@@ -94,12 +95,15 @@ def test_learned_past_max_len_is_recorded_undefined(tmp_path):
 
 def test_select_context_skips_contexts_the_encoding_does_not_define(tmp_path):
     """Learned (64 rows) cannot read whole 256-base windows: SelectContext scores only the chunked
-    contexts, chooses one, and the test then defines every length through it."""
+    contexts and chooses one; the test then defines every length through it in sliding chunks,
+    while the whole windows past the table stay undefined (the extrapolation score)."""
     cli = run_cli(tmp_path, "--config", str(ROOT / "configs/posenc/learned.yaml"),
-                  "--model.init_args.pe.init_args.max_len=64")
+                  "--model.init_args.pe.init_args.max_len=64",
+                  "--trainer.callbacks+=pipelines.tasks.lm.SelectContext")
     select = next(c for c in cli.trainer.callbacks if type(c).__name__ == "SelectContext")
     assert None not in select.scores and select.chosen in (32, 64)
-    assert cli.model.undefined_lengths == []
+    assert cli.model.undefined_lengths == [128, 256]
+    assert sorted(cli.model.sliding_results()) == [32, 64, 128, 256]
 
 
 def test_markov_baselines():

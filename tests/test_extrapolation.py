@@ -29,6 +29,7 @@ TINY = [
     "--data.init_args.batch_size=4",
     "--data.init_args.samples_per_epoch=16",
     "--data.init_args.eval_tokens=512",
+    "--data.init_args.eval_lengths=[32,64,128,256,512]",
     "--trainer.max_epochs=1",
     "--trainer.limit_val_batches=2",
     "--trainer.enable_progress_bar=false",

@@ -22,7 +22,8 @@ TINY = [
     "--test_after_fit=false",
 ]
 DNA = ["--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
-       "--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256"]
+       "--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256",
+       "--data.init_args.eval_lengths=[32,64,128,256]"]
 
 
 def fit(tmp: Path, config: str, *extra: str):

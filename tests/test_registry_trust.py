@@ -16,7 +16,8 @@ TINY = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.
         "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
         "--trainer.enable_progress_bar=false", "--trainer.logger.init_args.log_model=false",
         "--test_after_fit=false", "--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
-        "--data.init_args.samples_per_epoch=8", "--data.init_args.eval_tokens=256"]
+        "--data.init_args.samples_per_epoch=8", "--data.init_args.eval_tokens=256",
+        "--data.init_args.eval_lengths=[32,64,128,256]"]
 URI = "models:/DNALanguageModel-RoPE/1"
 
 

@@ -45,8 +45,15 @@ class GenomeDataModule(L.LightningDataModule):
 
     The genome is encoded once into a memory-mapped cache (``cache_dir``) and read eagerly here, so
     bad input fails before any trainer or MLflow run exists. Training windows are drawn at random
-    positions each epoch (seeded); validation and test windows tile a fixed span of their split,
-    and the test set is evaluated at every length in ``eval_lengths`` over the same span.
+    positions each epoch (seeded); validation and test windows tile fixed bases of their split, and
+    the test set is evaluated at every length in ``eval_lengths`` over the same bases.
+
+    Which bases are scored: K = ⌈``eval_tokens`` / longest⌉ blocks of the longest evaluation length
+    (+ the LM's one extra target base), chosen evenly among the block-sized slots of the split's
+    regions — spread over the whole split, not its first bases (``windows.aligned_spans``). A length
+    n cuts every block into windows of n tokens, so each length scores exactly the same bases (the
+    first base of a block is context only). Validation windows are chosen the same way (blocks of
+    ``seq_len``, or of the longest length for :meth:`eval_dataloader`).
     Lengths (``seq_len``, ``eval_lengths``, ``eval_tokens``) count tokens; with ``kmer=1`` a token
     is a base.
 
@@ -63,7 +70,8 @@ class GenomeDataModule(L.LightningDataModule):
         split_by: ``"region"`` or ``"record"``.
         split_records: with ``split_by="record"``: explicit ``{train: [ids], val: [ids], test: [ids]}``.
         eval_lengths: test context lengths; defaults to 1×, 2×, 4×, 8× ``seq_len``.
-        eval_tokens: tokens of the val/test split evaluated (rounded up to the longest length).
+        eval_tokens: tokens scored per evaluation length (rounded up to a multiple of the longest
+            length; fewer when the split holds fewer blocks), spread over the split as above.
         kmer: bases per token; kmer_stride: bases between tokens (see ``datamodules.dna.tokenize``).
         rc_prob: probability of reverse-complementing a training window.
         max_n_fraction: training/eval windows with a larger fraction of N are skipped.
@@ -169,9 +177,9 @@ class GenomeDataModule(L.LightningDataModule):
         return self.genome.cache_path.stem if self.genome.cache_path is not None else None
 
     def region_spans(self, name: str, max_tokens: int | None = None) -> list[tuple[int, int]]:
-        """The (start, end) genome offsets of region ``name``; with ``max_tokens`` (bases), the spans
-        the test loaders tile within that budget (``max_tokens=self.eval_span``: exactly the bases
-        every test length covers)."""
+        """The (start, end) genome offsets of region ``name``; with ``max_tokens`` (bases), the blocks
+        the test loaders tile within that budget, spread over the region (``max_tokens=self.eval_span``:
+        exactly the bases every test length covers)."""
         spans = self.regions[name]
         if max_tokens is not None:
             longest = max(self.eval_lengths)
@@ -221,7 +229,9 @@ class GenomeDataModule(L.LightningDataModule):
         return self._tiled(split, length, max(self.eval_lengths) * self.tokenizer.stride)
 
     def test_dataloader(self) -> list[DataLoader]:
-        """One loader per evaluation length, all over the same span of the test split."""
+        """One loader per evaluation length, all over the same bases of the test split (blocks of the
+        longest length spread over it, see the class docstring). Batches hold about
+        ``batch_size · seq_len`` tokens (at least one window), so memory per batch stays bounded."""
         align = max(self.eval_lengths) * self.tokenizer.stride  # every length tiles the same bases
         return [self._tiled("test", n, align) for n in self.eval_lengths]
 

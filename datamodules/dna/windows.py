@@ -158,30 +158,42 @@ class RandomWindows(_MemmapPickling, Dataset):
 def aligned_spans(
     regions: list[tuple[int, int]], budget: int | None, align: int = 1, tail: int = 0
 ) -> list[tuple[int, int]]:
-    """Spans holding ``budget − tail`` bases of the regions in multiples of ``align``, each span
-    followed by ``tail`` more bases (a region too short for one ``align`` + ``tail`` is left out).
+    """Spans holding ``budget − tail`` bases of the regions in blocks of ``align`` bases spread evenly
+    over the regions, each span followed by ``tail`` more bases (a region too short for one ``align``
+    + ``tail`` holds no block).
+
+    Every region is cut into slots of ``align`` bases (the last one followed by ``tail`` bases of the
+    region); K = (budget − tail) // align of the S slots are kept, slot ⌊(2i + 1)·S / 2K⌋ for
+    i = 0..K − 1 in genome order, so the blocks sample the whole of the regions rather than their
+    start (all S when K ≥ S; ``budget=None``: all). Kept slots that touch inside one region are
+    merged into one span.
 
     With ``align`` = the stride of the longest evaluation window and ``tail`` = window length minus
     stride (the same for every length of a family), windows of every length that divides the
-    longest tile exactly the same bases, even where a region is shorter than the budget.
+    longest tile exactly the same bases.
     """
-    out, left = [], (budget if budget is not None else sum(b - a for a, b in regions)) - tail
-    for a, b in regions:
-        n = min(b - a - tail, left) // align * align
-        if n <= 0:
-            continue
-        out.append((a, a + n + tail))
-        left -= n
-        if left < align:
-            break
+    slots = [(r, a + j * align) for r, (a, b) in enumerate(regions)
+             for j in range(max(0, (b - a - tail) // align))]  # (region index, block start)
+    k = len(slots) if budget is None else max(0, (budget - tail) // align)
+    if k < len(slots):
+        slots = [slots[(2 * i + 1) * len(slots) // (2 * k)] for i in range(k)]
+    out: list[tuple[int, int]] = []
+    last_region = -1
+    for r, start in slots:
+        if out and r == last_region and out[-1][1] - tail == start:
+            out[-1] = (out[-1][0], start + align + tail)  # touches the previous kept block
+        else:
+            out.append((start, start + align + tail))
+        last_region = r
     return out
 
 
 class TiledWindows(_MemmapPickling, Dataset):
-    """Windows of ``length`` bases at stride ``stride`` tiling the first ``max_tokens`` bases of the
-    regions, cut by :func:`aligned_spans` (``align``: the longest window's stride) so that every
-    evaluation length covers the same bases and per-length metrics are comparable. Windows with
-    more than ``max_n_fraction`` N are left out."""
+    """Windows of ``length`` bases at stride ``stride`` tiling ``max_tokens`` bases of the regions in
+    blocks of ``align`` bases (the longest window's stride) spread evenly over the regions
+    (:func:`aligned_spans`), so that every evaluation length covers the same bases and per-length
+    metrics are comparable. Windows with more than ``max_n_fraction`` N are left out (a length whose
+    windows are more often mostly N then scores fewer of those bases)."""
 
     def __init__(
         self,

@@ -38,7 +38,7 @@ from typing import Any
 from datamodules.progress import progress_bar
 from datamodules.scrub import scrub_text
 from pipelines.console import add_console_args, configure, user_errors_exit
-from pipelines.eval.compare_report import figure, markdown, write_csvs
+from pipelines.eval.compare_report import figure, markdown, whole_window_figure, write_csvs
 from pipelines.eval.compare_runs import NAMESPACE, TAGS, ChildRun, child_key, read_child, untrained_positions
 from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
@@ -244,6 +244,8 @@ def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:
     fig.savefig(out / "comparison.png", dpi=110)
     plt.close(fig)
     files.append(out / "comparison.png")
+    if cmp.info.metric == "bits_per_base":  # the DNA LMs: the extrapolation figure of issue 27
+        files.append(whole_window_figure(cmp, out / "whole_windows.png"))
     for f in files:
         client.log_artifact(parent, str(f))
     log_parent_metrics(client, parent, cmp)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +42,20 @@ def bracket(stat: PairedStat | None, digits: int, level: float | None = None) ->
     return f"{stat.mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
+CHAIN_AT = re.compile(r"^markov_best_L(\d+)$")  # the causal DNA LM's chain on the windows of one length
+
+
+def chain_by_length(cmp: Comparison) -> dict[int, float]:
+    """The best Markov chain scored on the same windows as the model at each length (causal DNA LM)."""
+    return {int(m.group(1)): v for k, v in cmp.baselines.items() if (m := CHAIN_AT.match(k))}
+
+
 def others(cmp: Comparison) -> dict[str, float]:
-    """The baselines besides the trivial one (a baseline equal to it is the same model)."""
+    """The single-number baselines besides the trivial one (a baseline equal to it is the same
+    model); per-length ones (:func:`chain_by_length`) are shown per length instead."""
     trivial = np.mean(list(cmp.trivial.values())) if cmp.trivial else math.nan
-    return {k: v for k, v in cmp.baselines.items() if not math.isclose(v, trivial, rel_tol=1e-12)}
+    return {k: v for k, v in cmp.baselines.items()
+            if not math.isclose(v, trivial, rel_tol=1e-12) and not CHAIN_AT.match(k)}
 
 
 def _table(head: list[str], body: list[list[str]]) -> list[str]:
@@ -74,6 +85,10 @@ def markdown(cmp: Comparison) -> str:
            f"data order for every scheme). Cells: mean ± half-width of the {pct} Student-t interval "
            "over seeds.", ""]
     body = [[r.label, str(len(r.seeds)), *[cell(r.metric[n], d) for n in info.lengths]] for r in cmp.rows]
+    chain = chain_by_length(cmp)
+    if chain:  # no model: one value per length, the same windows for every seed
+        body.append(["best Markov chain (same windows)", "—",
+                     *[f"{chain[n]:.{d}f}" if n in chain else "—" for n in info.lengths]])
     out += _table(["scheme", "seeds", *_lengths(cmp)], body)
     if cmp.trivial or cmp.baselines:
         trivial = np.mean(list(cmp.trivial.values())) if cmp.trivial else None
@@ -247,6 +262,10 @@ def figure(cmp: Comparison):
                        label=f"trivial: {info.trivial_name}")
         for j, (name, value) in enumerate(others(cmp).items()):
             ax.axhline(value, color="0.5", ls=[":", "--"][j % 2], lw=0.8, label=f"baseline: {name}")
+        chain = chain_by_length(cmp)
+        if chain:
+            ax.plot(sorted(chain), [chain[n] for n in sorted(chain)], "--", color="0.2", lw=1.2,
+                    label="best Markov chain (same windows)")
         _axes(ax, info, ylabel, f"{info.task}: {title} (band: {cmp.level:.0%} CI over seeds)")
     ax = axes[1, 0]
     for i, r in enumerate(trained):
@@ -262,6 +281,20 @@ def figure(cmp: Comparison):
     _positions(axes[1, 1], cmp)
     fig.tight_layout()
     return fig
+
+
+def whole_window_figure(cmp: Comparison, path: Path) -> Path:
+    """Bits/base against whole-window length, every scheme (and RoPE variant) with its band over
+    seeds and the chain on the same windows dashed (:func:`pipelines.eval.whole_window.length_figure`)."""
+    from pipelines.eval.whole_window import length_figure
+
+    def points(est: dict[int, Estimate | None]) -> dict[int, tuple[float, float, float]]:
+        return {n: (e.mean, e.lo if e.n > 1 else e.mean, e.hi if e.n > 1 else e.mean)
+                for n, e in est.items() if e is not None}
+
+    curves = {r.label: points(r.metric) for r in cmp.rows}
+    title = f"{cmp.info.task}: whole windows, {cmp.level:.0%} CI over seeds {' '.join(map(str, cmp.seeds))}"
+    return length_figure(curves, chain_by_length(cmp), cmp.info.train_length, title, path)
 
 
 def _band(ax, est: dict[int, Estimate | Retained | None], i: int, label: str, style: str) -> None:

@@ -9,6 +9,9 @@ file                               what, and where it comes from
                                    train``): RoPE as trained and its inference-time variants,
                                    scored as ``make evaluate`` does, beside the run's Markov
                                    baselines
+``dna_lm_whole_windows.png``       that run's whole-window bits/base at every test length (1–64×
+                                   with ``configs/dna_lm.yaml``) beside the Markov chain on the same
+                                   windows, from its logged metrics (no re-scoring)
 ``dna_lm_attention_distance.png``  where that model's attention mass falls, at the training length
                                    and at 8×, on windows of the held-out test region
 ``ts_forecast_extrapolation.png``  test MSE against lookback (1–8× the training lookback) of the
@@ -120,6 +123,20 @@ def extrapolation(run: Any, factors: Sequence[float], title: str, path: Path) ->
     return curve_figure(result, baselines(run, result.metric), title, path)
 
 
+def whole_windows(run: Any, path: Path) -> Path | None:
+    """The run's logged whole-window scores per length beside the chain on the same windows
+    (:func:`pipelines.eval.whole_window.length_figure`); ``None`` if it logged none (an older run)."""
+    from pipelines.eval.whole_window import length_figure, read_lengths, run_curves
+
+    table = read_lengths(run.data.metrics, int(run.data.params.get("seq_len") or 0))
+    if table is None:
+        print(f"skipped {path.name}: run {run.info.run_id} has no whole-window scores", file=sys.stderr)
+        return None
+    table.train_length = table.train_length or min(table.whole)  # the shortest test length is L0
+    return length_figure(run_curves(table, f"{DNA_RUN} (whole windows)"), table.chain, table.train_length,
+                         f"{DNA_RUN}: held-out test bases", path)
+
+
 def attention_distances(run: Any, path: Path, windows: int = 8, factor: int = 8) -> Path:
     """Attention-distance histograms of the run's model at its training length and ``factor``×."""
     from pipelines.eval.evaluate import build_from_checkpoint, load_config
@@ -183,6 +200,7 @@ def make_all(out: Path) -> list[Path]:
         written.append(extrapolation(dna, (1, 2, 4, 8, 16), f"{DNA_RUN}: held-out test region",
                                      out / "dna_lm_extrapolation.png"))
         written.append(attention_distances(dna, out / "dna_lm_attention_distance.png"))
+        written += [p for p in [whole_windows(dna, out / "dna_lm_whole_windows.png")] if p is not None]
     ts = newest_run(client, FORECAST_RUN)
     if ts is None:
         print(f"skipped the forecaster figures: no finished {FORECAST_RUN} run "

@@ -33,20 +33,25 @@ class LMAdapter(TaskAdapter):
         return int(dm.seq_len)
 
     def score(self, module: Any, batch: Tensor) -> tuple[float, float, Tensor, Tensor]:
+        """Whole windows: every prediction sees all the tokens before it (never sliding chunks)."""
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T) inputs and next-token targets
-        logits = module(x)  # (B, T, V)
+        logits = module(x, positions(x.shape[1], x.device))  # (B, T, V); explicit positions: one pass
         nll = F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
         keep = (y != module.pad_id).to(nll.dtype)  # (B, T)
         per_pos = (nll * keep).sum(0) / LN2  # (T,) bits
         return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
 
     def baselines(self, dm: Any) -> dict[str, float]:
-        """Order 0 and the best interpolated chain (order chosen on val, as ``make train`` logs it)."""
+        """Order 0 and the best interpolated chain (order chosen on val, as ``make train`` logs it),
+        and that chain on the test windows of every length n (``markov_best_L<n>``: a base sees only
+        its own window, as the model does)."""
         from pipelines.tasks.markov import MarkovBaselines
 
         found = MarkovBaselines(progress=False).compute(dm)
+        prefix = "baseline/markov_bits_per_base_L"
         return {"markov0": found["baseline/markov0_bits_per_base"],
-                "markov_best": found["baseline/markov_bits_per_base"]}
+                "markov_best": found["baseline/markov_bits_per_base"],
+                **{f"markov_best_L{k[len(prefix):]}": v for k, v in found.items() if k.startswith(prefix)}}
 
     trivial_name = "order-0 Markov"  # base composition of the train region
 
@@ -60,16 +65,22 @@ class LMAdapter(TaskAdapter):
 class DNALanguageModel(DNATask):
     """Next-base prediction over windows of a genome; metric: bits per base.
 
-    The test loaders (one per evaluation length) give the per-length extrapolation check:
-    bits/base at each length is logged as ``test/bits_per_base_by_length`` with step = length.
+    The test loaders (one per evaluation length, all over the same test bases, see
+    :meth:`datamodules.DNADataModule.test_dataloader`) give the per-length extrapolation check.
+    Every length is scored on **whole windows** (each prediction sees every token of its window
+    before it, at positions 0..n−1): ``test/bits_per_base_whole_L<n>``, also logged as
+    ``test/bits_per_base_L<n>`` (the same number, the older name), as
+    ``test/bits_per_base_by_length`` (step = n) and, at the shortest length, ``test/bits_per_base``.
     Lengths the scheme does not define (learned PE past ``max_len``) are recorded as undefined.
 
-    Inference context: with ``context`` = C, a window longer than C tokens is scored (in eval mode)
-    as overlapping chunks of C tokens at stride S (sliding-window evaluation): the first chunk
-    predicts its C tokens, every later one only its last S, so each prediction after the first
-    chunk sees between C − S and C tokens of context — never more than the model may have been
-    trained on. Chunks are batched (cost ≈ C / S forwards per token). :class:`SelectContext`
-    chooses C on validation windows.
+    Sliding-window inference (an option, never the extrapolation score): with ``context`` = C, a
+    window longer than C tokens can be scored (in eval mode) as overlapping chunks of C tokens at
+    stride S: the first chunk predicts its C tokens, every later one only its last S, so each
+    prediction after the first chunk sees between C − S and C tokens of context — never more than
+    the model may have been trained on. Chunks are batched (cost ≈ C / S forwards per token).
+    :class:`SelectContext` chooses C on validation windows. When C is set the test also logs
+    ``test/bits_per_base_sliding_L<n>`` at every length (equal to the whole-window score where
+    n ≤ C). :meth:`forward` without positions (prediction) uses the sliding chunks.
 
     Args:
         vocab_size: token vocabulary (linked from the datamodule).
@@ -105,7 +116,9 @@ class DNALanguageModel(DNATask):
         self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, context=context,
                            context_stride=context_stride, train_positions=saved)
         self._test_sums: dict[int, list[float]] = {}
-        self._undefined: set[int] = set()
+        self._sliding_sums: dict[int, list[float]] = {}
+        self._undefined: set[int] = set()  # whole windows
+        self._sliding_undefined: set[int] = set()
         self._val = EpochMeans()  # Σ bits / Σ bases over every rank's shard (exact under DDP)
 
     def set_context(self, context: int | None, stride: int | None = None) -> None:
@@ -149,11 +162,15 @@ class DNALanguageModel(DNATask):
             parts.append(logits[:, j, C - (ends[j] - ends[j - 1]) :])  # (B, e_j − e_{j−1}, V)
         return torch.cat(parts, dim=1)  # (B, T, V)
 
-    def _nll(self, window: Tensor, pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Summed next-base NLL (nats) and number of scored targets for windows (B, T+1) at positions
-        ``pos`` of the T inputs (default: :meth:`forward`'s)."""
+    def _nll(self, window: Tensor, pos: Tensor | None = None, sliding: bool = False) -> tuple[Tensor, Tensor]:
+        """Summed next-base NLL (nats) and number of scored targets for windows (B, T+1): the whole
+        window in one pass at positions ``pos`` of the T inputs (default :meth:`_default_positions`),
+        or with ``sliding`` (eval mode) as :meth:`forward` chunks it."""
         x, y = window[:, :-1], window[:, 1:]
-        logits = self(x, pos)  # (B, T, V)
+        if sliding:
+            logits = self(x)  # (B, T, V)
+        else:
+            logits = self(x, self._default_positions(x) if pos is None else pos)  # (B, T, V)
         nll = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="none")
         keep = (y.flatten() != self.pad_id).float()
         return (nll * keep).sum(), keep.sum()
@@ -183,50 +200,73 @@ class DNALanguageModel(DNATask):
 
     # ------------------------------------------------------------------ per-length test
     def on_test_epoch_start(self) -> None:
-        self._test_sums, self._undefined = {}, set()
+        self._test_sums, self._sliding_sums, self._undefined, self._sliding_undefined = {}, {}, set(), set()
 
     def test_step(self, batch: Tensor, batch_idx: int, dataloader_idx: int = 0) -> None:
         length = batch.shape[1] - 1
-        if length in self._undefined:
-            return
+        whole = self._test_nll(batch, length, sliding=False)
+        slide = self._test_nll(batch, length, sliding=True) if self.sliding_differs(length) else whole
+        for table, found in ((self._test_sums, whole), (self._sliding_sums, slide)):
+            if found is not None:
+                acc = table.setdefault(length, [0.0, 0.0])
+                acc[0] += float(found[0])
+                acc[1] += float(found[1])
+
+    def _test_nll(self, batch: Tensor, length: int, sliding: bool) -> tuple[Tensor, Tensor] | None:
+        """:meth:`_nll`, or ``None`` once positions of ``length`` proved undefined (a learned table
+        shorter than the window is undefined on whole windows yet defined in sliding chunks)."""
+        undefined = self._sliding_undefined if sliding else self._undefined
+        if length in undefined:
+            return None
         try:
-            total, count = self._nll(batch)
+            return self._nll(batch, sliding)
         except PositionOutOfRange:
-            self._undefined.add(length)
-            return
-        acc = self._test_sums.setdefault(length, [0.0, 0.0])
-        acc[0] += float(total)
-        acc[1] += float(count)
+            undefined.add(length)
+            return None
+
+    def sliding_differs(self, length: int) -> bool:
+        """Whether sliding-window inference scores windows of ``length`` tokens differently."""
+        return self.context is not None and length > self.context
 
     def on_test_epoch_end(self) -> None:
         self._test_sums = sum_tables(self._test_sums)  # every rank's shard (DDP): sums, then ratios
-        self._undefined = union(self._undefined)
+        self._sliding_sums = sum_tables(self._sliding_sums)
+        self._undefined, self._sliding_undefined = union(self._undefined), union(self._sliding_undefined)
         results = self.length_results()
-        if not results:
+        if not results or self.logger is None:
             return
-        if self.logger is not None:
-            self.logger.log_metrics({"test/bits_per_base": results[min(results)]})
-            for length, bpb in sorted(results.items()):
-                self.logger.log_metrics({"test/bits_per_base_by_length": bpb}, step=length)
-                self.logger.log_metrics({f"test/bits_per_base_L{length}": bpb})
-            if self._undefined and hasattr(self.logger, "experiment"):
-                undefined = ",".join(str(n) for n in sorted(self._undefined))
-                self.logger.log_hyperparams({"extrapolation/undefined_lengths": undefined})
+        metrics = {"test/bits_per_base": results[min(results)]}
+        for length, bpb in sorted(results.items()):
+            self.logger.log_metrics({"test/bits_per_base_by_length": bpb}, step=length)
+            metrics[f"test/bits_per_base_whole_L{length}"] = metrics[f"test/bits_per_base_L{length}"] = bpb
+        if self.context is not None:  # sliding inference configured or chosen: labelled as such
+            metrics.update({f"test/bits_per_base_sliding_L{n}": v for n, v in self.sliding_results().items()})
+        self.logger.log_metrics(metrics)
+        if self._undefined and hasattr(self.logger, "experiment"):
+            undefined = ",".join(str(n) for n in sorted(self._undefined))
+            self.logger.log_hyperparams({"extrapolation/undefined_lengths": undefined})
 
     def length_results(self) -> dict[int, float]:
-        """Bits/base per test length from the last test epoch (undefined lengths omitted)."""
+        """Whole-window bits/base per test length from the last test epoch (undefined lengths omitted)."""
         return {n: s / c / LN2 for n, (s, c) in self._test_sums.items() if c > 0}
+
+    def sliding_results(self) -> dict[int, float]:
+        """Sliding-window bits/base per test length (= whole where the window fits the context)."""
+        return {n: s / c / LN2 for n, (s, c) in self._sliding_sums.items() if c > 0}
 
     @property
     def undefined_lengths(self) -> list[int]:
+        """Lengths whose whole windows the encoding does not define (last test epoch)."""
         return sorted(self._undefined)
 
 
 
 class SelectContext(L.Callback):
-    """Before testing, choose the causal LM's inference context (:meth:`DNALanguageModel.set_context`)
-    on the **validation** split: every candidate scores validation windows as long as the longest
-    test length, and the lowest bits/base wins (ties: the earlier candidate); a candidate the
+    """Before testing, choose the causal LM's sliding-window inference context
+    (:meth:`DNALanguageModel.set_context`) on the **validation** split — an option: the test scores
+    whole windows regardless and adds ``test/bits_per_base_sliding_L<n>`` when a context is chosen.
+    Every candidate scores validation windows as long as the longest test length, and the lowest
+    bits/base wins (ties: the earlier candidate); a candidate the
     encoding does not define (positions past a learned table) is skipped. The test split is not
     consulted. Logged: ``inference/context`` (param; ``full`` = whole windows) and
     ``val/bits_per_base_context_<c>`` per candidate.
@@ -288,6 +328,6 @@ def validation_bits(module: DNALanguageModel, loader: Any) -> float:
     """Bits/base of ``module`` (as it is set now) over the windows of ``loader``."""
     total = count = 0.0
     for batch in loader:
-        s, c = module._nll(batch.to(module.device))
+        s, c = module._nll(batch.to(module.device), sliding=True)
         total, count = total + float(s), count + float(c)
     return total / max(count, 1.0) / LN2

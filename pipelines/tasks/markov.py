@@ -258,9 +258,11 @@ class MarkovBaselines(L.Callback):
     0..``max_order``, scored on the test bases the model was tested on.
 
     Metrics: ``baseline/markov_order`` (the chosen order), ``baseline/markov_bits_per_base`` (the
-    chosen chain on the test span, every base with its full context), ``baseline/markov_bits_per_base_L<n>``
-    (the same chain on the model's test windows of n tokens: a base sees only its own window, as the
-    causal model does; single-base tokens only), ``baseline/markov<k>_bits_per_base`` for each of
+    chosen chain on the test bases — the blocks spread over the test region that every test length
+    scores, see :meth:`datamodules.DNADataModule.region_spans` — every base with its full context
+    inside its block), ``baseline/markov_bits_per_base_L<n>`` for every test length n (the same chain
+    on exactly the model's test windows of n tokens: a base sees only its own window, as the causal
+    model does; single-base tokens only), ``baseline/markov<k>_bits_per_base`` for each of
     ``orders`` (order 0 = base composition, the trivial baseline) and
     ``baseline/markov_val_bits_by_order`` (step = order): the validation curve the order came from.
 

@@ -31,7 +31,7 @@ def cli_model(config: Path, fasta: Path) -> L.LightningModule:
     args = ["--config", str(ROOT / "configs" / "dna_lm.yaml"), "--config", str(config),
             "--trainer.logger=false", "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false",
             "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=1",
-            f"--data.fasta={fasta}", "--data.cache_dir=null"]
+            f"--data.fasta={fasta}", "--data.cache_dir=null", "--data.eval_lengths=[128,256,512,1024]"]
     cli = PosencCLI(L.LightningModule, L.LightningDataModule, subclass_mode_model=True,
                     subclass_mode_data=True, save_config_callback=None, run=False,
                     auto_configure_optimizers=False, args=args)
@@ -83,7 +83,8 @@ def test_fast_dev_run_fit(tmp_path, fasta, name):
     cmd = [sys.executable, "-m", "pipelines.train", "fit", "--config", str(ROOT / "configs" / "dna_lm.yaml"),
            "--config", str(ROOT / "configs" / "posenc" / f"{name}.yaml"), "--trainer.fast_dev_run=true",
            "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=1",
-           f"--data.fasta={fasta}", "--data.cache_dir=null", "--data.eval_tokens=512"]
+           f"--data.fasta={fasta}", "--data.cache_dir=null", "--data.eval_tokens=512",
+           "--data.eval_lengths=[128,256,512,1024]"]
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert (tmp_path / "mlflow.db").exists()
