@@ -107,7 +107,7 @@ def check_users_run(tmp_path: Path, out: str) -> None:
     m, params = run.data.metrics, run.data.params
     assert m["baseline/season_period"] == 168 and params["data/step"] == "1h"
     assert params["baseline/season_period_from"] == how
-    assert params["covariate_cols"] == "None" and params["calendar"] == "auto"  # as configured
+    assert params["source/covariate_cols"] == "None" and params["seasonality/calendar"] == "auto"  # as given
     for key in ("test/mse", "baseline/linear_mse", "baseline/linear_ar_mse", "baseline/seasonal_naive_mse"):
         assert np.isfinite(m[key]), key
 
