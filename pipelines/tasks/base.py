@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, ClassVar, Literal
 
 import lightning as L
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from datamodules.scrub import scrub_checkpoint
+from pipelines.tasks.options import AttentionOptions
 from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import Transformer
 from posenc.registry import EncodingFactory
@@ -100,6 +102,8 @@ class TaskModule(L.LightningModule):
         lr: peak AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear warm-up steps before cosine decay.
+        attention: how the attention runs (kernels, ``compile``; :class:`AttentionOptions`); saved
+            as a mapping, and a checkpoint from before it existed loads with the defaults.
     """
 
     task_name: ClassVar[str] = ""
@@ -131,16 +135,18 @@ class TaskModule(L.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
+        attention: AttentionOptions = AttentionOptions(),  # noqa: B008 - frozen: a shared default is safe
     ) -> None:
         super().__init__()
+        attention = AttentionOptions.of(attention)
         self._base_hparams = {
             "d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, "d_ff": d_ff,
             "dropout": dropout, "scale_embedding": scale_embedding, "lr": lr,
-            "weight_decay": weight_decay, "warmup_steps": warmup_steps,
+            "weight_decay": weight_decay, "warmup_steps": warmup_steps, "attention": asdict(attention),
         }
         encoding = build_encoding(pe, d_model, n_heads)
         self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout,
-                                    causal=self.causal, scale_embedding=scale_embedding)
+                                    causal=self.causal, scale_embedding=scale_embedding, **asdict(attention))
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:
