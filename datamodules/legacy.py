@@ -202,4 +202,29 @@ def translate_args(args: list[str]) -> list[str]:
             out.append(f"--data.init_args.{table[m.group(1)]}{m.group(2) or ''}")
         else:
             out.append(arg)
+    return _null_fields(out, set(groups_of(cls)))
+
+
+_GROUP_FIELD = re.compile(r"--data\.(?:init_args\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)(?:=(.*))?", re.S)
+
+
+def _null_fields(args: list[str], groups: set[str]) -> list[str]:
+    """``--data.init_args.<group>.<field>=null`` as ``--data.init_args.<group>={"<field>": null}``:
+    jsonargparse reads a dotted ``null`` for a dataclass field as the string ``'None'`` (a cache folder
+    named None), the mapping form as null; other fields of the group are kept either way."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        m = _GROUP_FIELD.fullmatch(arg)
+        value = m.group(3) if m else None
+        if m and value is None and i + 1 < len(args) and args[i + 1] == "null":
+            value, skip = "null", True
+        if m and m.group(1) in groups and value is not None and value.strip() == "null":
+            out.append(f'--data.init_args.{m.group(1)}={{"{m.group(2)}": null}}')
+        else:
+            out.append(arg)
+            skip = False
     return out

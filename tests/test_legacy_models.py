@@ -120,7 +120,7 @@ def test_flat_config_and_flat_overrides_reach_the_groups(tmp_path):
 
     shutil.copy(FLAT / "series.csv", tmp_path)
     args = ["--config", str(FLAT / "config.yaml"), "--data.init_args.lookback=48", "--data.seed=3",
-            "--data.init_args.eval_lookbacks", "[48]", "--trainer.logger=false"]
+            "--data.init_args.eval_lookbacks", "[48]", "--data.timezone", "null", "--trainer.logger=false"]
     want = ["--data.init_args.windows.lookback=48", "--data.init_args.loader.seed=3",
             "--data.init_args.windows.eval_lookbacks"]
     assert translate_args(args)[2:5] == want
@@ -129,3 +129,4 @@ def test_flat_config_and_flat_overrides_reach_the_groups(tmp_path):
     assert (dm.lookback, dm.horizon, dm.patch_len, dm.seed, dm.eval_lookbacks) == (48, 6, 4, 3, [48])
     assert dm.hparams["windows"]["lookback"] == 48 and dm.hparams["seasonality"]["calendar"] == ["hour"]
     assert dm.hparams["source"]["covariate_cols"] == ["temp"] and "lookback" not in dm.hparams
+    assert dm.hparams["source"]["timezone"] is None  # a null on the command line is null, not 'None'

@@ -65,6 +65,9 @@ def test_the_genome_table_and_what_is_left_alone(tmp_path):
     assert got[2:] == ["--data.init_args.windows.seq_len=64", "--data.init_args.loader.seed=1",
                        "--data.init_args.mask_prob=0.2", "--data.init_args.regions.gap=5"]
     assert "seq_len: 32" in got[1] and "windows:" in got[1]  # the flat config, as a grouped YAML string
+    # a dotted null would reach a dataclass field as the string 'None' (jsonargparse): sent as a mapping
+    null = translate_args([*dna[:2], "--data.cache_dir=null"])[2]
+    assert null == '--data.init_args.genome={"cache_dir": null}'
     other = ["--data=pipelines.eval.claims.order_data.OrderDataModule", "--data.init_args.seq_len=8"]
     assert translate_args(other) == other
     grouped = ["--data=datamodules.TimeSeriesDataModule", "--data.init_args.windows.lookback=48"]
