@@ -17,6 +17,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from datamodules.legacy import data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
@@ -111,6 +112,15 @@ class PosencCLI(LightningCLI):
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
         self.command = command or command_line(kwargs.get("args"))
         super().__init__(*args, **kwargs)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse, after moving flat datamodule settings (``--data.init_args.lookback=48``, a config whose
+        ``data.init_args`` is flat) into their typed groups (:mod:`datamodules.legacy`)."""
+        if args is None:
+            sys.argv[1:] = translate_args(sys.argv[1:])
+        elif isinstance(args, list | tuple):
+            args = translate_args([str(a) for a in args])
+        super().parse_arguments(parser, args)
 
     def _parse_ckpt_path(self) -> None:
         """Lightning reads a given ``ckpt_path``'s hyperparameters into the config (right after parsing,
@@ -215,7 +225,8 @@ def check_fit_memory(cfg: Any) -> None:
     pe = model.init_args.get("pe")
     accel = str(cfg.trainer.get("accelerator") or "auto")
     device = "cuda" if accel in ("gpu", "cuda", "auto") and torch.cuda.is_available() else "cpu"
-    check_fit(dict(model.init_args), dict(data.init_args), str(getattr(pe, "class_path", "") or ""), device)
+    settings = flatten(data.init_args, data_class([f"--data={data.class_path}"]))  # groups as one flat view
+    check_fit(dict(model.init_args), settings, str(getattr(pe, "class_path", "") or ""), device)
 
 
 def run_name(cfg: Any) -> str:

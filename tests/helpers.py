@@ -96,11 +96,22 @@ def write_csv(path: Path, df: pd.DataFrame) -> Path:
 
 
 def dm_kwargs(path: Path, **over) -> dict:
-    """A small TimeSeriesDataModule config over ``path`` (lookback 24, horizon 6, patches of 4)."""
+    """A small TimeSeriesDataModule config over ``path`` (lookback 24, horizon 6, patches of 4): flat
+    settings (``over`` too), given to the datamodule as its groups (:func:`datamodules.legacy.nest`)."""
+    from datamodules.legacy import nest
+    from datamodules.timeseries.datamodule import TimeSeriesDataModule
+
     kw = dict(path=str(path), time_col="when", target_cols=["load"], covariate_cols=["temp"],
               lookback=24, horizon=6, patch_len=4, batch_size=16, split=(0.6, 0.1, 0.3))
     kw.update(over)
-    return kw
+    return nest(TimeSeriesDataModule, kw)
+
+
+def flat_dm(cls: type, **flat):
+    """A datamodule built from flat settings of before its typed groups (:func:`datamodules.legacy.nest`)."""
+    from datamodules.legacy import nest
+
+    return cls(**nest(cls, flat))
 
 
 # ------------------------------------------------------------------ the CLI in a temporary folder

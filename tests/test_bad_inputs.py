@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from posenc import PosencError
-from tests.helpers import run_cli_in, runs, tiny_setup, write_fasta
+from tests.helpers import flat_dm, run_cli_in, runs, tiny_setup, write_fasta
 
 Case = Callable[[Path], object]
 ACGT = "".join(np.random.default_rng(1).choice(list("ACGT"), size=600))
@@ -39,7 +39,7 @@ def read(tmp: Path, text: str | bytes, name: str = "bad.fa"):
 def dna_module(tmp: Path, text: str, **kw):
     from datamodules.dna.genome import DNADataModule
 
-    return DNADataModule(fasta=str(fa(tmp, text)), seq_len=32, eval_lengths=[32, 64], eval_tokens=128,
+    return flat_dm(DNADataModule, fasta=str(fa(tmp, text)), seq_len=32, eval_lengths=[32, 64], eval_tokens=128,
                          cache_dir=str(tmp / "cache"), **kw)
 
 

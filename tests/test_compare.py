@@ -134,9 +134,12 @@ def test_comparison_overrides_give_learned_exactly_the_trained_positions():
     def max_len(path: Path) -> int:
         return yaml.safe_load(path.read_text())["model"]["init_args"]["pe"]["init_args"]["max_len"]
 
-    data = yaml.safe_load(dna.read_text())["data"]["init_args"]
+    from datamodules import DNADataModule, TimeSeriesDataModule
+    from datamodules.legacy import flatten
+
+    data = flatten(yaml.safe_load(dna.read_text())["data"]["init_args"], DNADataModule)
     assert max_len(ROOT / "configs/compare_dna_lm_learned.yaml") == data["seq_len"]
-    data = yaml.safe_load(ts.read_text())["data"]["init_args"]  # patches + the forecast token
+    data = flatten(yaml.safe_load(ts.read_text())["data"]["init_args"], TimeSeriesDataModule)  # + the query
     assert max_len(ROOT / "configs/compare_ts_learned.yaml") == data["lookback"] // data["patch_len"] + 1
 
 

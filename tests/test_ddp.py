@@ -77,9 +77,9 @@ def test_eval_loaders_are_sharded_only_while_the_trainer_evaluates():
 
 def test_genome_loaders_shard_windows_between_ranks(tmp_path):
     from datamodules import DNADataModule
-    from tests.helpers import write_fasta
+    from tests.helpers import flat_dm, write_fasta
 
-    dm = DNADataModule(fasta=str(write_fasta(tmp_path / "g.fa")), seq_len=32, batch_size=8,
+    dm = flat_dm(DNADataModule, fasta=str(write_fasta(tmp_path / "g.fa")), seq_len=32, batch_size=8,
                        samples_per_epoch=96, eval_lengths=[32, 64], eval_tokens=512, cache_dir=None)
 
     def windows(loader, epoch=0):
@@ -286,10 +286,11 @@ def test_ddp_fit_logs_one_run_from_rank_zero_without_tracebacks(ddp_fit):
 @pytest.mark.slow
 def test_ddp_ranks_train_on_disjoint_shards_of_the_single_process_epoch(ddp_fit, tmp_path):
     from datamodules import DNADataModule
+    from tests.helpers import flat_dm
 
     tmp, _, _ = ddp_fit
     seen = [json.loads((tmp / f"windows-rank{r}.json").read_text()) for r in (0, 1)]
-    dm = DNADataModule(fasta=str(tmp / "g.fa"), seq_len=32, batch_size=8, samples_per_epoch=96,
+    dm = flat_dm(DNADataModule, fasta=str(tmp / "g.fa"), seq_len=32, batch_size=8, samples_per_epoch=96,
                        eval_lengths=[32, 64], eval_tokens=256, cache_dir=None)
     loader = dm.train_dataloader()  # one process: what the epoch holds
     for epoch in ("0", "1"):

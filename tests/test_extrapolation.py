@@ -19,7 +19,7 @@ from pipelines.eval.extrapolation import (
     extrapolation_ratio,
 )
 from posenc import PosencError
-from tests.helpers import ROOT, store_client, workdir_with_store, write_fasta
+from tests.helpers import ROOT, flat_dm, store_client, workdir_with_store, write_fasta
 
 TINY = [
     "--model.init_args.d_model=16",
@@ -260,21 +260,17 @@ def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
 def test_forecaster_sweep_over_lookbacks(tmp_path):
     import lightning as L
 
+    from datamodules.config import Loader
+    from datamodules.timeseries.config import Source, Windows
     from datamodules.timeseries.datamodule import TimeSeriesDataModule
     from pipelines.tasks.forecast import Forecaster
 
     t = pd.date_range("2024-01-01", periods=1500, freq="h")
     y = np.sin(np.arange(1500) * 2 * np.pi / 24) + 0.1 * np.random.default_rng(0).normal(size=1500)
     pd.DataFrame({"Time": t, "y": y}).to_csv(tmp_path / "s.csv", index=False)
-    dm = TimeSeriesDataModule(
-        str(tmp_path / "s.csv"),
-        target_cols=["y"],
-        lookback=16,
-        horizon=4,
-        patch_len=4,
-        eval_stride=7,
-        batch_size=16,
-    )
+    source = Source(str(tmp_path / "s.csv"), target_cols=["y"])
+    dm = TimeSeriesDataModule(source, windows=Windows(lookback=16, horizon=4, patch_len=4, eval_stride=7),
+                              loader=Loader(batch_size=16))
     torch.manual_seed(0)
     model = Forecaster(
         n_targets=1,
@@ -293,14 +289,8 @@ def test_forecaster_sweep_over_lookbacks(tmp_path):
     L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False).test(
         model,
         datamodule=TimeSeriesDataModule(
-            str(tmp_path / "s.csv"),
-            target_cols=["y"],
-            lookback=16,
-            horizon=4,
-            patch_len=4,
-            eval_stride=7,
-            batch_size=16,
-            eval_lookbacks=[16, 32, 64],
+            source, loader=Loader(batch_size=16),
+            windows=Windows(lookback=16, horizon=4, patch_len=4, eval_stride=7, eval_lookbacks=[16, 32, 64]),
         ),
         verbose=False,
     )
@@ -314,7 +304,7 @@ def test_masked_lm_sweep_matches_its_own_test_pass(tmp_path):
     from datamodules.dna.genome import MaskedDNADataModule
     from pipelines.tasks.mlm import MaskedDNAModel
 
-    dm = MaskedDNADataModule(
+    dm = flat_dm(MaskedDNADataModule,
         fasta=str(write_fasta(tmp_path / "g.fa", n=8000)),
         seq_len=32,
         batch_size=4,
@@ -366,8 +356,8 @@ def test_segmentation_sweep_scores_accuracy_and_its_majority_class_baseline(tmp_
     fasta = write_fasta(tmp_path / "g.fa", {"r": random_bases(6000)})
     gff = write_gff(tmp_path / "a.gff", [("r", 1001, 2200, "+", 0), ("r", 3001, 3600, "-", 0),
                                          ("r", 5501, 5710, "+", 0)])
-    dm = SegmentationDataModule(annotation=str(gff), fasta=str(fasta), seq_len=32, batch_size=4, gap=0,
-                                eval_lengths=[32, 64, 128], eval_tokens=256, cache_dir=None)
+    dm = flat_dm(SegmentationDataModule, annotation=str(gff), fasta=str(fasta), seq_len=32, batch_size=4,
+                 gap=0, eval_lengths=[32, 64, 128], eval_tokens=256, cache_dir=None)
     torch.manual_seed(0)
     model = FrameSegmenter(vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2, n_layers=1,
                            pe={"class_path": "posenc.RoPE"})

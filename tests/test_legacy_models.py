@@ -87,3 +87,46 @@ def test_legacy_pyfunc_loads_through_mlflow(store):
     seq = "".join(line.strip() for line in (FIXTURE / "input.fa").read_text().splitlines()[1:])
     out = pyfunc.predict(pd.DataFrame({"id": ["legacy1"], "sequence": [seq]}))
     same(out, expected("expected_lm.csv"))
+
+
+# ------------------------------------------------- flat datamodule settings (before the typed groups)
+FLAT = Path(__file__).parent / "fixtures" / "legacy_flat"
+
+
+def test_flat_checkpoint_predicts_and_rebuilds_its_datamodule_as_before():
+    """tests/fixtures/legacy_flat/forecaster.ckpt keeps flat datamodule hyperparameters (commit abe6580):
+    it predicts, and the datamodule rebuilt from them scores the same windows, as that code did."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(FLAT))
+    try:
+        from expected_now import measure
+    finally:
+        sys.path.remove(str(FLAT))
+    got, want = measure(FLAT, FLAT), json.loads((FLAT / "expected.json").read_text())
+    assert got["n_test_windows"] == want["n_test_windows"]
+    assert got["test_mse_scaled"] == pytest.approx(want["test_mse_scaled"], rel=1e-5)
+    for column, values in want["forecast"].items():
+        assert got["forecast"][column] == pytest.approx(values, rel=1e-5, nan_ok=True), column
+
+
+def test_flat_config_and_flat_overrides_reach_the_groups(tmp_path):
+    """The flat config of that commit and flat ``--data.init_args.*`` / ``--data.*`` overrides still
+    parse; each setting lands in its group, an override beating the config."""
+    from datamodules.legacy import translate_args
+    from pipelines.cli import make_cli
+    from tests.helpers import workdir_with_store
+
+    shutil.copy(FLAT / "series.csv", tmp_path)
+    args = ["--config", str(FLAT / "config.yaml"), "--data.init_args.lookback=48", "--data.seed=3",
+            "--data.init_args.eval_lookbacks", "[48]", "--data.timezone", "null", "--trainer.logger=false"]
+    want = ["--data.init_args.windows.lookback=48", "--data.init_args.loader.seed=3",
+            "--data.init_args.windows.eval_lookbacks"]
+    assert translate_args(args)[2:5] == want
+    with workdir_with_store(tmp_path):
+        dm = make_cli(args, run=False).datamodule
+    assert (dm.lookback, dm.horizon, dm.patch_len, dm.seed, dm.eval_lookbacks) == (48, 6, 4, 3, [48])
+    assert dm.hparams["windows"]["lookback"] == 48 and dm.hparams["seasonality"]["calendar"] == ["hour"]
+    assert dm.hparams["source"]["covariate_cols"] == ["temp"] and "lookback" not in dm.hparams
+    assert dm.hparams["source"]["timezone"] is None  # a null on the command line is null, not 'None'

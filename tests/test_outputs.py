@@ -28,6 +28,7 @@ import torch
 
 from datamodules import DNADataModule, TimeSeriesDataModule
 from datamodules.dna.classify import ClassificationDataModule
+from datamodules.legacy import legacy_keys, nest
 from pipelines import DNALanguageModel, Forecaster
 from pipelines.tracking.registry import RegisterModel
 from posenc import PosencError
@@ -288,6 +289,6 @@ def test_datamodule_counts_below_their_range_are_one_line(tmp_path, make, key, v
         kwargs = dm_kwargs(write_csv(tmp_path / "s.csv", seasonal_frame()))
     else:
         kwargs = {"fasta": str(write_fasta(tmp_path / "g.fa")), "seq_len": 32, "cache_dir": None}
-    with pytest.raises(PosencError) as err:
-        make(**{**kwargs, key: value})
-    assert str(err.value) == f"data.{key} must be ≥ {least}, got {value}"
+    with pytest.raises(PosencError) as err:  # the flat key of before, in its group where the class has groups
+        make(**nest(make, {**kwargs, key: value}))
+    assert str(err.value) == f"data.{legacy_keys(make).get(key, key)} must be ≥ {least}, got {value}"

@@ -301,6 +301,8 @@ def test_no_home_path_or_credential_in_anything_a_run_records(tmp_path, monkeypa
     for where, text in texts.items():
         for leak in (str(home), secret, token):
             assert leak not in text, f"{leak!r} in the {where}"
-    assert run.data.params["fasta"] == "~/data/g.fa" and "python -m pipelines.train" in registered.description
+    assert run.data.params["genome/fasta"] == "~/data/g.fa"  # the datamodule's groups, flattened by MLflow
+    assert "python -m pipelines.train" in registered.description
     assert "~/data/g.fa" in registered.description and "https://***@data.example" in run.data.tags["source"]
-    assert torch.load(best, weights_only=True)["datamodule_hyper_parameters"]["fasta"] == "~/data/g.fa"
+    saved = torch.load(best, weights_only=True)["datamodule_hyper_parameters"]
+    assert saved["genome"]["fasta"] == "~/data/g.fa"

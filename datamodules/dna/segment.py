@@ -15,6 +15,7 @@ from datamodules.dna.annotation import (
     genes_to_cds,
     read_annotation,
 )
+from datamodules.dna.config import GenomeWindows
 from datamodules.dna.genome import GenomeDataModule
 from datamodules.dna.genome_cache import cached_array, cached_json, file_sha256
 from datamodules.dna.windows import WindowItem
@@ -41,8 +42,10 @@ class SegmentationDataModule(GenomeDataModule):
     """
 
     def __init__(self, annotation: str | None = None, **kwargs: Any) -> None:
-        if kwargs.get("kmer", 1) != 1 or kwargs.get("kmer_stride", 1) != 1:
-            raise PosencError("segmentation labels are per base: data.kmer and data.kmer_stride must be 1")
+        w = kwargs.get("windows") or GenomeWindows()
+        if w.kmer != 1 or w.kmer_stride != 1:
+            raise PosencError("segmentation labels are per base: data.windows.kmer and "
+                              "data.windows.kmer_stride must be 1")
         super().__init__(**kwargs)
         self.annotation = resolve_path(annotation) if annotation else None
         self.labels = self._build_labels()

@@ -208,8 +208,11 @@ def data_throughput(seconds: float, seq_len: int = 512, batch: int = 8) -> tuple
     """DNA windows/s from the default DNADataModule's training loader (E. coli, in-process)."""
     try:
         from datamodules import DNADataModule
+        from datamodules.config import Loader
+        from datamodules.dna.config import GenomeFile, GenomeWindows
 
-        dm = DNADataModule(seq_len=seq_len, batch_size=batch, samples_per_epoch=1 << 20, cache_dir=None)
+        dm = DNADataModule(GenomeFile(cache_dir=None), windows=GenomeWindows(seq_len=seq_len),
+                           loader=Loader(batch_size=batch, samples_per_epoch=1 << 20))
         dm.setup("fit")
         it = iter(dm.train_dataloader())
         next(it)

@@ -25,6 +25,7 @@ import lightning as L
 import torch
 import yaml
 
+from datamodules.legacy import nest, regroup
 from datamodules.scrub import scrub_text
 from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.extrapolation import (
@@ -173,8 +174,9 @@ def build_from_checkpoint(
     data_cfg = config.get("data") or {}
     dm_path = data_cfg.get("class_path") or type(module).default_datamodule
     dm_cls = import_class(dm_path, L.LightningDataModule, "datamodule class")
-    dm_args = {**init_args(ckpt.get("datamodule_hyper_parameters")), **(data_cfg.get("init_args") or {})}
-    return module, dm_cls(**dm_args)
+    saved = regroup(dm_cls, init_args(ckpt.get("datamodule_hyper_parameters")))  # flat (old) or grouped
+    given = regroup(dm_cls, data_cfg.get("init_args") or {})
+    return module, dm_cls(**nest(dm_cls, _merge(saved, given)))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from datamodules.legacy import nest
 from datamodules.progress import progress
 from pipelines.eval.statistics import retained_gain, retained_ratio
 from pipelines.tasks.base import TaskAdapter
@@ -240,7 +241,7 @@ def with_lengths(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> Any:
     they differ (the datamodules make every test length cover the same test data)."""
     if list(getattr(dm, adapter.length_key)) == lengths:
         return dm
-    return type(dm)(**{**init_args(dm.hparams), adapter.length_key: lengths})
+    return type(dm)(**nest(type(dm), {**init_args(dm.hparams), adapter.length_key: lengths}))
 
 
 def length_loaders(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> list[tuple[int, Any]]:

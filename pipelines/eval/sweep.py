@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from datamodules.legacy import legacy_keys
 from pipelines.eval.compare_child import launches_processes, run_in_subprocess
 from pipelines.eval.evaluate import ExtrapolationEval, _merge, load_config
 from pipelines.tasks.base import mlflow_loggers
@@ -112,8 +113,8 @@ def seed_overlay(data_class: str | None, seed: int) -> dict[str, Any]:
     ``data.init_args.seed`` too: one seed fixes initialisation and data order."""
     out: dict[str, Any] = {"seed_everything": seed}
     if data_class:
-        params = inspect.signature(import_class(data_class, what="datamodule class")).parameters
-        if "seed" in params:
+        cls = import_class(data_class, what="datamodule class")
+        if "seed" in inspect.signature(cls).parameters or "seed" in legacy_keys(cls):  # flat or loader.seed
             out["data"] = {"init_args": {"seed": seed}}
     return out
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from datamodules.legacy import flatten
 from pipelines.inference.resolve import resolve
 from pipelines.safety import weights_only_reason
 from pipelines.tasks import task_class
@@ -67,7 +68,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str) -> torch.nn.Module:
         raise PosencError(f"{source}: checkpoint does not match {type(model).__name__}: {what}")
     model.posenc_inference = dict(ckpt.get(META_KEY) or {})
     if not model.posenc_inference and ckpt.get("datamodule_hyper_parameters"):
-        model.posenc_inference = {"data": dict(ckpt["datamodule_hyper_parameters"])}
+        model.posenc_inference = {"data": flatten(ckpt["datamodule_hyper_parameters"])}  # old or grouped
     return model
 
 

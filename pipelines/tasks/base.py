@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, ClassVar, Literal
 
 import lightning as L
@@ -27,6 +28,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 
 from datamodules.scrub import scrub_checkpoint
+from pipelines.tasks.options import AttentionOptions
 from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import Transformer
 from posenc.registry import EncodingFactory
@@ -104,6 +106,8 @@ class TaskModule(L.LightningModule):
         log_scale_len: L0 (the training length) of the log-length attention temperature: a query
             attending n > L0 keys has its logits multiplied by log n / log L0
             (:mod:`posenc.nn.temperature`); ``None``: off.
+        attention: how the attention runs (kernels, ``compile``; :class:`AttentionOptions`); saved
+            as a mapping, and a checkpoint from before it existed loads with the defaults.
     """
 
     task_name: ClassVar[str] = ""
@@ -136,16 +140,20 @@ class TaskModule(L.LightningModule):
         weight_decay: float = 0.01,
         warmup_steps: int = 100,
         log_scale_len: int | None = None,
+        attention: AttentionOptions = AttentionOptions(),  # noqa: B008 - frozen: a shared default is safe
     ) -> None:
         super().__init__()
+        attention = AttentionOptions.of(attention)
         self._base_hparams = {
             "d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, "d_ff": d_ff,
             "dropout": dropout, "scale_embedding": scale_embedding, "lr": lr,
             "weight_decay": weight_decay, "warmup_steps": warmup_steps, "log_scale_len": log_scale_len,
+            "attention": asdict(attention),
         }
         encoding = build_encoding(pe, d_model, n_heads)
         self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout, causal=self.causal,
-                                    scale_embedding=scale_embedding, log_scale_len=log_scale_len)
+                                    scale_embedding=scale_embedding, log_scale_len=log_scale_len,
+                                    **asdict(attention))
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:

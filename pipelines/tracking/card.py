@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datamodules.legacy import flatten
 from datamodules.scrub import scrub_text
 
 #: run metrics shown in a card (summaries only: curves ``*_by_*`` stay in the run)
@@ -101,7 +102,7 @@ def data_source(dm: Any) -> str:
 
 
 def describe_split(dm: Any) -> str:
-    hp = dict(getattr(dm, "hparams", {}) or {})
+    hp = flatten(getattr(dm, "hparams", {}) or {}, type(dm))  # grouped (or flat) settings, one flat view
     split = hp.get("split")
     if split is None:
         return "-"

@@ -13,14 +13,14 @@ from datamodules.dna.samples import demo_gene_starts
 from datamodules.dna.tokenize import IGNORE_INDEX, KmerTokenizer, reverse_complement
 from datamodules.dna.windows import WindowItem
 from posenc import PosencError
-from tests.helpers import random_bases, write_fasta, write_gff
+from tests.helpers import flat_dm, random_bases, write_fasta, write_gff
 
 
 def lm(path, **kw):
     from datamodules import DNADataModule
 
     args = {"seq_len": 32, "batch_size": 4, "samples_per_epoch": 8, "eval_tokens": 256, "cache_dir": None}
-    return DNADataModule(fasta=str(path), **{**args, **kw})
+    return flat_dm(DNADataModule, fasta=str(path), **{**args, **kw})
 
 
 def test_lm_batches_vocab_and_eval_lengths(tmp_path):
@@ -101,7 +101,7 @@ def test_segmentation_labels_from_gff_and_errors(tmp_path):
     gff = write_gff(tmp_path / "a.gff", [("r", 101, 400, "+", 0), ("r", 1001, 1300, "-", 0)])
     args = {"fasta": str(fasta), "seq_len": 32, "eval_tokens": 64, "eval_lengths": [32, 64], "batch_size": 2,
             "rc_prob": 0.5, "cache_dir": str(tmp_path / "cache")}
-    dm = SegmentationDataModule(annotation=str(gff), **args)
+    dm = flat_dm(SegmentationDataModule, annotation=str(gff), **args)
     assert dm.num_classes == 7 and dm.labels[100:106].tolist() == [1, 2, 3, 1, 2, 3]
     assert dm.labels[1297:1300].tolist() == [6, 5, 4] and dm.labels[1300] == 0
     batch = next(iter(dm.train_dataloader()))
@@ -109,15 +109,15 @@ def test_segmentation_labels_from_gff_and_errors(tmp_path):
     (tmp_path / "b.gff").write_text("r\tt\tCDS\t1900\t2100\t.\t+\t0\tID=x\n")
     past_end = r"b\.gff: line 1: CDS 1900\.\.2100 on record 'r' exceeds its length 2000"
     with pytest.raises(PosencError, match=past_end):
-        SegmentationDataModule(annotation=str(tmp_path / "b.gff"), **args)
-    with pytest.raises(PosencError, match="kmer and data.kmer_stride must be 1"):
-        SegmentationDataModule(annotation=str(gff), kmer=3, kmer_stride=3, **args)
+        flat_dm(SegmentationDataModule, annotation=str(tmp_path / "b.gff"), **args)
+    with pytest.raises(PosencError, match="kmer and data.windows.kmer_stride must be 1"):
+        flat_dm(SegmentationDataModule, annotation=str(gff), kmer=3, kmer_stride=3, **args)
 
 
 def test_masked_lm_masks_the_same_bases_at_every_test_length(genome_file):
     from datamodules import MaskedDNADataModule
 
-    dm = MaskedDNADataModule(fasta=str(genome_file), seq_len=32, batch_size=4, eval_tokens=256,
+    dm = flat_dm(MaskedDNADataModule, fasta=str(genome_file), seq_len=32, batch_size=4, eval_tokens=256,
                              cache_dir=None)
     chosen = []
     for loader in dm.test_dataloader():
@@ -131,7 +131,7 @@ def test_masked_lm_masks_the_same_bases_at_every_test_length(genome_file):
     train = next(iter(dm.train_dataloader()))
     assert train["input"].shape == (4, 32) and (train["input"] == dm.mask_id).any()
     with pytest.raises(PosencError, match="kmer_stride equal to"):
-        MaskedDNADataModule(fasta=str(genome_file), kmer=3, kmer_stride=1, cache_dir=None)
+        flat_dm(MaskedDNADataModule, fasta=str(genome_file), kmer=3, kmer_stride=1, cache_dir=None)
 
 
 def classify(tmp_path, **kw):

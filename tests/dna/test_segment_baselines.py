@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pipelines.tasks.segment import SegmentBaselines, label_scores
-from tests.helpers import random_bases, write_fasta, write_gff
+from tests.helpers import flat_dm, random_bases, write_fasta, write_gff
 
 
 def test_label_scores_match_sklearn():
@@ -26,7 +26,7 @@ def test_majority_and_pyrodigal_on_an_annotated_genome(tmp_path):
 
     fasta = write_fasta(tmp_path / "g.fa", {"chr1": random_bases(30_000, 3)})
     gff = write_gff(tmp_path / "a.gff", [("chr1", 101, 20_000, "+", 0), ("chr1", 24_001, 29_700, "-", 0)])
-    dm = SegmentationDataModule(fasta=str(fasta), annotation=str(gff), seq_len=64, eval_tokens=1024,
+    dm = flat_dm(SegmentationDataModule, fasta=str(fasta), annotation=str(gff), seq_len=64, eval_tokens=1024,
                                 cache_dir=None)
     out = SegmentBaselines().compute(dm)
     labels = np.asarray(dm.labels)

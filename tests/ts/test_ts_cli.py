@@ -107,7 +107,7 @@ def check_users_run(tmp_path: Path, out: str) -> None:
     m, params = run.data.metrics, run.data.params
     assert m["baseline/season_period"] == 168 and params["data/step"] == "1h"
     assert params["baseline/season_period_from"] == how
-    assert params["covariate_cols"] == "None" and params["calendar"] == "auto"  # as configured
+    assert params["source/covariate_cols"] == "None" and params["seasonality/calendar"] == "auto"  # as given
     for key in ("test/mse", "baseline/linear_mse", "baseline/linear_ar_mse", "baseline/seasonal_naive_mse"):
         assert np.isfinite(m[key]), key
 
@@ -173,14 +173,17 @@ def test_every_scheme_config_layers_on_ts_forecast(tmp_path, scheme):
 
 
 def test_periodic_rope_config_pins_the_calendar_cycles():
+    from datamodules import TimeSeriesDataModule
+    from datamodules.legacy import flatten
+
     doc, base = yaml.safe_load(PERIODIC.read_text()), yaml.safe_load(TS.read_text())
-    data = doc["data"]["init_args"]
+    data = flatten(doc["data"]["init_args"], TimeSeriesDataModule)
     assert data["periods"] == "calendar"  # 48 and 336 steps on half-hourly vic_elec, 24 and 168 hourly
     assert doc["model"]["init_args"]["pe"]["class_path"] == "posenc.PeriodicRoPE"
     # the rest is the default config: only the encoding, the periods and the patch length differ
     for key in ("periods", "patch_len"):
         data.pop(key)
-    base_data = base["data"]["init_args"]
+    base_data = flatten(base["data"]["init_args"], TimeSeriesDataModule)
     base_data.pop("patch_len"), base_data.pop("periods")
     assert data == base_data
     doc["model"]["init_args"].pop("pe"), base["model"]["init_args"].pop("pe")

@@ -36,7 +36,7 @@ def test_fut_holds_the_horizons_calendar_and_future_columns(tmp_path):
     dm = TimeSeriesDataModule(**dm_kwargs(path, covariate_cols=None, future_cols=["promo"],
                                           calendar=["hour"]))
     assert dm.covariate_names == ["promo", "hour_sin", "hour_cos"]  # a future column is an input too
-    assert dm.n_future == 3 and dm.hparams["covariate_cols"] == ["promo"]
+    assert dm.n_future == 3 and dm.hparams["source"]["covariate_cols"] == ["promo"]
     item = dm.dataset("test")[5]
     tau = int(item["start"])
     assert item["fut"].shape == (6, 3)

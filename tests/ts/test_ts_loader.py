@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from datamodules.timeseries.calendar import auto_calendar, calendar_features
+from datamodules.timeseries.config import Source, Windows
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from datamodules.timeseries.parse import VIC_ELEC, parse_series, read_table, vic_elec_path
 from datamodules.timeseries.timestamps import format_step
@@ -147,16 +148,16 @@ def test_time_col_null_in_the_datamodule(tmp_path):
     assert item["pos"].tolist() == list(range(24))
     with pytest.raises(PosencError, match="data.time_col is null"):
         TimeSeriesDataModule(**dm_kwargs(path, time_col=None, calendar=["hour"]))
-    with pytest.raises(PosencError, match="data.periods: calendar needs datetime timestamps"):
+    with pytest.raises(PosencError, match="data.seasonality.periods: calendar needs datetime timestamps"):
         TimeSeriesDataModule(**dm_kwargs(path, time_col=None, periods="calendar"))
 
 
 # ------------------------------------------------------------------------------ datamodule defaults
 def test_vic_elec_defaults_apply_to_the_default_data_only(tmp_path):
-    path, targets, covs, future, zone = TimeSeriesDataModule._resolve_data(None, None, None, None, None)
+    path, targets, covs, future, zone = TimeSeriesDataModule._resolve_data(Source(None, target_cols=None))
     assert path == vic_elec_path()
     assert (targets, covs, future, zone) == (["Demand"], ["Temperature"], ["Holiday"], VIC_ELEC["timezone"])
-    own = TimeSeriesDataModule._resolve_data("x.csv", ["temp"], None, None, None)
+    own = TimeSeriesDataModule._resolve_data(Source("x.csv", target_cols=["temp"]))
     assert own[1:] == (["temp"], [], [], None)  # no covariates, no known-future columns, the stamps' own zone
 
 
@@ -167,13 +168,14 @@ def test_datamodule_reports_the_step_and_keeps_what_it_used(tmp_path, lightning_
     assert "half.csv: 960 rows, step 30min (median)" in lightning_log.lines
     assert dm.freq == "30min" and dm.step_seconds == 1800.0
     assert dm.covariate_names == ["hour_sin", "hour_cos", "dayofweek_sin", "dayofweek_cos"]
-    assert dm.hparams["calendar"] == ["hour", "dayofweek"] and dm.hparams["covariate_cols"] == []
+    assert dm.hparams["seasonality"]["calendar"] == ["hour", "dayofweek"]  # as used: saved grouped
+    assert dm.hparams["source"]["covariate_cols"] == []
 
 
 def test_default_test_lookbacks_leave_out_those_without_room(series_csv, lightning_log):
     dm = TimeSeriesDataModule(**dm_kwargs(series_csv, lookback=200, patch_len=1))
     assert dm.eval_lookbacks == [200, 400, 800]  # the test split starts at row 672 < 1600
-    assert "no room before the test split for [1600]; set data.eval_lookbacks" in lightning_log.text
+    assert "no room before the test split for [1600]; set data.windows.eval_lookbacks" in lightning_log.text
 
 
 @pytest.mark.parametrize(("freq", "patch_len", "expected"), [("30min", 12, [48, 336]), ("1h", 4, [24, 168])])
@@ -223,8 +225,8 @@ def test_packaged_file_paths_resolve_inside_the_installed_package(tmp_path):
 
 
 def test_a_series_from_a_packaged_long_table(lightning_log):
-    dm = TimeSeriesDataModule(path="package:tsdata/fpppy/EPF_FR_BE.csv", select={"unique_id": "BE"},
-                              time_col="ds", target_cols=["y"], future_cols=["system_load"],
-                              lookback=48, horizon=24, patch_len=24)
+    dm = TimeSeriesDataModule(Source(path="package:tsdata/fpppy/EPF_FR_BE.csv", select={"unique_id": "BE"},
+                                     time_col="ds", target_cols=["y"], future_cols=["system_load"]),
+                              windows=Windows(lookback=48, horizon=24, patch_len=24))
     assert len(dm.series) == 16080 and dm.freq == "1h"  # one of the two stacked series
     assert dm.n_future >= 1  # the day-ahead load (and the calendar) are known over the horizon

@@ -1,0 +1,113 @@
+"""Typed, grouped settings: the flat → group table of the datamodules (datamodules.legacy), and the
+model's ``attention`` group (kernels, ``compile``) reachable from a config and in effect."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+import torch
+
+from datamodules.legacy import flatten, legacy_keys, nest, translate_args
+from datamodules.timeseries.config import Seasonality, Windows
+from datamodules.timeseries.datamodule import TimeSeriesDataModule
+from pipelines.tasks.options import AttentionOptions
+from posenc import PosencError
+from posenc.nn.attention import AttentionCall, route
+from tests.helpers import tiny_setup, workdir_with_store
+
+
+def test_the_table_sends_every_flat_argument_of_before_to_one_group_field():
+    """The 29 flat arguments of TimeSeriesDataModule (commit abe6580) each map to one field, by name."""
+    before = ("path time_col target_cols covariate_cols future_cols future_calendar select time_format "
+              "duplicates timezone calendar nan_policy train_on_filled fill_gaps split lookback horizon "
+              "stride eval_stride eval_lookbacks context_from_previous positions patch_len batch_size "
+              "samples_per_epoch num_workers seed periods n_periods").split()
+    table = legacy_keys(TimeSeriesDataModule)
+    assert sorted(table) == sorted(before)
+    for key, target in table.items():
+        group, field = target.split(".")
+        assert field == key and field in {f.name for f in fields(TimeSeriesDataModule.config_groups[group])}
+    assert all(len(fields(dc)) <= 9 for dc in TimeSeriesDataModule.config_groups.values())
+
+
+def test_nest_builds_the_groups_and_a_flat_key_beats_its_group():
+    got = nest(TimeSeriesDataModule, {"_class_path": "x", "windows": {"lookback": 48, "horizon": 4},
+                                      "lookback": 96, "calendar": "auto", "seed": 2})
+    assert got["windows"] == Windows(lookback=96, horizon=4)
+    assert got["seasonality"] == Seasonality(calendar="auto") and got["loader"].seed == 2
+    assert "_class_path" not in got
+    assert flatten(got, TimeSeriesDataModule)["lookback"] == 96  # and back to one flat view
+    with pytest.raises(PosencError, match="data.windows: unknown key 'lookbak'"):
+        nest(TimeSeriesDataModule, {"windows": {"lookbak": 3}})
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"lookback": 0}, "data.windows.lookback must be ≥ 1, got 0"),
+    ({"lookback": 10, "patch_len": 4}, "multiples of data.windows.patch_len=4, got 10"),
+    ({"nan_policy": "mask", "train_on_filled": True}, "data.cleaning.train_on_filled needs"),
+    ({"duplicates": "drop"}, "data.cleaning.duplicates must be one of error, first, last, mean, got 'drop'"),
+    ({"calendar": "hourly"}, "data.seasonality.calendar must be a list of"),
+    ({"batch_size": 0}, "data.loader.batch_size must be ≥ 1, got 0"),
+])
+def test_a_bad_setting_is_one_line_naming_its_key(settings, message):
+    with pytest.raises(PosencError, match=message) as info:
+        nest(TimeSeriesDataModule, settings)
+    assert "\n" not in str(info.value)
+
+
+def test_the_genome_table_and_what_is_left_alone(tmp_path):
+    """The DNA datamodules' flat keys go to their groups (the class read from the config); grouped
+    arguments, keys of no group (``mask_prob``) and datamodules from elsewhere are left alone."""
+    dna = ["--config", str(tiny_setup(tmp_path)), "--data.init_args.seq_len=64", "--data.seed=1",
+           "--data.init_args.mask_prob=0.2", "--data.init_args.regions.gap=5"]
+    got = translate_args(dna)
+    assert got[2:] == ["--data.init_args.windows.seq_len=64", "--data.init_args.loader.seed=1",
+                       "--data.init_args.mask_prob=0.2", "--data.init_args.regions.gap=5"]
+    assert "seq_len: 32" in got[1] and "windows:" in got[1]  # the flat config, as a grouped YAML string
+    # a dotted null would reach a dataclass field as the string 'None' (jsonargparse): sent as a mapping
+    null = translate_args([*dna[:2], "--data.cache_dir=null"])[2]
+    assert null == '--data.init_args.genome={"cache_dir": null}'
+    other = ["--data=pipelines.eval.claims.order_data.OrderDataModule", "--data.init_args.seq_len=8"]
+    assert translate_args(other) == other
+    grouped = ["--data=datamodules.TimeSeriesDataModule", "--data.init_args.windows.lookback=48"]
+    assert translate_args(grouped) == grouped
+
+
+def test_attention_options_from_a_config_reach_the_attention(tmp_path):
+    """``model.init_args.attention`` in a YAML layer: parsed into the group, saved in the hyperparameters,
+    and in effect: the encoder is marked for ``torch.compile`` and ALiBi on CPU leaves the Toeplitz view
+    for the dense bias."""
+    from pipelines.cli import make_cli
+    from pipelines.tasks.lm import DNALanguageModel
+
+    config = tiny_setup(tmp_path)
+    layer = tmp_path / "attention.yaml"
+    layer.write_text("model:\n  init_args:\n    pe: {class_path: posenc.ALiBi}\n"
+                     "    attention:\n      compile: true\n      toeplitz: false  # the dense bias instead\n")
+    base = ["--config", str(config), "--trainer.logger=false"]
+    with workdir_with_store(tmp_path):
+        model = make_cli([*base, "--config", str(layer)], run=False).model
+    plain = DNALanguageModel(d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.ALiBi"})
+    x = torch.zeros(1, 8, 16)
+    pos = torch.arange(8)
+
+    def path(m) -> str:
+        attn = m.backbone.blocks[0].attn
+        return route(AttentionCall(pos, attn.pe, settings=attn.settings), 8, x.device)
+
+    assert (plain.backbone.use_compile, path(plain)) == (False, "sdpa+toeplitz")
+    assert (model.backbone.use_compile, path(model)) == (True, "sdpa+bias")
+    assert model.hparams["attention"] == {**vars(AttentionOptions()), "compile": True, "toeplitz": False}
+    rebuilt = type(model)(**model.hparams)  # as a checkpoint is loaded: the group from its mapping
+    assert rebuilt.backbone.use_compile and not rebuilt.backbone.blocks[0].attn.settings.toeplitz
+
+
+def test_a_checkpoint_without_the_attention_group_gets_the_defaults():
+    from pipelines.tasks.lm import DNALanguageModel
+
+    old = {"d_model": 16, "n_heads": 2, "n_layers": 1, "pe": {"class_path": "posenc.RoPE"}}  # no group
+    model = DNALanguageModel(**old)
+    assert model.hparams["attention"] == vars(AttentionOptions()) and not model.backbone.use_compile
+    with pytest.raises(PosencError, match="model.attention: unknown key 'kernel'"):
+        DNALanguageModel(**old, attention={"kernel": "flex"})
