@@ -114,7 +114,7 @@ class Sweep(Experiment):
             values = {n: (v if v is not None else math.nan) for n, v in s.by_length().items()}
             return values, {"metric": s.metric, "higher": s.higher_is_better, "train": s.train_length}
         res = t.module.length_results()
-        values = {n: r[self.metric] for n, r in res.items()}
+        values = {n: r if isinstance(r, float) else r[self.metric] for n, r in res.items()}  # LM: floats
         for n in getattr(t.datamodule, "eval_lengths", []):
             values.setdefault(n, math.nan)
         return values, {"metric": self.metric, "higher": self.higher, "train": int(t.datamodule.seq_len)}
