@@ -35,7 +35,8 @@ def test_every_experiment_config_instantiates_and_every_claim_has_one():
 
 def test_bad_experiment_config_is_one_line_error(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("claim: '1'\nclass_path: pipelines.eval.claims.order.OrderTask\ninit_args: {nope: 1}\n")
+    bad.write_text("claim: '1'\nprimary: x\nclass_path: pipelines.eval.claims.order.OrderTask\n"
+                   "init_args: {nope: 1}\n")
     with pytest.raises(PosencError, match="bad.yaml: init_args do not fit OrderTask"):
         build(bad)
     from pipelines.eval.claims.runner import main

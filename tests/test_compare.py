@@ -35,6 +35,11 @@ def hand_children() -> list[ChildRun]:
             for seed in range(3) for s, per_seed in curves.items()]
 
 
+def t2_p(t: float) -> float:
+    """Two-sided p-value of Student t with 2 degrees of freedom (closed form: 1 − |t|/√(2 + t²))."""
+    return 1 - abs(t) / math.sqrt(2 + t * t)
+
+
 def test_statistics_of_a_comparison_against_hand_computed_values(tmp_path):
     from pipelines.eval.compare_report import markdown, write_csvs
     from pipelines.eval.compare_stats import compare
@@ -45,25 +50,76 @@ def test_statistics_of_a_comparison_against_hand_computed_values(tmp_path):
     # A at 10: 1.0 1.1 1.2 → mean 1.1, s = 0.1, half-width t·s/√3
     assert a.metric[10].mean == pytest.approx(1.1)
     assert a.metric[10].half == pytest.approx(T975_DF2 * 0.1 / 3**0.5)
-    # B − A per seed at 10: −0.12 −0.10 −0.08 → mean −0.1, s = 0.02: the interval excludes 0, lower is better
+    # B − A per seed at 10: −0.12 −0.10 −0.08 → mean −0.1, s = 0.02, t = −5√3
     assert b.diff[10].mean == pytest.approx(-0.1)
     assert b.diff[10].half == pytest.approx(T975_DF2 * 0.02 / 3**0.5)
+    # Holm over the 9 calls (B, C, D × 3 lengths): B at 10 has the 8th smallest p; its adjusted p is
+    # 2·p (the running maximum of the 7 smaller ones, 5·p(C at 20) ≈ 0.020, is below it); it is tested at
+    # level 1 − 0.05/2, where t(0.9875, 2) = 0.975/√(2·0.9875·0.0125)
+    assert b.holm[10].p == pytest.approx(t2_p(5 * 3**0.5))
+    assert b.holm[10].p_adj == pytest.approx(2 * t2_p(5 * 3**0.5)) and b.holm[10].m == 9
+    half = 0.975 / math.sqrt(2 * 0.9875 * 0.0125) * 0.02 / 3**0.5
+    assert (b.holm[10].lo, b.holm[10].hi) == pytest.approx((-0.1 - half, -0.1 + half))
     assert b.calls == {10: 1, 20: 0, 40: -1} and a.diff[10] is None  # +0.1 −0.1 +0.1 at 20: not called
-    # retained gain: A keeps (2 − 1.5)/(2 − 1.0) = 0.5 at 40 on every seed → ratio 20; B drops below at 20
-    assert a.retained[40].mean == pytest.approx(0.5) and a.ratio == 20 and b.ratio == 10
-    assert b.retained[20].mean == pytest.approx((0.9 / 1.12 + 1.0 + 0.7 / 0.88) / 3)
-    assert c.ratio is None and "not better than the trivial baseline" in c.no_ratio
-    assert d.ratio is None and "not separable from 0" in d.no_ratio and d.gain.lo < 0 < d.gain.mean
+    # gain over 2.0 at L0: A 1.0 0.9 0.8 (power 0.9 / (t·0.1/√3)); retained gain = ratio of mean gains:
+    # A keeps exactly half at 40 on every seed → [0.5, 0.5], ratio 20; B keeps 2.6/3.0 < 0.9 at 20
+    assert a.gain.mean == pytest.approx(0.9) and a.power == pytest.approx(0.9 / (T975_DF2 * 0.1 / 3**0.5))
+    assert (a.retained[40].mean, a.retained[40].lo, a.retained[40].hi) == pytest.approx((0.5, 0.5, 0.5))
+    assert a.ratio == 20 and b.ratio == 10 and b.retained[20].mean == pytest.approx(2.6 / 3.0)
+    # C (gain −0.043) and D (gain 0.033, interval holds 0): retained gain undefined, the guard says why
+    assert c.ratio is None and "minimum effect 0.02" in c.no_ratio and not c.retained[20].defined
+    assert d.ratio is None and d.gain.interval()[0] < 0 < d.gain.mean
     md = markdown(cmp)
-    assert "| A | 3 | 1.1000 ± 0.2484 |" in md
-    b_line = next(line for line in md.splitlines() if line.startswith("| B | -0.1000"))
+    assert "| A | 3 | 1.1000 ± 0.2484 |" in md and "Holm–Bonferroni over the 9 calls" in md
+    b_line = next(line for line in md.splitlines() if line.startswith("| B | -0.1000 ["))
     assert [sym for sym in "▲·▼" if sym in b_line] == ["▲", "·", "▼"]
-    assert b_line.index("▲") < b_line.index("·") < b_line.index("▼")
-    assert "| A | +0.9000 ± 0.2484 | 1.00 ± 0.00 | 0.50 ± 0.00 | 2× (L=20) |" in md
+    assert b_line.index("▲") < b_line.index("·") < b_line.index("▼") and "p_adj 0.026" in b_line
+    assert ("| A | +0.9000 [+0.6516, +1.1484] | 3.62 | 1.00 [1.00, 1.00] | 0.50 [0.50, 0.50] | 2× (L=20) |"
+            in md)
     wide = pd.read_csv(write_csvs(cmp, tmp_path)[0]).set_index("scheme")
     assert wide.loc["B", "diff_L10"] == pytest.approx(-0.1) and wide.loc["B", "call_L40"] == -1
+    assert wide.loc["B", "p_holm_L10"] == pytest.approx(2 * t2_p(5 * 3**0.5))
     assert wide.loc["A", "lo_L10"] == pytest.approx(1.1 - T975_DF2 * 0.1 / 3**0.5)
-    assert wide.loc["A", "max_length"] == 20 and wide.loc["C", "no_ratio"].startswith("not better")
+    assert wide.loc["A", "max_length"] == 20 and wide.loc["C", "no_ratio"].startswith("gain over the trivial")
+
+
+def test_every_row_shows_its_paired_difference_from_nope(tmp_path):
+    from pipelines.eval.compare_report import markdown
+    from pipelines.eval.compare_stats import compare
+
+    children = hand_children()
+    for child in children:
+        child.scheme = "none" if child.scheme == "A" else child.scheme
+    cmp = compare(children, reference="B")  # the reference is not NoPE: Δ none is still shown
+    none, b = cmp.rows[0], cmp.rows[1]
+    assert none.nope == {10: None, 20: None, 40: None}
+    assert b.nope[10].mean == pytest.approx(-0.1) and b.nope[40].mean == pytest.approx(0.55)
+    b_line = next(line for line in markdown(cmp).splitlines() if line.startswith("| B | +1.0000"))
+    assert "; Δ none +0.0333 [" in b_line and "; Δ none +0.5500 [" in b_line
+
+
+def test_block_sums_round_trip_through_mlflow(tmp_path):
+    import numpy as np
+
+    from pipelines.eval.compare_runs import _blocks
+    from pipelines.eval.extrapolation import Extrapolation, LengthResult
+    from pipelines.eval.report import write_tables
+
+    blocks = np.array([[10.0, 5.0], [12.0, 6.0], [7.5, 4.0]])  # (K, 2) bits and bases per block
+    result = Extrapolation("dna_lm", "bits_per_base", False, 10, "tokens", "position", "rope",
+                           trivial=2.0, trivial_name="order-0 Markov", trivial_blocks=blocks * [1.1, 1.0])
+    result.cells = [LengthResult(TRAINED, 10, float(blocks[:, 0].sum() / blocks[:, 1].sum()), blocks=blocks),
+                    LengthResult(TRAINED, 20, None, status="undefined")]
+    written = write_tables(result, tmp_path / "out")
+    assert (tmp_path / "out" / "blocks.csv") in written
+    client = store_client(tmp_path)
+    run = client.create_run(client.create_experiment("blocks")).info.run_id
+    client.log_artifacts(run, str(tmp_path / "out"), "extrapolation")
+    found, trivial = _blocks(client, ChildRun("rope", 0, run, "trained"))
+    assert np.array_equal(found[TRAINED][10], blocks) and 20 not in found[TRAINED]
+    assert np.allclose(trivial, blocks * [1.1, 1.0])
+    empty = client.create_run(client.get_experiment_by_name("blocks").experiment_id).info.run_id
+    assert _blocks(client, ChildRun("rope", 0, empty, "trained")) == ({}, None)  # older runs: no blocks
 
 
 # ----------------------------------------------------------------------------- fair setups

@@ -14,8 +14,12 @@ only as long as the training length, periods in the task's units).
 
 Statistics (:mod:`pipelines.eval.statistics`) are read from the child runs in MLflow: per scheme and
 length the mean and a 95 % Student-t interval over seeds; the paired difference from ``--reference``
-(default: the first scheme) with its interval, *called* (▲/▼) only when that interval excludes 0;
-retained gain over the task's trivial baseline and the extrapolation ratio on it (``--retain``).
+(default: the first scheme), *called* (▲/▼) only when its Holm-adjusted p-value (over every call of
+the table) is below 0.05 — intervals from seeds and, where the children logged per-block sums of the
+test region, a seed × block bootstrap (:mod:`pipelines.eval.verdicts`); the paired difference from
+NoPE (``none``) at every length; the gain over the task's trivial baseline at L₀ and its power;
+retained gain (guarded: undefined unless the gain at L₀ clears a minimum effect) and the
+extrapolation ratio on it (``--retain``).
 Children already finished with the same key, scheme and seed (any earlier comparison in the
 experiment) are reused, so adding seeds trains only the new ones. All outputs go to a new parent
 MLflow run: ``comparison.md``, ``comparison.csv``, ``comparison_long.csv``, ``comparison.png``.
@@ -24,6 +28,7 @@ MLflow run: ``comparison.md``, ``comparison.csv``, ``comparison_long.csv``, ``co
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -254,7 +259,8 @@ def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:
 
 
 def log_parent_metrics(client: Any, parent: str, cmp: Comparison) -> None:
-    """Per scheme: mean metric, paired difference and retained gain per length (step = length), the
+    """Per scheme: mean metric, paired difference (and its Holm-adjusted p), the difference from NoPE
+    and the retained gain (where defined) per length (step = length), the power and the
     extrapolation ratio; the baselines."""
     import time
 
@@ -264,11 +270,17 @@ def log_parent_metrics(client: Any, parent: str, cmp: Comparison) -> None:
     for r in cmp.rows:
         key = r.label.replace("+", "/")
         for n in cmp.info.lengths:
+            call = r.holm.get(n)
             for name, est in ((f"{cmp.info.metric}_by_length", r.metric.get(n)),
                               ("diff_by_length", r.diff.get(n)),
+                              ("diff_vs_none_by_length", r.nope.get(n)),
                               ("retained_gain_by_length", r.retained.get(n))):
-                if est is not None:
+                if est is not None and math.isfinite(est.mean):
                     metrics.append(Metric(f"{key}/{name}", est.mean, now, n))
+            if call is not None and math.isfinite(call.p_adj):
+                metrics.append(Metric(f"{key}/diff_p_holm_by_length", call.p_adj, now, n))
+        if r.power is not None and math.isfinite(r.power):
+            metrics.append(Metric(f"{key}/power", r.power, now, 0))
         if r.ratio is not None:
             metrics.append(Metric(f"{key}/extrapolation_ratio", r.ratio / cmp.info.train_length, now, 0))
     if cmp.trivial:

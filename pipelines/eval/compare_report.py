@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.eval.compare_stats import Comparison, Row
+from pipelines.eval.compare_stats import NOPE, Comparison, Row
 from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.statistics import SYMBOLS, Estimate
+from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained, min_effect
 
 
 def decimals(cmp: Comparison) -> int:
@@ -28,6 +29,16 @@ def cell(e: Estimate | None, digits: int, signed: bool = False) -> str:
     if e.n < 2 or not math.isfinite(e.half):
         return f"{e.mean:{sign}.{digits}f}"
     return f"{e.mean:{sign}.{digits}f} ± {e.half:.{digits}f}"
+
+
+def bracket(stat: PairedStat | None, digits: int, level: float | None = None) -> str:
+    """``+0.0123 [+0.0040, +0.0206]`` (interval: t ∪ block bootstrap), ``undefined`` for ``None``."""
+    if stat is None:
+        return "undefined"
+    lo, hi = stat.interval(level) if level is not None else stat.interval()
+    if not math.isfinite(hi - lo):
+        return f"{stat.mean:+.{digits}f}"
+    return f"{stat.mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
 def others(cmp: Comparison) -> dict[str, float]:
@@ -80,14 +91,21 @@ def differences(cmp: Comparison, d: int, pct: str) -> list[str]:
     if not any(r.diff.get(n) for r in rows for n in cmp.info.lengths):
         return [f"#### Difference from `{ref}`", "",
                 "No paired difference: the reference has no finished run or there is one seed only."]
+    m = next((c.m for r in rows for c in r.holm.values()), 0)
+    method = next((c.stat.method for r in rows for c in r.holm.values() if c.stat.diffs.size > 1), "")
     head = [f"#### Difference from `{ref}` (scheme − {ref}, paired by seed)", "",
-            f"{SYMBOLS[1]} better than {ref}, {SYMBOLS[-1]} worse: called only where the {pct} interval "
-            f"of the paired difference excludes 0; {SYMBOLS[0]} not called (the data cannot separate "
-            "them).", ""]
+            f"{SYMBOLS[1]} better than {ref}, {SYMBOLS[-1]} worse, {SYMBOLS[0]} not called. Holm–Bonferroni "
+            f"over the {m} calls of this table (family-wise α = {1 - cmp.level:.2g}): a difference is called "
+            "only when its Holm-adjusted p (`p_adj`) is below α; the interval shown is the one Holm tested "
+            f"it at (level 1 − α/(m − rank), wider than {pct}), so a called difference's interval "
+            f"excludes 0. Intervals: {method or 'Student t over seeds'}.", ""]
 
     def diff(r: Row, n: int) -> str:
-        e = r.diff.get(n)
-        return "undefined" if e is None else f"{cell(e, d, signed=True)} {SYMBOLS[r.calls[n]]}"
+        c = r.holm.get(n)
+        if c is None or not math.isfinite(c.p):
+            return "undefined"
+        return (f"{c.stat.mean:+.{d}f} [{c.lo:+.{d}f}, {c.hi:+.{d}f}] {SYMBOLS[c.sign]} "
+                f"p_adj {c.p_adj:.2g}")
 
     body = [[r.label, *[diff(r, n) for n in cmp.info.lengths]] for r in rows]
     return head + _table(["scheme", *_lengths(cmp)], body)
@@ -97,31 +115,39 @@ def retained(cmp: Comparison, d: int, pct: str) -> list[str]:
     info = cmp.info
     if not cmp.trivial:
         return ["#### Retained gain", "", "The task defines no trivial baseline: no retained gain, no ratio."]
+    trivial = float(np.mean(list(cmp.trivial.values())))
+    nope = any(r.scheme == NOPE for r in cmp.rows)
     head = [f"#### Retained gain over the trivial baseline ({info.trivial_name})", "",
-            "retained(L) = (b − m(L)) / (b − m(L₀))"
-            + (" with the sign flipped" if info.higher_is_better else "")
-            + ": 1 = the whole gain over the baseline kept, 0 = none of it, < 0 = worse than the baseline. "
-            f"Extrapolation ratio: the longest length up to which the lower {pct} bound of retained gain "
-            f"stays ≥ {cmp.retain:g} (at every tested length up to it). \"gain at L₀\": {info.metric} "
-            "better than the baseline by (no ratio when its interval includes 0).", ""]
+            "retained(L) = mean gain(L) / mean gain(L₀), gain = b − m (sign flipped when higher is better): "
+            "1 = the whole gain over the baseline kept, 0 = none of it, < 0 = worse than the baseline; "
+            f"[{pct} paired bootstrap interval]. Defined only when the gain at L₀ has its lower {pct} bound "
+            f"above 0 and above the minimum effect ({min_effect(info.metric, trivial):.3g} {info.metric}). "
+            + (f"Beside it, Δ {NOPE}: the absolute paired difference from NoPE at that length. "
+               if nope else "")
+            + f"Power: gain at L₀ / half-width of its interval (≥ {POWER_MIN:g} to judge). Extrapolation "
+            f"ratio: the longest length up to which the lower bound of retained gain stays ≥ {cmp.retain:g} "
+            "(at every tested length up to it).", ""]
     extra = [f"ratio (±{cmp.tolerance:.0%} rel.)"] if cmp.tolerance is not None else []
     body = []
     for r in cmp.rows:
         tol = [] if cmp.tolerance is None else [
             "—" if r.tolerance_ratio is None else f"{r.tolerance_ratio / info.train_length:g}×"]
-        gains = [retained_cell(r, n) for n in info.lengths if n != info.train_length]
-        body.append([r.label, cell(r.gain, d, signed=True), *gains,
-                     ratio_text(r, cmp), *tol])
+        gains = [retained_cell(r, n, d) for n in info.lengths if n != info.train_length]
+        power = "—" if r.power is None else "∞" if math.isinf(r.power) else f"{r.power:.3g}"
+        body.append([r.label, bracket(r.gain, d), power, *gains, ratio_text(r, cmp), *tol])
     lengths = [h for n, h in zip(info.lengths, _lengths(cmp), strict=True) if n != info.train_length]
-    return head + _table(["scheme", "gain at L₀", *lengths, "extrapolation ratio", *extra], body)
+    return head + _table(["scheme", "gain at L₀", "power", *lengths, "extrapolation ratio", *extra], body)
 
 
-def retained_cell(row: Row, length: int) -> str:
-    """Retained gain ± CI; ``undefined`` where the metric is; ``—`` where there is no gain to keep."""
+def retained_cell(row: Row, length: int, digits: int = 4) -> str:
+    """Retained gain [CI] (``undefined`` where the metric is, ``—`` where the guard says there is no
+    gain to keep), with the paired difference from NoPE beside it."""
     if row.metric.get(length) is None:
         return "undefined"
     found = row.retained.get(length)
-    return "—" if found is None or row.gain is None or row.gain.mean <= 0 else cell(found, 2)
+    text = "—" if found is None or not found.defined else f"{found.mean:.2f} [{found.lo:.2f}, {found.hi:.2f}]"
+    nope = row.nope.get(length)
+    return text if nope is None else f"{text}; Δ {NOPE} {bracket(nope, digits)}"
 
 
 def notes(cmp: Comparison) -> list[str]:
@@ -150,20 +176,35 @@ def write_csvs(cmp: Comparison, folder: Path) -> list[Path]:
     def bounds(e: Estimate | None) -> list:
         return ["", "", ""] if e is None else [e.mean, e.lo if e.n > 1 else "", e.hi if e.n > 1 else ""]
 
+    def stat_bounds(s: PairedStat | None) -> list:
+        return ["", "", ""] if s is None else [s.mean, *s.interval(cmp.level)]
+
+    def ret_bounds(r: Retained | None) -> list:
+        return ["", "", ""] if r is None or not r.defined else [r.mean, r.lo, r.hi]
+
+    def holm(r: Row, n: int) -> list:
+        c = r.holm.get(n)
+        return ["", ""] if c is None or not math.isfinite(c.p) else [c.p, c.p_adj]
+
     with wide.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["scheme", "variant", "seeds",
                     *[f"{k}_L{n}" for n in lengths for k in ("mean", "lo", "hi")],
-                    *[f"{k}_L{n}" for n in lengths for k in ("diff", "diff_lo", "diff_hi", "call")],
+                    *[f"{k}_L{n}" for n in lengths for k in ("diff", "diff_lo", "diff_hi", "call", "p",
+                                                             "p_holm")],
+                    *[f"{k}_L{n}" for n in lengths for k in ("vs_none", "vs_none_lo", "vs_none_hi")],
                     *[f"{k}_L{n}" for n in lengths for k in ("retained", "retained_lo", "retained_hi")],
-                    "gain_at_train", "gain_lo", "gain_hi", "extrapolation_ratio", "max_length", "no_ratio",
-                    "tolerance_max_length"])
+                    "gain_at_train", "gain_lo", "gain_hi", "power", "extrapolation_ratio", "max_length",
+                    "no_ratio", "tolerance_max_length"])
         for r in cmp.rows:
             w.writerow([r.label, r.variant, " ".join(map(str, r.seeds)),
                         *[x for n in lengths for x in bounds(r.metric.get(n))],
-                        *[x for n in lengths for x in [*bounds(r.diff.get(n)), r.calls.get(n, 0)]],
-                        *[x for n in lengths for x in bounds(r.retained.get(n))],
-                        *bounds(r.gain), "" if r.ratio is None else r.ratio / cmp.info.train_length,
+                        *[x for n in lengths
+                          for x in [*bounds(r.diff.get(n)), r.calls.get(n, 0), *holm(r, n)]],
+                        *[x for n in lengths for x in stat_bounds(r.nope.get(n))],
+                        *[x for n in lengths for x in ret_bounds(r.retained.get(n))],
+                        *stat_bounds(r.gain), "" if r.power is None else r.power,
+                        "" if r.ratio is None else r.ratio / cmp.info.train_length,
                         r.ratio or "", r.no_ratio, r.tolerance_ratio or ""])
     with long_.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -205,10 +246,10 @@ def figure(cmp: Comparison):
         _axes(ax, info, ylabel, f"{info.task}: {title} (band: {cmp.level:.0%} CI over seeds)")
     ax = axes[1, 0]
     for i, r in enumerate(trained):
-        if r.gain is not None and r.gain.mean > 0:
-            _band(ax, r.retained, i, r.label, "o-")
-    if not any(r.gain is not None and r.gain.mean > 0 for r in trained):
-        ax.text(0.5, 0.5, "no scheme beats the trivial baseline at L₀", transform=ax.transAxes, ha="center")
+        if r.ratio is not None:  # the guard passed: retained gain is defined
+            _band(ax, {n: g for n, g in r.retained.items() if g is not None and g.defined}, i, r.label, "o-")
+    if not any(r.ratio is not None for r in trained):
+        ax.text(0.5, 0.5, "no scheme's gain at L₀ passes the guard", transform=ax.transAxes, ha="center")
     for y in (0.0, 1.0):
         ax.axhline(y, color="0.6", lw=0.8)
     ax.axhline(cmp.retain, color="0.3", ls=":", lw=1, label=f"retain = {cmp.retain:g}")
@@ -219,7 +260,7 @@ def figure(cmp: Comparison):
     return fig
 
 
-def _band(ax, est: dict[int, Estimate | None], i: int, label: str, style: str) -> None:
+def _band(ax, est: dict[int, Estimate | Retained | None], i: int, label: str, style: str) -> None:
     xs = [n for n, e in est.items() if e is not None]
     if not xs:
         return

@@ -57,6 +57,9 @@ class ChildRun:
     note: str = ""
     info: TaskInfo | None = None
     positions: tuple[int, np.ndarray] | None = None  # (length, per-position curve) at the longest defined
+    #: variant → length → (K, 2) per-block (sum, count) of the test region (artifact blocks.csv; {} if none)
+    blocks: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
+    trivial_blocks: np.ndarray | None = None
 
     @property
     def ok(self) -> bool:
@@ -128,27 +131,50 @@ def read_child(client: Any, child: ChildRun) -> ChildRun:
     child.baselines = {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix)}
     child.note = tags.get(TAGS["note"], "")
     child.positions = _positions(client, child)
+    child.blocks, child.trivial_blocks = _blocks(client, child)
     return child
 
 
-def _positions(client: Any, child: ChildRun) -> tuple[int, np.ndarray] | None:
-    """The per-position curve of the scheme as trained at its longest defined length (artifact)."""
+def _artifact_table(client: Any, run_id: str, name: str) -> Any:
+    """The run's CSV artifact ``extrapolation/<name>`` as a DataFrame, or ``None`` if it has none."""
     import tempfile
 
     import mlflow
     import pandas as pd
 
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"{PREFIX}/{name}",
+                                                       dst_path=tmp, tracking_uri=client.tracking_uri)
+        except Exception:  # noqa: BLE001 - an older run (or a task) without the table
+            return None
+        return pd.read_csv(path)
+
+
+def _blocks(client: Any, child: ChildRun) -> tuple[dict[str, dict[int, np.ndarray]], np.ndarray | None]:
+    """Per-block (sum, count) arrays by variant and length, and the trivial baseline's (blocks.csv)."""
+    table = _artifact_table(client, child.run_id, "blocks.csv")
+    if table is None:
+        return {}, None
+    out: dict[str, dict[int, np.ndarray]] = {}
+    trivial = None
+    for (variant, length), part in table.groupby(["variant", "length"], sort=False):
+        found = part.sort_values("block")[["sum", "count"]].to_numpy(dtype=np.float64)  # (K, 2)
+        if variant == "trivial":
+            trivial = found
+        else:
+            out.setdefault(str(variant), {})[int(length)] = found
+    return out, trivial
+
+
+def _positions(client: Any, child: ChildRun) -> tuple[int, np.ndarray] | None:
+    """The per-position curve of the scheme as trained at its longest defined length (artifact)."""
     defined = [n for n, v in child.curves.get(TRAINED, {}).items() if v is not None]
     if not defined:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            path = mlflow.artifacts.download_artifacts(
-                run_id=child.run_id, artifact_path=f"{PREFIX}/per_position.csv", dst_path=tmp,
-                tracking_uri=client.tracking_uri)
-        except Exception:  # noqa: BLE001 - an older run without the table: no curve
-            return None
-        table = pd.read_csv(path)
+    table = _artifact_table(client, child.run_id, "per_position.csv")
+    if table is None:
+        return None
     rows = table[(table.variant == TRAINED) & (table.length == max(defined))]
     if rows.empty or rows["loss"].isna().all():
         return None

@@ -1,25 +1,24 @@
 """The comparison's statistics, one :class:`Row` per scheme (and RoPE variant): the metric per
-length over seeds, the paired difference from the reference scheme and its call, retained gain over
-the trivial baseline, and the extrapolation ratios. Pure arithmetic on the children read from MLflow
-(:mod:`pipelines.eval.compare_runs`); the numbers come from :mod:`pipelines.eval.statistics`."""
+length over seeds; the paired difference from the reference scheme, Holm-adjusted over every call of
+the table; the paired difference from NoPE (scheme ``none``) at every length; the gain over the
+trivial baseline at L₀ and its power; the guarded retained gain and the extrapolation ratio on it.
+Pure arithmetic on the children read from MLflow (:mod:`pipelines.eval.compare_runs`); the numbers
+come from :mod:`pipelines.eval.statistics` and :mod:`pipelines.eval.verdicts` (per-block sums of the
+test region, where the children logged them, add a block bootstrap to every interval)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from pipelines.eval.bootstrap import Arm
 from pipelines.eval.compare_runs import ChildRun, TaskInfo
 from pipelines.eval.extrapolation import TRAINED, extrapolation_ratio
-from pipelines.eval.statistics import (
-    LEVEL,
-    Estimate,
-    call,
-    estimate,
-    gain_over,
-    paired_difference,
-    retained_gain,
-    retained_ratio,
-)
+from pipelines.eval.statistics import LEVEL, Estimate, estimate, paired_difference
+from pipelines.eval.verdicts import Call, PairedStat, Retained, gain, holm_calls, paired, power, retained
+
+NOPE = "none"  # the scheme without positions: every row's absolute difference from it is shown
 
 
 @dataclass
@@ -30,11 +29,15 @@ class Row:
     scheme: str
     variant: str
     values: dict[int, dict[int, float | None]]  # seed → length → metric (None: undefined)
+    blocks: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # seed → length → (K, 2)
     metric: dict[int, Estimate | None] = field(default_factory=dict)  # length → over seeds
-    diff: dict[int, Estimate | None] = field(default_factory=dict)  # length → paired, vs the reference
+    diff: dict[int, Estimate | None] = field(default_factory=dict)  # length → paired (t), vs the reference
+    holm: dict[int, Call] = field(default_factory=dict)  # length → the call after Holm over the table
     calls: dict[int, int] = field(default_factory=dict)
-    retained: dict[int, Estimate | None] = field(default_factory=dict)
-    gain: Estimate | None = None  # gain over the trivial baseline at the training length
+    nope: dict[int, PairedStat | None] = field(default_factory=dict)  # length → paired, vs NoPE
+    retained: dict[int, Retained | None] = field(default_factory=dict)
+    gain: PairedStat | None = None  # gain over the trivial baseline at the training length
+    power: float | None = None  # gain / half-width of its 95 % interval
     ratio: int | None = None  # longest length with retained gain's lower bound ≥ retain
     no_ratio: str = ""  # why there is no ratio
     tolerance_ratio: int | None = None
@@ -42,6 +45,17 @@ class Row:
     @property
     def seeds(self) -> list[int]:
         return sorted(self.values)
+
+    def arm(self, length: int, seeds: list[int]) -> Arm | None:
+        """The row at ``length`` over ``seeds`` (per block where every seed has blocks); ``None`` if
+        undefined for any seed."""
+        vals = _over_seeds(self.values, length, seeds)
+        if vals is None or not seeds:
+            return None
+        found = [self.blocks.get(s, {}).get(length) for s in seeds]
+        if all(b is not None for b in found):
+            return Arm.from_blocks(found)
+        return Arm.from_values(vals)
 
 
 def _over_seeds(values: dict[int, dict[int, float | None]], length: int,
@@ -61,59 +75,98 @@ def make_rows(children: list[ChildRun]) -> list[Row]:
             label = c.scheme if variant == TRAINED else f"{c.scheme}+{variant}"
             row = rows.setdefault((c.scheme, variant), Row(label, c.scheme, variant, {}))
             row.values[c.seed] = curve
+            row.blocks[c.seed] = c.blocks.get(variant, {})
     return list(rows.values())
 
 
+def _find(rows: list[Row], scheme: str) -> Row | None:
+    return next((r for r in rows if r.scheme == scheme and r.variant == TRAINED), None)
+
+
 def fill(rows: list[Row], info: TaskInfo, reference: str, trivial: dict[int, float], retain: float,
-         tolerance: float | None, level: float = LEVEL) -> None:
-    """Compute every row's statistics in place (``trivial``: seed → the trivial baseline's value)."""
-    ref = next((r for r in rows if r.scheme == reference and r.variant == TRAINED), None)
+         tolerance: float | None, level: float = LEVEL,
+         trivial_blocks: dict[int, np.ndarray] | None = None) -> None:
+    """Compute every row's statistics in place (``trivial``: seed → the trivial baseline's value;
+    ``trivial_blocks``: seed → its per-block (sum, count), where logged)."""
+    ref, nope = _find(rows, reference), _find(rows, NOPE)
+    family: dict[tuple[str, int], PairedStat | None] = {}
     for row in rows:
-        seeds = row.seeds
         for n in info.lengths:
-            vals = _over_seeds(row.values, n, seeds)
+            vals = _over_seeds(row.values, n, row.seeds)
             row.metric[n] = estimate(vals, level) if vals else None
             row.diff[n] = _difference(row, ref, n, level) if row is not ref else None
-            row.calls[n] = call(row.diff[n], info.higher_is_better) if row.diff[n] is not None else 0
-        _retained(row, info, trivial, retain, level)
+            if row is not ref and ref is not None:
+                family[(row.label, n)] = _paired(row, ref, n)
+            row.nope[n] = _paired(row, nope, n) if nope is not None and row is not nope else None
+        _retained(row, info, trivial, trivial_blocks or {}, retain, level)
         if tolerance is not None:
             means = {n: (e.mean if e else None) for n, e in row.metric.items()}
             row.tolerance_ratio = extrapolation_ratio(means, info.train_length, info.higher_is_better,
                                                       tolerance)[0]
+    calls = holm_calls(family, info.higher_is_better, 1.0 - level)
+    for row in rows:
+        row.holm = {n: calls[(row.label, n)] for n in info.lengths if (row.label, n) in calls}
+        row.calls = {n: (row.holm[n].sign if n in row.holm else 0) for n in info.lengths}
+
+
+def _both(row: Row, other: Row) -> list[int]:
+    return [s for s in row.seeds if s in other.values]
 
 
 def _difference(row: Row, ref: Row | None, length: int, level: float) -> Estimate | None:
-    """Paired difference row − reference at ``length`` over the seeds both have defined there."""
+    """Paired difference row − reference at ``length`` over the seeds both have defined there (t)."""
     if ref is None:
         return None
-    both = [s for s in row.seeds if s in ref.values]
+    both = _both(row, ref)
     a, b = _over_seeds(row.values, length, both), _over_seeds(ref.values, length, both)
     return paired_difference(a, b, level) if a and b else None
 
 
-def _retained(row: Row, info: TaskInfo, trivial: dict[int, float], retain: float, level: float) -> None:
-    """Gain over the trivial baseline at L₀, retained gain per length and the ratio (or why none)."""
+def _paired(row: Row, other: Row | None, length: int) -> PairedStat | None:
+    """Paired row − other at ``length`` (seeds and, where logged, blocks); ``None`` if undefined."""
+    if other is None:
+        return None
+    both = _both(row, other)
+    a, b = row.arm(length, both), other.arm(length, both)
+    return paired(a, b) if a is not None and b is not None and len(both) >= 2 else None
+
+
+def _trivial_arm(seeds: list[int], trivial: dict[int, float], blocks: dict[int, np.ndarray]) -> Arm:
+    if all(s in blocks for s in seeds):
+        return Arm.from_blocks([blocks[s] for s in seeds])
+    return Arm.from_values([trivial[s] for s in seeds])
+
+
+def _retained(row: Row, info: TaskInfo, trivial: dict[int, float], trivial_blocks: dict[int, np.ndarray],
+              retain: float, level: float) -> None:
+    """Gain over the trivial baseline at L₀ and its power, guarded retained gain per length, and
+    the ratio (or why none)."""
     seeds = [s for s in row.seeds if s in trivial]
-    at_train = _over_seeds(row.values, info.train_length, seeds) if seeds else None
     if not trivial:
         row.no_ratio = "no trivial baseline"
         return
-    if at_train is None:
-        row.no_ratio = f"undefined at L₀ = {info.train_length}"
+    at_train = row.arm(info.train_length, seeds)
+    if at_train is None or len(seeds) < 2:
+        row.no_ratio = (f"undefined at L₀ = {info.train_length}" if at_train is None
+                        else "one seed: no interval for the gain at L₀")
         return
-    base = [trivial[s] for s in seeds]
-    row.gain = gain_over(at_train, base, info.higher_is_better, level)
-    curves = {n: [math.nan if v is None else v for v in (row.values[s].get(n) for s in seeds)]
-              for n in info.lengths}
-    row.ratio, _ = retained_ratio(curves, info.train_length, base, info.higher_is_better, retain, level)
-    for n in info.lengths:  # per length even without a ratio: the table shows what is there
-        gains = [retained_gain(m, m0, b, info.higher_is_better)
-                 for m, m0, b in zip(curves[n], at_train, base, strict=True)]
-        row.retained[n] = estimate(gains, level) if all(math.isfinite(g) for g in gains) else None
-    if row.ratio is None:
-        worse = row.gain.mean <= 0
-        row.no_ratio = ("not better than the trivial baseline at L₀" if worse or len(seeds) < 2
-                        else "gain over the trivial baseline at L₀ not separable from 0 (CI includes 0)")
+    base = _trivial_arm(seeds, trivial, trivial_blocks)
+    row.gain = gain(at_train, base, info.higher_is_better)
+    row.power = power(row.gain, level)
+    for n in info.lengths:
+        arm = row.arm(n, seeds)
+        row.retained[n] = None if arm is None else retained(
+            arm, at_train, base, base, info.higher_is_better, info.metric, level)
+    first = row.retained[info.train_length]
+    if first is not None and not first.defined:
+        row.no_ratio = first.why
+        return
+    row.ratio = info.train_length
+    for n in (x for x in info.lengths if x > info.train_length):
+        found = row.retained.get(n)
+        if found is None or not found.defined or not found.lo >= retain:
+            break
+        row.ratio = n
 
 
 @dataclass
@@ -141,9 +194,10 @@ def compare(children: list[ChildRun], reference: str, retain: float = 0.9, toler
     ok = [c for c in children if c.ok and c.info is not None]
     info = ok[0].info
     trivial = {c.seed: c.trivial for c in ok if c.trivial is not None}
+    trivial_blocks = {c.seed: c.trivial_blocks for c in ok if c.trivial_blocks is not None}
     names = {k for c in ok for k in c.baselines}
     baselines = {k: float(sum(c.baselines[k] for c in ok if k in c.baselines) /
                           sum(k in c.baselines for c in ok)) for k in sorted(names)}
     rows = make_rows(children)
-    fill(rows, info, reference, trivial, retain, tolerance, level)
+    fill(rows, info, reference, trivial, retain, tolerance, level, trivial_blocks)
     return Comparison(info, rows, children, reference, retain, tolerance, level, trivial, baselines)

@@ -109,6 +109,9 @@ class LengthResult:
     metric: float | None = None
     curve: np.ndarray | None = None  # per-position loss (position_label), NaN where nothing scored
     status: str = "ok"  # "ok", "undefined" (scheme has no such positions) or "oom"
+    #: (K, 2) float64 per block of the test region: (metric numerator summed, count), so that
+    #: metric = blocks[:, 0].sum() / blocks[:, 1].sum(); None when the task does not score blocks
+    blocks: np.ndarray | None = None
 
 
 @dataclass
@@ -128,6 +131,7 @@ class Extrapolation:
     trivial: float | None = None  # the trivial baseline's metric on the same test data
     trivial_name: str = ""
     baselines: dict[str, float] = field(default_factory=dict)  # other reference values (no model)
+    trivial_blocks: np.ndarray | None = None  # the trivial baseline's (K, 2) on the same blocks
 
     @property
     def variants(self) -> list[str]:

@@ -84,7 +84,27 @@ def write_tables(result: Extrapolation, folder: Path) -> list[Path]:
                 w.writerow([c.variant, c.length, i, "" if math.isnan(v) else f"{v:.6g}"])
     summary = folder / "summary.json"
     summary.write_text(json.dumps(summary_dict(result), indent=2))
-    return [rows, curves, summary]
+    blocks = write_blocks(result, folder)
+    return [rows, curves, summary, *([blocks] if blocks else [])]
+
+
+def write_blocks(result: Extrapolation, folder: Path) -> Path | None:
+    """``blocks.csv`` (variant, length, block, sum, count): the per-block parts of the metric over the
+    test region (variant ``trivial``: the trivial baseline, length 0), where the task scores blocks."""
+    cells = [c for c in result.cells if c.blocks is not None]
+    if not cells and result.trivial_blocks is None:
+        return None
+    path = folder / "blocks.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["variant", "length", "block", "sum", "count"])
+        parts = [(c.variant, c.length, c.blocks) for c in cells]
+        if result.trivial_blocks is not None:
+            parts.append(("trivial", 0, result.trivial_blocks))
+        for variant, length, table in parts:
+            for k, (total, count) in enumerate(np.asarray(table, dtype=np.float64)):
+                w.writerow([variant, length, k, repr(float(total)), repr(float(count))])
+    return path
 
 
 def summary_dict(result: Extrapolation) -> dict[str, Any]:

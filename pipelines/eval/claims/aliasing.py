@@ -45,6 +45,7 @@ class Aliasing(Experiment):
     n_anchor: anchors t averaged over.
     """
 
+    power_exempt = "no training: features read from each scheme"
     claim = (
         "Aliasing: a sinusoidal encoding with a smaller base or fewer dimensions comes closer to "
         "repeating (‖PE(t) − PE(t+T)‖ small for some T ≤ 10⁵)."

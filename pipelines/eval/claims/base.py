@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from pipelines.eval.statistics import Estimate, estimate
 
-Verdict = Literal["yes", "no", "partly"]
+Verdict = Literal["yes", "no", "partly", "inconclusive (underpowered)"]
 
 
 @dataclass
@@ -28,8 +28,14 @@ class ClaimResult:
     Attributes:
         setup: what was trained and measured, in one or two sentences.
         measured: the numbers (mean ± 95 % Student-t half-width over seeds where there are seeds).
-        holds: ``yes``, ``no`` or ``partly`` — decided from the measurements by the experiment's rule.
+        holds: ``yes``, ``no`` or ``partly`` — decided from the measurements by the experiment's rule —
+            or ``inconclusive (underpowered)`` when the runner's power gate overrides it.
         rule: the rule that decided ``holds``, in words.
+        power: gain over the trivial baseline at L₀ / half-width of its 95 % interval (None: not
+            measured; the gate then calls a trained claim underpowered).
+        power_text: how the power was measured (arm, gain, interval, method).
+        primary: the declared primary comparison and its Holm-adjusted result.
+        raw_holds: the rule's verdict before the power gate.
         details: Markdown tables with every number the row summarises.
         figures: PNG paths written by the experiment.
         metrics: flat numbers logged to the parent MLflow run.
@@ -42,6 +48,10 @@ class ClaimResult:
     details: str = ""
     figures: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    power: float | None = None
+    power_text: str = ""
+    primary: str = ""
+    raw_holds: str = ""
     name: str = ""
     claim: str = ""
     number: str = ""
@@ -55,9 +65,11 @@ class ClaimResult:
 
 
 class Experiment:
-    """Base of the claim experiments: subclasses set ``claim`` and implement :meth:`run`."""
+    """Base of the claim experiments: subclasses set ``claim`` and implement :meth:`run`; one that
+    trains nothing (or measures an exact identity) says why in ``power_exempt`` (no power gate)."""
 
     claim: ClassVar[str] = ""
+    power_exempt: ClassVar[str] = ""
 
     def run(self, ctx: Any) -> ClaimResult:
         raise NotImplementedError

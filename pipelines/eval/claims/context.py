@@ -42,14 +42,20 @@ class Context:
     smoke: bool = False
     cache: dict[tuple[str, int], TrainedRun] = field(default_factory=dict)
     children: list[str] = field(default_factory=list)
+    quick: bool = False
+    primary: Any = None  # the config's declared primary comparison (judge.Primary) or sentence
 
     def max_batches(self, n: int | None) -> int | None:
         """``n`` batches of evaluation, or one under ``--smoke``."""
         return 1 if self.smoke else n
 
-    def seeds(self, seeds: list[int]) -> list[int]:
-        """The seeds to train (the first two under ``--smoke``, enough for an interval)."""
-        return list(seeds[:2]) if self.smoke else list(seeds)
+    def seeds(self, seeds: list[int] | None = None) -> list[int]:
+        """The seeds to train: ``seeds`` (default :data:`~pipelines.eval.claims.judge.CLAIM_SEEDS`),
+        the first three under ``--quick``, the first two under ``--smoke`` (enough for an interval)."""
+        from pipelines.eval.claims.judge import CLAIM_SEEDS, QUICK_SEEDS
+
+        chosen = list(CLAIM_SEEDS if seeds is None else seeds)
+        return chosen[:2] if self.smoke else chosen[:QUICK_SEEDS] if self.quick else chosen
 
     def train(
         self,

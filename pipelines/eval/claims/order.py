@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import torch
 
+from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
+from pipelines.eval.claims.judge import Primary, judge_stats, power_over, power_text
+from pipelines.eval.verdicts import paired
+
+CHANCE = 0.5  # the order task's trivial baseline: balanced labels
 
 
 @torch.no_grad()
@@ -41,7 +46,8 @@ class OrderTask(Experiment):
     )
 
     def __init__(
-        self, task: str, schemes: list[str], seeds: list[int], target: float = 0.95, reference: str = "none"
+        self, task: str, schemes: list[str], seeds: list[int] | None = None, target: float = 0.95,
+        reference: str = "none",
     ) -> None:
         self.task, self.schemes, self.seeds, self.target, self.reference = (
             task,
@@ -63,16 +69,19 @@ class OrderTask(Experiment):
                 swap[scheme] = max(swap.get(scheme, 0.0), swap_change(t.module, dm, ctx.max_batches(4)))
         e = {s: est(v) for s, v in acc.items()}
         rows = [[s, fmt(e[s]), " ".join(f"{v:.3f}" for v in acc[s]), f"{swap[s]:.2g}"] for s in self.schemes]
-        ref = e[self.reference]
-        chance = ref.n < 2 or ref.lo <= 0.5 <= ref.hi or abs(ref.mean - 0.5) < 0.02
-        blind = swap[self.reference] < 1e-5
-        reach = {s: e[s].mean >= self.target for s in self.schemes if s != self.reference}
-        holds = (
-            "yes"
-            if chance and blind and all(reach.values())
-            else ("partly" if chance and blind and any(reach.values()) else "no")
-        )
-        missed = [s for s, ok in reach.items() if not ok]
+        L0 = dm.seq_len
+        ref = Arm.from_values(acc[self.reference])
+        stats = {(s, self.reference, L0): paired(Arm.from_values(acc[s]), ref)
+                 for s in self.schemes if s != self.reference}
+        j = judge_stats(stats, ctx.primary, L0, True)
+        blind = swap[self.reference] < 1e-5  # an exact identity, not a statistical call
+        rule = "no primary comparison declared"
+        holds = "no"
+        if isinstance(ctx.primary, Primary):
+            holds = ctx.primary.verdict(j.primary) if blind else "no"
+            rule = ctx.primary.rule() + f"; and {self.reference} blind to the swap (< 1e-5), else no"
+        reach = {s: e[s].lo >= self.target for s in self.schemes if s != self.reference}
+        missed = [s for s, ok in reach.items() if not ok]  # reported: lower 95 % bound below the target
         measured = (
             "test accuracy "
             + "; ".join(f"{s} {fmt(e[s])}" for s in self.schemes)
@@ -80,16 +89,20 @@ class OrderTask(Experiment):
         )
         if missed:
             measured += f"; below {self.target:.0%}: {', '.join(missed)}"
-        return ClaimResult(
+        result = ClaimResult(
             setup=f"is k-mer {dm.kmers[0]} before {dm.kmers[1]}? {dm.seq_len} non-overlapping "
             f"{dm.tokenizer.k}-mer tokens of E. coli, two slots overwritten; bidirectional classifier, "
             f"{len(acc[self.reference])} seeds, test {dm.sizes['test']} windows",
             measured=measured,
             holds=holds,
-            rule=f"yes if {self.reference} is at chance (interval covers 0.5) and blind to the swap (< 1e-5) "
-            f"and every other scheme's mean accuracy ≥ {self.target:.0%}; partly if only some reach it",
+            rule=rule,
             details=md_table(
                 ["scheme", "test accuracy", "per seed", "max |Δ logits| under the A↔B swap"], rows
-            ),
+            ) + j.table("acc"),
             metrics={f"{s}_acc": e[s].mean for s in self.schemes},
+            primary=j.summary(),
         )
+        if isinstance(ctx.primary, Primary) and ctx.primary.a in acc:
+            result.power, g = power_over(acc[ctx.primary.a], CHANCE, True)
+            result.power_text = power_text(ctx.primary.a, "chance (0.5)", g, result.power)
+        return result

@@ -46,6 +46,7 @@ class PaddingLeak(Experiment):
     length: real tokens per window; n_pad: PAD tokens appended; windows: how many; seed: init/data seed.
     """
 
+    power_exempt = "no training: an identity of the architecture at a seeded initialisation"
     claim = "Without padding masks, padding leaks into real positions."
 
     def __init__(

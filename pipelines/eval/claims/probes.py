@@ -227,6 +227,7 @@ class ShiftInvariance(Experiment):
     """Args: task, schemes (``{label: scheme}``), relative (labels expected invariant), offset, "
         "seed, batches."""
 
+    power_exempt = "an exact identity (relative schemes: 0 change, not an estimate)"
     claim = (
         "Relative encodings are shift invariant while absolute ones are not: the same windows at "
         "positions offset by 10⁴ score the same bits/base (within 1e-4) for RoPE/ALiBi only."

@@ -16,6 +16,7 @@ run and in the table; an idle 2-core estimate is CPU s / 1.9.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import resource
 import shutil
@@ -32,7 +33,9 @@ from datamodules.scrub import scrub_text
 from pipelines.console import user_errors_exit
 from pipelines.eval.claims.base import ClaimResult, Experiment
 from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
+from pipelines.eval.claims.judge import parse_primary
 from pipelines.eval.claims.report import claims_markdown, summary_table
+from pipelines.eval.verdicts import gate
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class
@@ -69,8 +72,13 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def build(path: Path) -> Experiment:
-    """The experiment of a config: ``class_path`` built with ``init_args``."""
+    """The experiment of a config: ``class_path`` built with ``init_args`` (and its declared
+    ``primary`` checked: every claim names its primary comparison before anything runs)."""
     data = read_config(path)
+    if "primary" not in data:
+        raise PosencError(f"{path}: no 'primary' (the claim's one primary comparison, declared before "
+                          "the run: {a: <label>, b: <label>, length: <int>} or a sentence)")
+    parse_primary(data["primary"], str(path))
     cls = import_class(str(data["class_path"]), Experiment, "experiment class")
     try:
         return cls(**(data.get("init_args") or {}))
@@ -85,11 +93,14 @@ def cpu_seconds() -> float:
 
 
 def run_one(
-    name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: bool, cache: dict, factor: float = 1.0
+    name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: bool, cache: dict, factor: float = 1.0,
+    quick: bool = False,
 ) -> ClaimResult:
-    """Run one experiment under its own parent run; wall and CPU seconds logged on the parent."""
+    """Run one experiment under its own parent run; wall and CPU seconds logged on the parent; the
+    verdict passed through the power gate (:func:`gated`)."""
     experiment = build(path)
     number = str(read_config(path).get("claim", ""))
+    primary = parse_primary(read_config(path)["primary"], str(path))
     parent = client.create_run(
         exp_id,
         run_name=f"claim-{number}-{name}",
@@ -99,7 +110,9 @@ def run_one(
         parent, "config", str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else scrub_text(str(path))
     )
     client.log_param(parent, "smoke", str(smoke))
-    ctx = Context(name, client, exp_id, parent, out / name, smoke, cache)
+    client.log_param(parent, "quick", str(quick))
+    client.log_param(parent, "primary", primary if isinstance(primary, str) else primary.text())
+    ctx = Context(name, client, exp_id, parent, out / name, smoke, cache, quick=quick, primary=primary)
     ctx.out.mkdir(parents=True, exist_ok=True)
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     try:
@@ -109,6 +122,7 @@ def run_one(
         raise
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
     result.name, result.number, result.claim = name, number, type(experiment).claim
+    gated(result, experiment)
     note = read_config(path).get("note")
     if note:
         result.details = f"{result.details}\n**Note.** {' '.join(str(note).split())}\n"
@@ -120,6 +134,7 @@ def run_one(
         client.log_artifact(parent, str(f))
     metrics = {
         **result.metrics,
+        **({"power": result.power} if result.power is not None and math.isfinite(result.power) else {}),
         "wall_s": result.wall_s,
         "cpu_s": result.cpu_s,
         "idle_wall_estimate_s": result.cpu_s / factor,
@@ -127,13 +142,27 @@ def run_one(
     for k, v in metrics.items():
         client.log_metric(parent, metric_name(k), float(v))
     client.set_tag(parent, "posenc.claims.holds", result.holds)
+    client.set_tag(parent, "posenc.claims.raw_holds", result.raw_holds)
     client.set_terminated(parent, "FINISHED")
     print(
-        f"[claims] {name}: holds={result.holds}; {result.measured}\n  wall {result.wall_s:.0f} s, "
+        f"[claims] {name}: holds={result.holds} (rule: {result.raw_holds}; "
+        f"{result.power_text or 'no power'}); {result.measured}\n  wall {result.wall_s:.0f} s, "
         f"CPU {result.cpu_s:.0f} s (idle ≈ {result.cpu_s / factor:.0f} s)",
         file=sys.stderr,
     )
     return result
+
+
+def gated(result: ClaimResult, experiment: Experiment) -> None:
+    """Keep the rule's verdict in ``raw_holds``; a claim that is not exempt and misses the power
+    gate (power < 10, or none measured) reports "inconclusive (underpowered)"."""
+    result.raw_holds = result.holds
+    if type(experiment).power_exempt:
+        result.power_text = result.power_text or f"no power gate: {type(experiment).power_exempt}"
+        return
+    result.holds = gate(result.holds, result.power)
+    if result.power is None and not result.power_text:
+        result.power_text = "power not measured"
 
 
 def metric_name(key: str) -> str:
@@ -147,6 +176,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only", nargs="+", default=None, help="experiment names (configs/experiments/<name>.yaml)"
     )
     p.add_argument("--smoke", action="store_true", help="tiny budget: checks the wiring, measures nothing")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer seeds (3 instead of 5): a quick look; the table says verdicts are provisional")
     p.add_argument("--out", default=None, help="results folder (default outputs/claims/<UTC time>)")
     p.add_argument("--docs", default=None, help="also write the write-up here (e.g. docs/claims.md)")
     p.add_argument("--configs", default=str(CONFIG_DIR), help="folder of experiment configs")
@@ -184,11 +215,11 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     exp_id = experiment_id(client, EXPERIMENT)
     results, cache, wall0, cpu0 = [], {}, time.perf_counter(), cpu_seconds()
     for name in names:
-        results.append(
-            run_one(name, configs[name], client, exp_id, out, args.smoke, cache, idle_factor(args.threads))
-        )
+        results.append(run_one(name, configs[name], client, exp_id, out, args.smoke, cache,
+                               idle_factor(args.threads), quick=args.quick))
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    table = summary_table(results, wall, cpu, args.smoke, idle_factor(args.threads), args.threads)
+    table = summary_table(results, wall, cpu, args.smoke, idle_factor(args.threads), args.threads,
+                          quick=args.quick)
     (out / "claims.md").write_text(table)
     print(table)
     if args.docs:

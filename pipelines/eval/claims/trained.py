@@ -8,20 +8,28 @@
 
 from __future__ import annotations
 
-import math
-
-from pipelines.eval.claims.base import ClaimResult, est, fmt, md_table
+from pipelines.eval.claims.base import ClaimResult, fmt, md_table
+from pipelines.eval.claims.judge import Judgement, Primary
 from pipelines.eval.claims.sweep import Measured, Sweep, word
 
 
 def _retained_text(m: Measured, cond: str) -> str:
+    """Guarded retained gain per longer length: ``2× 0.93 [0.85, 1.01]`` or ``undefined``."""
     parts = []
     for n in m.lengths:
         if n == m.train_length:
             continue
-        e = est(m.retained(cond, n))
-        parts.append(f"{n // m.train_length}× {fmt(e, 2).split(' (')[0]}")
+        r = m.retained_guarded(cond, n)
+        parts.append(f"{n // m.train_length}× " + (f"{r.mean:.2f} [{r.lo:.2f}, {r.hi:.2f}]" if r.defined
+                                                   else "undefined"))
     return f"{cond}: " + ", ".join(parts)
+
+
+def primary_verdict(ctx, j: Judgement) -> tuple[str, str]:
+    """(holds, rule) read from the declared primary comparison after Holm."""
+    if not isinstance(ctx.primary, Primary):
+        return "no", "no primary comparison declared: nothing to call"
+    return ctx.primary.verdict(j.primary), ctx.primary.rule()
 
 
 class LearnedExtrapolation(Sweep):
@@ -36,12 +44,11 @@ class LearnedExtrapolation(Sweep):
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
         longer = [n for n in m.lengths if n > m.train_length]
-        first = longer[0]
-        lr = est(m.retained(self.learned, first))
-        learned_fails = not math.isfinite(lr.mean) or lr.mean < 0.5
-        graceful = all(est(m.retained(self.hybrid, n)).mean > 0 for n in longer)
-        holds = "yes" if learned_fails and graceful else "partly" if learned_fails or graceful else "no"
-        measured = "retained gain over Markov-0: " + "; ".join(_retained_text(m, c) for c in m.values)
+        others = [c for c in m.values if c != self.hybrid]
+        j = m.judge([(self.hybrid, c, n) for c in others for n in longer], ctx.primary)
+        holds, rule = primary_verdict(ctx, j)
+        measured = "retained gain over " + m.baseline_name + ": " + "; ".join(
+            _retained_text(m, c) for c in m.values)
         return self.result(
             ctx,
             m,
@@ -49,9 +56,8 @@ class LearnedExtrapolation(Sweep):
             f"tested at 1–{longer[-1] // m.train_length}×, {len(m.seeds)} seeds",
             measured,
             holds,
-            f"yes if {self.learned} is undefined or keeps < 0.5 of its gain at {first // m.train_length}× "
-            f"and {self.hybrid} keeps a positive share of its gain at every longer length; "
-            "partly if only one",
+            rule,
+            judgement=j,
         )
 
 
@@ -70,42 +76,28 @@ class PeriodicControl(Sweep):
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
-        rows = []
-        for n in m.lengths:
-            for other in [self.plain, *self.controls]:
-                d = m.diff(self.true, other, n)
-                rows.append(
-                    [
-                        f"{n} ({n // m.train_length}×)",
-                        f"{self.true} − {other}",
-                        fmt(d, 4),
-                        word(m.better(self.true, other, n)),
-                    ]
-                )
+        others = [self.plain, *self.controls]
+        j = m.judge([(self.true, o, n) for n in m.lengths for o in others]
+                    + [(c, self.plain, m.train_length) for c in self.controls], ctx.primary)
+        rows = [[f"{n} ({n // m.train_length}×)", f"{self.true} − {o}", fmt(m.diff(self.true, o, n), 4),
+                 word(j.sign(self.true, o, n))] for n in m.lengths for o in others]
+        holds, rule = primary_verdict(ctx, j)
         L0 = m.train_length
-        beats_plain = m.better(self.true, self.plain, L0) == 1
-        beats_controls = [m.better(self.true, c, L0) == 1 for c in self.controls]
-        holds = (
-            "yes"
-            if beats_plain and all(beats_controls)
-            else ("partly" if beats_plain or any(beats_controls) else "no")
-        )
         measured = f"{m.metric} at L0 = {L0}: " + "; ".join(f"{c} {fmt(m.at(c, L0), 4)}" for c in m.values)
-        controls_better = [c for c in self.controls if m.better(c, self.plain, L0) == 1]
+        controls_better = [c for c in self.controls if j.sign(c, self.plain, L0) == 1]
         if controls_better:
-            measured += f"; control pinning also beats plain RoPE: {', '.join(controls_better)}"
-        extra = "\nPaired differences (same seed), true periods − the others:\n\n" + md_table(
-            ["length", "difference", "mean ± CI", "call"], rows
-        )
+            measured += f"; control pinning also called better than plain RoPE: {', '.join(controls_better)}"
+        extra = ("\nPaired differences (same seed), true periods − the others (calls after Holm):\n\n"
+                 + md_table(["length", "difference", "mean ± CI", "call"], rows))
         return self.result(
             ctx,
             m,
             f"{self.task_name}: {', '.join(m.values)}; same model, data and budget, {len(m.seeds)} seeds",
             measured,
             holds,
-            f"at the training length, yes if {self.true} is called better (paired 95 % CI) than {self.plain} "
-            "and than every control; partly if better than some of them; no if none",
+            rule,
             extra,
+            judgement=j,
         )
 
 
@@ -120,32 +112,22 @@ class RelativeVsAbsolute(Sweep):
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
-        longest = max(m.lengths)
+        longest, longer = max(m.lengths), [x for x in m.lengths if x > m.train_length]
+        pairs = [(r, a, n) for r in self.relative for a in self.absolute for n in longer]
+        j = m.judge(pairs, ctx.primary)
         rows, wins = [], []
-        for r in self.relative:
-            for a in self.absolute:
-                for n in (x for x in m.lengths if x > m.train_length):
-                    undefined = not math.isfinite(m.at(a, n).mean)
-                    c = 1 if undefined and math.isfinite(m.at(r, n).mean) else m.better(r, a, n)
-                    d = est([x - y for x, y in zip(m.retained(r, n), m.retained(a, n), strict=True)])
-                    rows.append(
-                        [
-                            f"{n} ({n // m.train_length}×)",
-                            f"{r} vs {a}",
-                            fmt(m.diff(r, a, n), 4),
-                            "absolute undefined" if undefined else fmt(d, 2),
-                            word(c),
-                        ]
-                    )
-                    if n == longest:
-                        wins.append(c == 1)
-        holds = "yes" if all(wins) else "partly" if any(wins) else "no"
+        for r, a, n in pairs:
+            undefined = m.arm(a, n) is None
+            rows.append([f"{n} ({n // m.train_length}×)", f"{r} vs {a}", fmt(m.diff(r, a, n), 4),
+                         "absolute undefined" if undefined else word(j.sign(r, a, n))])
+            if n == longest:
+                wins.append(j.sign(r, a, n) == 1)
+        holds, rule = primary_verdict(ctx, j)
         measured = "retained gain: " + "; ".join(_retained_text(m, c) for c in m.values)
-        measured += (
-            f"; relative called better at {longest // m.train_length}× in {sum(wins)}/{len(wins)} pairs"
-        )
-        extra = "\nPaired (same seed) relative − absolute, metric and retained gain:\n\n" + md_table(
-            ["length", "pair", f"Δ {m.metric}", "Δ retained gain", "relative is"], rows
+        measured += (f"; relative called better (Holm) at {longest // m.train_length}× in "
+                     f"{sum(wins)}/{len(wins)} pairs")
+        extra = "\nPaired (same seed) relative − absolute (calls after Holm):\n\n" + md_table(
+            ["length", "pair", f"Δ {m.metric}", "relative is"], rows
         )
         return self.result(
             ctx,
@@ -154,11 +136,9 @@ class RelativeVsAbsolute(Sweep):
             f"{len(m.seeds)} seeds, trained at {m.train_length}, tested to {longest}",
             measured,
             holds,
-            f"at the longest length ({longest}), yes if every relative scheme is called better "
-                f"(paired 95 % CI on "
-            f"{m.metric}; an undefined absolute scheme counts as worse) than every absolute one; "
-                f"partly if some pairs",
+            rule,
             extra,
+            judgement=j,
         )
 
 
@@ -177,21 +157,17 @@ class EmbeddingOptions(Sweep):
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
-        rows, called, parts = [], {}, []
-        for c in (x for x in m.values if x != self.reference):
-            for f in self.factors:
-                n = m.train_length * f
-                sign = m.better(c, self.reference, n)
-                called.setdefault(c, []).append(sign != 0)
-                rows.append([c, f"{f}×", fmt(m.diff(c, self.reference, n), 4), word(sign)])
-                parts.append(
-                    f"{c} {f}×: {fmt(m.diff(c, self.reference, n), 4).split(' (')[0]} ({word(sign)})"
-                )
-        any_effect = [any(v) for v in called.values()]
-        holds = "yes" if all(any_effect) else "partly" if any(any_effect) else "no"
-        extra = f"\nPaired differences (same seed) against {self.reference}:\n\n" + md_table(
-            ["option", "length", f"Δ {m.metric}", "call"], rows
-        )
+        options = [x for x in m.values if x != self.reference]
+        pairs = [(c, self.reference, m.train_length * f) for c in options for f in self.factors]
+        j = m.judge(pairs, ctx.primary)
+        rows, parts = [], []
+        for c, _, n in pairs:
+            sign, d = j.sign(c, self.reference, n), fmt(m.diff(c, self.reference, n), 4)
+            rows.append([c, f"{n // m.train_length}×", d, word(sign)])
+            parts.append(f"{c} {n // m.train_length}×: {d.split(' (')[0]} ({word(sign)})")
+        holds, rule = primary_verdict(ctx, j)
+        extra = (f"\nPaired differences (same seed) against {self.reference} (calls after Holm):\n\n"
+                 + md_table(["option", "length", f"Δ {m.metric}", "call"], rows))
         return self.result(
             ctx,
             m,
@@ -200,7 +176,7 @@ class EmbeddingOptions(Sweep):
             f"judged at {', '.join(f'{f}×' for f in self.factors)}",
             f"Δ bits/base vs {self.reference} (negative = better): " + "; ".join(parts),
             holds,
-            "yes if every option's paired 95 % CI excludes 0 at some judged length; partly if some "
-                "do; no if none",
+            rule,
             extra,
+            judgement=j,
         )
