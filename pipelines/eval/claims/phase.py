@@ -18,8 +18,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
-from pipelines.eval.statistics import call, paired_difference
+from pipelines.eval.claims.judge import power_over, power_text
+from pipelines.eval.verdicts import holm_calls, paired
 
 LN2 = math.log(2.0)
 
@@ -91,31 +93,31 @@ class RelativePhaseMismatch(Experiment):
                 at0[side].append(b0)
                 for e in self.eps:
                     lost[side][e].append(got[e])
-        rows, calls = [], {}
-        for e in self.eps[1:]:
-            diff = paired_difference(lost["far"][e], lost["near"][e])
-            calls[e] = call(diff, True) if math.isfinite(diff.mean) else 0
-            rows.append(
-                [
-                    f"{e:g}",
-                    fmt(est(lost["near"][e])),
-                    fmt(est(lost["far"][e])),
-                    fmt(diff),
-                    {1: "far loses more", -1: "near loses more", 0: "not called"}[calls[e]],
-                ]
-            )
-        g = est([trivial - b for b in at0["far"]])
-        power = g.mean / g.half if g.n > 1 and g.half > 0 else math.nan
-        holds = "yes" if calls[self.primary_eps] == 1 else "no"
+        stats = {
+            e: paired(Arm.from_values(lost["far"][e]), Arm.from_values(lost["near"][e])) for e in self.eps[1:]
+        }
+        calls = holm_calls(stats, higher_is_better=True)  # far − near > 0: far loses more
+        rows = [
+            [
+                f"{e:g}",
+                fmt(est(lost["near"][e])),
+                fmt(est(lost["far"][e])),
+                c.text(3),
+                {1: "far loses more", -1: "near loses more", 0: "not called"}[c.sign],
+            ]
+            for e, c in calls.items()
+        ]
+        power, g = power_over(at0["far"], trivial, higher_is_better=False)
+        holds = "yes" if calls[self.primary_eps].sign == 1 else "no"
         pe, far = self.primary_eps, self.far or "the task's distance"
-        return ClaimResult(
+        out = ClaimResult(
             setup=f"RoPE LMs on the retrieval testbed (copy from {self.near} and from {far} back, "
             f"L0 = 32), {len(seeds)} seeds; scored at L0 with positions ×(1+ε): phase off by ε·θ·(i − j)",
             measured=f"share of the gain over trivial lost at ε = {pe:g}: near {fmt(est(lost['near'][pe]))}, "
-            f"far {fmt(est(lost['far'][pe]))}; far model's gain at L0 {fmt(g)} bits (power {power:.3g})",
+            f"far {fmt(est(lost['far'][pe]))}",
             holds=holds,
-            rule=f"yes if, at ε = {pe:g} (declared primary), far − near share lost is called > 0 "
-            "(paired over seeds, 95 % interval); the other ε are reported",
+            rule=f"yes if, at ε = {pe:g} (declared primary), far − near share lost is called > 0 after Holm "
+            f"over the {len(calls)} ε (paired over seeds); the other ε are reported",
             details=md_table(
                 ["ε", "near: share of gain lost", "far: share of gain lost", "far − near", "call"], rows
             )
@@ -129,3 +131,6 @@ class RelativePhaseMismatch(Experiment):
                 },
             },
         )
+        out.power, out.power_text = power, power_text("the far model", "the trivial reference", g, power)
+        out.primary = f"far − near at ε = {pe:g}: {calls[pe].text(3)} (Holm over {len(calls)})"
+        return out

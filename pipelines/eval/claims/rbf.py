@@ -21,8 +21,10 @@ import torch
 from torch import Tensor, nn
 
 from pipelines.eval.claims.base import ClaimResult, est, fmt, md_table
+from pipelines.eval.claims.judge import power_text
 from pipelines.eval.claims.probes import gaussian_fit
 from pipelines.eval.claims.sweep import Sweep
+from pipelines.eval.verdicts import power
 from posenc import PosencError, PositionalEncoding, SchemeMeta
 from posenc.base import as_batched
 from posenc.diagnostics import attention_weights
@@ -171,7 +173,7 @@ class GaussianShape(Sweep):
             "head's mean attention against distance:\n\n"
             + md_table(["condition", "seed", "σ at start", "σ at end", "median R²", "worst head R²"], rows)
         )
-        return self.result(
+        out = self.result(
             ctx,
             m,
             f"causal LM on {ctx.name}'s synthetic task: {', '.join(m.values)}; {len(m.seeds)} seeds; "
@@ -183,6 +185,11 @@ class GaussianShape(Sweep):
             "(Gaussian after the softmax by construction)",
             extra,
         )
+        g = m.gain_at_train(self.features)
+        if g is not None:  # the primary is a sentence: power of the RBF arm over the trivial reference
+            out.power = power(g)
+            out.power_text = power_text(self.features, m.baseline_name, g, out.power)
+        return out
 
     def _fit(self, ctx, t) -> tuple[list[float], list[float], list[float]]:
         trace = getattr(t.module, "sigma_trace", None)
