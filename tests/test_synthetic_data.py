@@ -115,6 +115,10 @@ def test_motif_datamodule_batches_and_bad_options():
     batch = next(iter(dm.train_dataloader()))
     assert batch["tokens"].shape == (8, 32) and set(batch["label"].tolist()) <= {0, 1}
     assert [next(iter(t))["tokens"].shape[1] for t in dm.test_dataloader()] == [32, 64]
+    marked = SyntheticMotifDataModule(marker_motifs=True, distance=4, seq_len=32, samples_per_epoch=8)
+    tokens = next(iter(marked.train_dataloader()))["tokens"]
+    assert marked.vocab_size == 7 and marked.pad_id == 6
+    assert ((tokens == 4).sum(1) == 1).all() and ((tokens == 5).sum(1) == 1).all() and tokens.max() == 5
     with pytest.raises(PosencError, match="data.motif_a"):
         SyntheticMotifDataModule(motif_a="ACXT")
     with pytest.raises(PosencError, match="data.seq_len=16"):

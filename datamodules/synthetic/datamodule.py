@@ -156,6 +156,8 @@ class SyntheticMotifDataModule(L.LightningDataModule):
 
     Args:
         motif_a, motif_b: the two motifs (strings over ACGT).
+        marker_motifs: plant two tokens of their own (ids 4 and 5, outside ACGT) instead of
+            ``motif_a``/``motif_b``: the spacing is then the only thing to learn (no motif to detect).
         distance: the spacing (bases between A's end and B's start) that makes label 1.
         negative: ``spacing`` (label 0 = another spacing) or ``order`` (label 0 = B before A).
         label_noise: probability that a label is flipped (optimal accuracy = 1 − label_noise).
@@ -171,6 +173,7 @@ class SyntheticMotifDataModule(L.LightningDataModule):
         distance: int = 8,
         negative: str = "spacing",
         label_noise: float = 0.0,
+        marker_motifs: bool = False,
         seq_len: int = 64,
         eval_lengths: list[int] | None = None,
         batch_size: int = 64,
@@ -181,6 +184,9 @@ class SyntheticMotifDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.motif_a, self.motif_b = _motif(motif_a, "motif_a"), _motif(motif_b, "motif_b")
+        if marker_motifs:
+            self.motif_a, self.motif_b = np.array([gen.BASES]), np.array([gen.BASES + 1])
+        self.n_tokens = gen.BASES + (2 if marker_motifs else 0)  # ids the windows use
         if negative not in ("spacing", "order"):
             raise PosencError(f"data.negative must be 'spacing' or 'order', got {negative!r}")
         if not 0.0 <= label_noise < 0.5:
@@ -195,9 +201,15 @@ class SyntheticMotifDataModule(L.LightningDataModule):
         self.batch_size, self.seed = batch_size, seed
         self.sizes = {"train": samples_per_epoch, "val": eval_samples, "test": eval_samples}
 
-    vocab_size = gen.BASES + 1
-    pad_id = gen.BASES
     num_classes = 2
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_tokens + 1
+
+    @property
+    def pad_id(self) -> int:
+        return self.n_tokens
 
     def reference(self, length: int) -> dict[str, float]:
         """Trivial (0.5) and optimal (1 − label noise) accuracy at any length."""
