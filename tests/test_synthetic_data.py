@@ -125,3 +125,15 @@ def test_motif_datamodule_batches_and_bad_options():
         SyntheticMotifDataModule(distance=8, seq_len=16)
     with pytest.raises(PosencError, match="data.task"):
         SyntheticLMDataModule(task="nope")
+
+
+def test_motif_regions_keep_the_pair_in_training_positions_and_test_it_elsewhere():
+    dm = SyntheticMotifDataModule(marker_motifs=True, negative="order", distance=4, seq_len=40,
+                                  train_region=[0, 0.5], test_region=[0.5, 1], samples_per_epoch=64,
+                                  eval_samples=64, batch_size=64)
+    first = lambda tokens: ((tokens == 4) | (tokens == 5)).float().argmax(1)  # noqa: E731
+    span = 1 + 4 + 1
+    assert (first(next(iter(dm.train_dataloader()))["tokens"]) <= (40 - span) // 2).all()
+    assert (first(next(iter(dm.test_dataloader()[0]))["tokens"]) >= (40 - span) // 2).all()
+    with pytest.raises(PosencError, match="data.test_region"):
+        SyntheticMotifDataModule(test_region=[0.7, 0.2])

@@ -12,6 +12,8 @@ length (bits per token for the LM, accuracy for the classifier), on the same tes
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
 import numpy as np
 import torch
@@ -145,8 +147,11 @@ class _MotifWindows(Dataset):
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         dm = self.dm
         rng = np.random.default_rng([dm.seed, SALT[self.split], self.length, i])
+        region = (
+            dm.train_region if self.split == "train" else dm.test_region if self.split == "test" else (0, 1)
+        )
         seq, label = gen.motif_window(
-            self.length, dm.motif_a, dm.motif_b, dm.distance, dm.negative, dm.label_noise, rng
+            self.length, dm.motif_a, dm.motif_b, dm.distance, dm.negative, dm.label_noise, rng, region
         )
         return {"tokens": torch.as_tensor(seq), "label": torch.tensor(label)}
 
@@ -158,6 +163,9 @@ class SyntheticMotifDataModule(L.LightningDataModule):
         motif_a, motif_b: the two motifs (strings over ACGT).
         marker_motifs: plant two tokens of their own (ids 4 and 5, outside ACGT) instead of
             ``motif_a``/``motif_b``: the spacing is then the only thing to learn (no motif to detect).
+        train_region, test_region: where the pair may start in training / test windows, as a
+            fraction [lo, hi] of the possible starts (e.g. [0, 0.5] and [0.5, 1]: tested only at
+            positions never trained; validation windows place it anywhere).
         distance: the spacing (bases between A's end and B's start) that makes label 1.
         negative: ``spacing`` (label 0 = another spacing) or ``order`` (label 0 = B before A).
         label_noise: probability that a label is flipped (optimal accuracy = 1 − label_noise).
@@ -174,6 +182,8 @@ class SyntheticMotifDataModule(L.LightningDataModule):
         negative: str = "spacing",
         label_noise: float = 0.0,
         marker_motifs: bool = False,
+        train_region: tuple[float, float] = (0.0, 1.0),
+        test_region: tuple[float, float] = (0.0, 1.0),
         seq_len: int = 64,
         eval_lengths: list[int] | None = None,
         batch_size: int = 64,
@@ -192,6 +202,10 @@ class SyntheticMotifDataModule(L.LightningDataModule):
         if not 0.0 <= label_noise < 0.5:
             raise PosencError(f"data.label_noise must be in [0, 0.5), got {label_noise}")
         self.distance, self.negative, self.label_noise = int(distance), negative, float(label_noise)
+        self.train_region, self.test_region = (
+            _region(train_region, "train_region"),
+            _region(test_region, "test_region"),
+        )
         self.seq_len, self.eval_lengths = int(seq_len), _lengths(seq_len, eval_lengths)
         need = len(self.motif_a) + len(self.motif_b) + 2 * self.distance
         if self.seq_len < need:
@@ -234,3 +248,13 @@ def _motif(text: str, name: str) -> np.ndarray:
     if not text or set(text) - set("ACGT"):
         raise PosencError(f"data.{name} must be a non-empty string of A, C, G, T, got {text!r}")
     return np.array(["ACGT".index(c) for c in text], dtype=np.int64)
+
+
+def _region(value: Any, name: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        lo, hi = 1.0, 0.0
+    if not 0.0 <= lo <= hi <= 1.0:
+        raise PosencError(f"data.{name} must be [lo, hi] with 0 <= lo <= hi <= 1, got {value!r}")
+    return lo, hi

@@ -126,14 +126,16 @@ def motif_window(
     negative: str,
     label_noise: float,
     rng: np.random.Generator,
+    region: tuple[float, float] = (0.0, 1.0),
 ) -> tuple[np.ndarray, int]:
     """One window of ``length`` bases and its label (see the module docstring).
 
     Positive (label 1): B starts ``distance`` bases after A ends. Negative: ``negative="spacing"``
     — B after A at a spacing drawn uniformly from 0..2·distance other than ``distance``;
     ``negative="order"`` — B before A, A starting ``distance`` bases after B ends. The pair sits at a
-    uniform position; background bases are uniform and re-drawn until neither motif occurs
-    anywhere else. The label is flipped with probability ``label_noise``."""
+    uniform position (its start within the ``region`` fraction of the possible starts); background
+    bases are uniform and re-drawn until neither motif occurs anywhere else. The label is flipped
+    with probability ``label_noise``."""
     _check("motifs", len(motif_a) > 0 and len(motif_b) > 0, (len(motif_a), len(motif_b)))
     _check("negative", negative in ("spacing", "order"), negative)
     _check("window length", length >= len(motif_a) + len(motif_b) + 2 * distance, length)
@@ -143,7 +145,8 @@ def motif_window(
         gap = int(rng.choice([g for g in range(2 * distance + 1) if g != distance]))
     first, second = (motif_b, motif_a) if not positive and negative == "order" else (motif_a, motif_b)
     span = len(first) + gap + len(second)
-    start = int(rng.integers(0, length - span + 1))
+    lo, hi = (round(f * (length - span)) for f in region)  # the pair's possible starts
+    start = int(rng.integers(lo, max(lo, hi) + 1))
     planted = np.zeros(length, dtype=bool)
     planted[start : start + len(first)] = planted[start + span - len(second) : start + span] = True
     seq = rng.integers(0, BASES, size=length)

@@ -88,17 +88,32 @@ class LongRange(ControlledComparison):
         }
 
 
+def first_block_output(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """What the first block adds to the residual stream (B, T, D): before any LayerNorm rescales it
+    away, the spread of a causal average (which shrinks as 1/t) is still there."""
+    found = []
+    hook = module.backbone.blocks[0].register_forward_hook(lambda _m, inp, out: found.append(out - inp[0]))
+    try:
+        module.backbone(module.embedding(x), torch.arange(x.shape[1]), None)
+    finally:
+        hook.remove()
+    return found[0]
+
+
 @torch.no_grad()
 def position_r2(module: Any, loader: Any, max_batches: int | None) -> float:
-    """Held-out R² of a ridge regression of the position from the encoder's output at each token
-    (the first half of the windows fits it, the second half scores it)."""
+    """Held-out R² of a ridge regression of the position from the first block's update h at each token
+    and its squares h² (the first half of the windows fits it, the second half scores it)."""
     feats, target = [], []
     for i, batch in enumerate(loader):
         if max_batches is not None and i >= max_batches:
             break
         x = batch["tokens"]  # (B, T)
-        h = module.backbone(module.embedding(x), torch.arange(x.shape[1]), None)  # (B, T, D)
-        feats.append(h.flatten(0, 1).double().numpy())
+        h = first_block_output(module, x)  # (B, T, D)
+        h = h.flatten(0, 1).double()  # (B·T, D)
+        feats.append(
+            torch.cat([h, h**2], dim=1).numpy()
+        )  # squares too: a causal average's spread shrinks with t
         target.append(np.tile(np.arange(x.shape[1], dtype=np.float64), x.shape[0]))
     X, y = np.concatenate(feats), np.concatenate(target)
     X = np.hstack([X, np.ones((len(X), 1))])
