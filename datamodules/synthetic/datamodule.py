@@ -87,6 +87,8 @@ class SyntheticLMDataModule(L.LightningDataModule):
         self.eval_tokens = eval_tokens
         self._cache: dict[str, np.ndarray] = {}
 
+    trivial_name = "uniform tokens (log2 V bits)"
+
     @property
     def vocab_size(self) -> int:
         return self.vocab + 1

@@ -173,7 +173,8 @@ class Sweep(Experiment):
         if t.sweep is not None and t.sweep.trivial is not None:
             return t.sweep.trivial_name, float(t.sweep.trivial)
         value = adapter.trivial_baseline(t.datamodule)
-        return adapter.trivial_name, None if value is None else float(value)
+        name = getattr(t.datamodule, "trivial_name", adapter.trivial_name)  # synthetic data names its own
+        return name, None if value is None else float(value)
 
     def _values(self, t) -> tuple[dict[int, float], dict[str, Any]]:
         if self.metric is None:
