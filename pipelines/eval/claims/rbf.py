@@ -138,27 +138,24 @@ class GaussianShape(Sweep):
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
-        rows, shape = [], {self.features: [], self.prior: []}
-        moved = {self.features: [], self.prior: []}
+        rows, shape, moved, traces = [], {}, {}, {}
         for label in (self.features, self.prior):
             for seed in m.seeds:
+                cond = self.conditions[label]
                 t = ctx.train(
-                    self.task,
-                    self.conditions[label].get("scheme"),
-                    seed,
-                    label,
-                    self.conditions[label].get("overrides"),
-                    test=True,
-                )  # cached: no retraining
-                r2s, start, end = self._fit(ctx, t)
-                shape[label].append(float(np.nanmedian(r2s)))
-                moved[label].append(float(np.mean(np.abs(np.log(end) - np.log(start)))))
+                    self.task, cond.get("scheme"), seed, label, cond.get("overrides"), test=True
+                )  # cached
+                r2s, trace = self._fit(ctx, t)
+                start, end = trace[min(trace)], trace[max(trace)]
+                shape.setdefault(label, []).append(float(np.nanmedian(r2s)))
+                moved.setdefault(label, []).append(float(np.mean(np.abs(np.log(end) - np.log(start)))))
+                traces[(label, seed)] = trace
                 rows.append(
                     [
                         label,
                         seed,
-                        " ".join(f"{s:.2f}" for s in start),
-                        " ".join(f"{s:.2f}" for s in end),
+                        " ".join(f"{v:.2f}" for v in start),
+                        " ".join(f"{v:.2f}" for v in end),
                         f"{np.nanmedian(r2s):.3f}",
                         f"{np.nanmin(r2s):.3f}",
                     ]
@@ -185,22 +182,49 @@ class GaussianShape(Sweep):
             "(Gaussian after the softmax by construction)",
             extra,
         )
+        out.figures.append(sigma_figure(traces, ctx.out / "sigma_trajectory.png"))
         g = m.gain_at_train(self.features)
         if g is not None:  # the primary is a sentence: power of the RBF arm over the trivial reference
             out.power = power(g)
             out.power_text = power_text(self.features, m.baseline_name, g, out.power)
         return out
 
-    def _fit(self, ctx, t) -> tuple[list[float], list[float], list[float]]:
+    def _fit(self, ctx, t) -> tuple[list[float], dict[int, list[float]]]:
         trace = getattr(t.module, "sigma_trace", None)
         if not trace:
             raise PosencError(
                 f"{ctx.name}: the task config must add the callback {SigmaTrace.__module__}.SigmaTrace"
             )
-        steps = sorted(trace)
         loader = t.datamodule.test_dataloader()[0]
         x = torch.cat([b[:, :-1] for _, b in zip(range(ctx.max_batches(4) or 4), loader, strict=False)])
         with torch.no_grad():
             curves = head_curves(t.module, x, self.span)
         d = np.arange(self.span + 1, dtype=np.float64)
-        return [gaussian_fit(d, c, 0.0)[1] for c in curves], trace[steps[0]], trace[steps[-1]]
+        return [gaussian_fit(d, c, 0.0)[1] for c in curves], trace
+
+
+def sigma_figure(traces: dict[tuple[str, int], dict[int, list[float]]], path) -> str:
+    """log σ (mean over heads) against the training step, one line per (condition, seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    colours = {}
+    for (label, seed), trace in traces.items():
+        steps = sorted(trace)
+        colour = colours.setdefault(label, f"C{len(colours)}")
+        ax.plot(
+            steps,
+            [np.mean(np.log(trace[s])) for s in steps],
+            color=colour,
+            lw=1,
+            label=label if seed == min(s for (c, s) in traces if c == label) else None,
+        )
+    ax.set(xlabel="training step", ylabel="mean log σ over heads", title="σ during training")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return str(path)
