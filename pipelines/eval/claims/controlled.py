@@ -72,6 +72,11 @@ class LongRange(ControlledComparison):
     def __init__(self, lengths: list[int], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.lengths = [int(n) for n in lengths]
+        self._limit: int | None = None  # test batches per length (one under --smoke)
+
+    def run(self, ctx) -> ClaimResult:
+        self._limit = ctx.max_batches(None)
+        return super().run(ctx)
 
     def _values(self, t) -> tuple[dict[int, float], dict[str, Any]]:
         adapter = adapter_for(t.module)
@@ -79,7 +84,7 @@ class LongRange(ControlledComparison):
         values = {}
         with torch.no_grad():
             for n, loader in length_loaders(dm, adapter, self.lengths):
-                r = score_loader(t.module, adapter, "trained", n, loader)
+                r = score_loader(t.module, adapter, "trained", n, loader, self._limit)
                 values[n] = r.metric if r.metric is not None else math.nan
         return values, {
             "metric": adapter.metric,
