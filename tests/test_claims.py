@@ -14,7 +14,8 @@ from pipelines.eval.claims.runner import build, experiment_configs, metric_name,
 from posenc import PosencError, RoPE
 from tests.helpers import workdir_with_store
 
-CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "4a", "4b", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15"}
+CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "4a", "4b", "5", "6", "7", "8", "9", "10",
+          "11", "12", "13", "14", "15"}
 
 
 def test_every_experiment_config_instantiates_and_every_claim_has_one():
