@@ -112,11 +112,14 @@ class Learned(AbsoluteEncoding):
     to Sequence Learning").
 
     Undefined at positions ``>= max_len``: asking for one raises
-    :class:`~posenc.base.PositionOutOfRange` naming both numbers.
+    :class:`~posenc.base.PositionOutOfRange` naming both numbers — unless ``clamp``: then every
+    position ``>= max_len`` reads the last row (the common practice source 000 calls a catastrophic
+    failure: all positions past the table look alike), and the scheme is defined everywhere.
 
     Args:
         max_len: number of positions in the table.
         init_std: standard deviation of the normal initialisation.
+        clamp: read positions past the table from its last row instead of raising.
     """
 
     meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("input",), extrapolates=False)
@@ -130,14 +133,21 @@ class Learned(AbsoluteEncoding):
         init_std: float = 0.02,
         integration: Integration = "add",
         table_dim: int | None = None,
+        clamp: bool = False,
     ) -> None:
         super().__init__(d_model, n_heads, integration=integration, table_dim=table_dim)
         max_len = check_max_len("Learned", max_len)
-        self.max_len = max_len
+        self.rows, self.clamp = max_len, bool(clamp)
+        self.max_len = None if self.clamp else max_len  # clamped: defined at every position
         self.weight = nn.Parameter(torch.randn(max_len, self.table_dim) * init_std)
 
     def table(self, pos: Tensor) -> Tensor:
         if pos.is_floating_point() and not torch.equal(pos, pos.round()):
             raise PosencError("Learned positional encoding needs integer positions")
+        if self.clamp:
+            lo = pos.min().item() if pos.numel() else 0
+            if lo < 0:
+                raise PosencError(f"Learned positional encoding needs positions >= 0, got {lo:g}")
+            pos = pos.clamp(max=self.rows - 1)  # before the cast: float64 positions past 2^63 stay safe
         self.check_positions(pos)
         return self.weight[pos.long()]  # (B', T, Dp)

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("posenc", "datamodules", "pipelines")
 PARSERS = ("datamodules/dna/fasta.py", "datamodules/dna/genome_cache.py", "datamodules/dna/tokenize.py",
            "datamodules/dna/windows.py", "datamodules/dna/annotation.py", "datamodules/dna/samples.py",
-           "datamodules/timeseries/parse.py", "datamodules/timeseries/windows.py")
+           "datamodules/timeseries/parse.py", "datamodules/timeseries/windows.py",
+           "datamodules/synthetic/generators.py")
 
 
 def modules() -> dict[str, Path]:

@@ -98,7 +98,8 @@ class TaskModule(L.LightningModule):
         pe: the positional encoding, given as a class (YAML ``class_path``/``init_args`` without
             d_model/n_heads, which come from this model); ``None`` means no encoding.
         d_ff: MLP width (default 4·d_model).
-        dropout: dropout rate.
+        dropout: dropout rate (attention, MLP and the embedding sum).
+        embedding_dropout: dropout on the embedding + encoding sum alone (default: ``dropout``).
         scale_embedding: multiply token embeddings by √d_model before the encoding.
         lr: peak AdamW learning rate.
         weight_decay: AdamW weight decay.
@@ -141,6 +142,7 @@ class TaskModule(L.LightningModule):
         warmup_steps: int = 100,
         log_scale_len: int | None = None,
         attention: AttentionOptions = AttentionOptions(),  # noqa: B008 - frozen: a shared default is safe
+        embedding_dropout: float | None = None,
     ) -> None:
         super().__init__()
         attention = AttentionOptions.of(attention)
@@ -150,10 +152,12 @@ class TaskModule(L.LightningModule):
             "weight_decay": weight_decay, "warmup_steps": warmup_steps, "log_scale_len": log_scale_len,
             "attention": asdict(attention),
         }
+        if embedding_dropout is not None:  # only when set: checkpoints without it load as before
+            self._base_hparams["embedding_dropout"] = embedding_dropout
         encoding = build_encoding(pe, d_model, n_heads)
         self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout, causal=self.causal,
                                     scale_embedding=scale_embedding, log_scale_len=log_scale_len,
-                                    **asdict(attention))
+                                    embedding_dropout=embedding_dropout, **asdict(attention))
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:

@@ -56,6 +56,8 @@ class LMAdapter(TaskAdapter):
     trivial_name = "order-0 Markov"  # base composition of the train region
 
     def trivial_baseline(self, dm: Any) -> float:
+        if hasattr(dm, "reference"):  # a synthetic process knows its own (datamodules.synthetic)
+            return float(dm.reference(int(dm.seq_len))["trivial"])
         from pipelines.tasks.markov import MarkovModel
 
         test = dm.region_codes("test", dm.eval_span)

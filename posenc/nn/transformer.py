@@ -67,6 +67,8 @@ class Transformer(nn.Module):
         pe: the positional encoding, built for (d_model, n_heads); one instance shared by all layers.
         d_ff: MLP width (default 4·D).
         dropout: dropout in attention, MLP and on the embedding sum.
+        embedding_dropout: dropout on the embedding sum alone (default: ``dropout``); with
+            ``dropout=0`` it is the "Dropout(√d·E(token) + PE(p))" of the embedding options.
         causal: forbid attention to later positions.
         scale_embedding: multiply token embeddings by √D before the encoding is added.
         compile: run the encoder through ``torch.compile``; inputs are padded (masked keys) to
@@ -102,6 +104,7 @@ class Transformer(nn.Module):
         toeplitz: bool = True,
         clipped: bool = True,
         log_scale_len: int | None = None,
+        embedding_dropout: float | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -114,7 +117,7 @@ class Transformer(nn.Module):
         self.scale = math.sqrt(d_model) if scale_embedding else 1.0
         self.use_compile = compile
         settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped)
-        self.drop = nn.Dropout(dropout)
+        self.drop = nn.Dropout(dropout if embedding_dropout is None else embedding_dropout)
         self.blocks = nn.ModuleList(
             Block(Attention(d_model, n_heads, pe, dropout, causal, settings, log_scale_len),
                   d_ff or 4 * d_model, dropout)

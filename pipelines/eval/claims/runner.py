@@ -121,7 +121,7 @@ def run_one(
         client.set_terminated(parent, "FAILED")
         raise
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    result.name, result.number, result.claim = name, number, type(experiment).claim
+    result.name, result.number, result.claim = name, number, experiment.claim
     gated(result, experiment)
     note = read_config(path).get("note")
     if note:

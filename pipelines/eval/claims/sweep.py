@@ -173,7 +173,8 @@ class Sweep(Experiment):
         if t.sweep is not None and t.sweep.trivial is not None:
             return t.sweep.trivial_name, float(t.sweep.trivial)
         value = adapter.trivial_baseline(t.datamodule)
-        return adapter.trivial_name, None if value is None else float(value)
+        name = getattr(t.datamodule, "trivial_name", adapter.trivial_name)  # synthetic data names its own
+        return name, None if value is None else float(value)
 
     def _values(self, t) -> tuple[dict[int, float], dict[str, Any]]:
         if self.metric is None:
@@ -181,7 +182,7 @@ class Sweep(Experiment):
             values = {n: (v if v is not None else math.nan) for n, v in s.by_length().items()}
             return values, {"metric": s.metric, "higher": s.higher_is_better, "train": s.train_length}
         res = t.module.length_results()
-        values = {n: r[self.metric] for n, r in res.items()}
+        values = {n: r if isinstance(r, float) else r[self.metric] for n, r in res.items()}  # LM: floats
         for n in getattr(t.datamodule, "eval_lengths", []):
             values.setdefault(n, math.nan)
         return values, {"metric": self.metric, "higher": self.higher, "train": int(t.datamodule.seq_len)}

@@ -37,9 +37,9 @@ class LearnedExtrapolation(Sweep):
 
     claim = "Learned positions fail past the training length; a sinusoid-backed hybrid degrades gracefully."
 
-    def __init__(self, learned: str, hybrid: str, **kwargs) -> None:
+    def __init__(self, learned: str, hybrid: str, task_name: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
-        self.learned, self.hybrid = learned, hybrid
+        self.learned, self.hybrid, self.task_name = learned, hybrid, task_name
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
@@ -52,7 +52,7 @@ class LearnedExtrapolation(Sweep):
         return self.result(
             ctx,
             m,
-            f"causal DNA LM (E. coli, L0 = {m.train_length} bases), {', '.join(m.values)}; "
+            f"{self.task_name or 'causal DNA LM (E. coli)'}, L0 = {m.train_length}, {', '.join(m.values)}; "
             f"tested at 1–{longer[-1] // m.train_length}×, {len(m.seeds)} seeds",
             measured,
             holds,
@@ -151,9 +151,9 @@ class EmbeddingOptions(Sweep):
         "adding the encoding change the DNA LM's bits/base (seed catalogue item 004)."
     )
 
-    def __init__(self, reference: str, factors: list[int], **kwargs) -> None:
+    def __init__(self, reference: str, factors: list[int], task_name: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
-        self.reference, self.factors = reference, list(factors)
+        self.reference, self.factors, self.task_name = reference, list(factors), task_name
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
@@ -171,7 +171,8 @@ class EmbeddingOptions(Sweep):
         return self.result(
             ctx,
             m,
-            f"causal DNA LM, sinusoidal encoding: {', '.join(m.values)}; {len(m.seeds)} seeds, "
+            f"{self.task_name or 'causal DNA LM'}, sinusoidal encoding: {', '.join(m.values)}; "
+            f"{len(m.seeds)} seeds, "
             f"judged at {', '.join(f'{f}×' for f in self.factors)}",
             f"Δ bits/base vs {self.reference} (negative = better): " + "; ".join(parts),
             holds,

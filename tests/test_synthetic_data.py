@@ -1,0 +1,139 @@
+"""The synthetic testbeds: each generator has the structure it documents and the ground truth it
+exposes (trivial and Bayes-optimal references) is what the process scores."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from datamodules.synthetic import generators as gen
+from datamodules.synthetic.datamodule import SyntheticLMDataModule, SyntheticMotifDataModule
+from posenc import PosencError
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+# ----------------------------------------------------------------------------- retrieval
+def test_copy_without_noise_repeats_the_token_d_back_and_is_seeded():
+    x = gen.copy_windows(50, 40, vocab=8, distance=5, noise=0.0, rng=rng())
+    assert x.shape == (50, 41) and x.dtype == np.int64
+    assert (x[:, 5:] == x[:, :-5]).all()
+    assert (gen.copy_windows(50, 40, 8, 5, 0.0, rng()) == x).all()
+    assert not (gen.copy_windows(50, 40, 8, 5, 0.0, rng(1)) == x).all()
+
+
+def test_copy_optimal_bits_match_the_true_predictive_on_samples():
+    vocab, d, noise, length = 6, 4, 0.3, 64
+    x = gen.copy_windows(4000, length, vocab, d, noise, rng())
+    hit, miss = 1 - noise + noise / vocab, noise / vocab
+    y, back = x[:, 1:], np.concatenate([np.full((len(x), d - 1), -1), x[:, : length + 1 - d]], axis=1)
+    p = np.where(back < 0, 1 / vocab, np.where(y == back, hit, miss))  # the process's own predictive
+    ref = gen.copy_bits(length, vocab, d, noise)
+    assert ref["trivial"] == pytest.approx(math.log2(vocab))
+    assert float(-np.log2(p).mean()) == pytest.approx(ref["optimal"], abs=0.01)
+    assert ref["optimal"] < ref["trivial"] - 0.5
+
+
+# ----------------------------------------------------------------------------- periodic
+def test_periodic_tokens_repeat_with_the_period_and_the_bayes_loss_learns_the_pattern():
+    x = gen.periodic_windows(30, 50, vocab=7, period=6, noise=0.0, rng=rng())
+    assert (x[:, 6:] == x[:, :-6]).all()
+    bits = gen.periodic_bits(x, vocab=7, period=6, noise=0.0)  # (30, 50)
+    assert np.allclose(bits[:, :5], math.log2(7)) and np.allclose(bits[:, 5:], 0.0, atol=1e-6)
+
+
+def test_periodic_bayes_predictor_beats_copying_one_period_back_under_noise():
+    vocab, p, noise = 5, 4, 0.3
+    x = gen.periodic_windows(2000, 64, vocab, p, noise, rng())
+    bayes = gen.periodic_bits(x, vocab, p, noise)[:, 20:].mean()
+    y, back = x[:, 21:], x[:, 21 - p : -p]  # a predictor that trusts only the token one period back
+    hit, miss = 1 - noise + noise / vocab, noise / vocab
+    one_back = float(-np.log2(np.where(y == back, hit, miss)).mean())
+    assert bayes < one_back - 0.05
+    assert bayes > gen.noisy_copy_entropy(vocab, noise) - 0.05  # no better than knowing the pattern
+
+
+# ----------------------------------------------------------------------------- motif spacing
+def _spacing(seq: np.ndarray, a: np.ndarray, b: np.ndarray) -> int:
+    (ia,), (ib,) = gen.find(seq, a), gen.find(seq, b)  # exactly one copy of each
+    return ib - (ia + len(a))
+
+
+@pytest.mark.parametrize("negative", ["spacing", "order"])
+def test_motif_label_is_read_from_the_planted_spacing_alone(negative):
+    a, b = np.array([0, 1, 2, 3, 3, 2]), np.array([2, 0, 3, 1, 1, 0])
+    r, labels, correct = rng(), [], 0
+    for _ in range(300):
+        seq, label = gen.motif_window(96, a, b, 7, negative, 0.0, r)
+        s = _spacing(seq, a, b)
+        rule = int(s == 7)  # the Bayes rule: read the spacing
+        if negative == "order" and not label:
+            assert s == -(7 + len(a) + len(b))  # B before A, 7 bases apart
+        correct += rule == label
+        labels.append(label)
+    assert correct == 300 and 0.35 < np.mean(labels) < 0.65
+    assert gen.motif_accuracy(0.0) == {"trivial": 0.5, "optimal": 1.0}
+
+
+def test_motif_label_noise_sets_the_optimal_accuracy():
+    a, b = np.array([0, 1, 2, 3, 3, 2]), np.array([2, 0, 3, 1, 1, 0])
+    r = rng()
+    hits = [int(_spacing(s, a, b) == 5) == y for s, y in (gen.motif_window(64, a, b, 5, "spacing", 0.2, r)
+                                                             for _ in range(1500))]
+    assert np.mean(hits) == pytest.approx(gen.motif_accuracy(0.2)["optimal"], abs=0.03)
+
+
+# ----------------------------------------------------------------------------- datamodules
+def test_lm_datamodule_tiles_the_same_test_tokens_at_every_length():
+    dm = SyntheticLMDataModule(task="copy", vocab=8, distance=6, seq_len=16, eval_lengths=[16, 32, 128],
+                               eval_tokens=1024, batch_size=8, samples_per_epoch=40)
+    targets = {}
+    for n, loader in zip(dm.eval_lengths, dm.test_dataloader(), strict=True):
+        batches = list(loader)
+        assert all(b.shape[1] == n + 1 for b in batches)
+        targets[n] = np.sort(np.concatenate([b[:, 1:].numpy().ravel() for b in batches]))
+    assert (targets[16] == targets[128]).all() and (targets[32] == targets[128]).all()
+    assert next(iter(dm.train_dataloader())).shape == (8, 17)
+    assert dm.vocab_size == 9 and dm.pad_id == 8
+    assert dm.reference(128)["optimal"] < dm.reference(16)["optimal"] < dm.reference(16)["trivial"]
+
+
+def test_periodic_lm_reference_is_scored_on_the_test_windows():
+    dm = SyntheticLMDataModule(task="periodic", vocab=6, period=5, noise=0.2, seq_len=20,
+                               eval_lengths=[20, 80], eval_tokens=4000)
+    short, long = dm.reference(20)["optimal"], dm.reference(80)["optimal"]
+    assert long < short < math.log2(6)  # more cycles in view, a surer vote
+
+
+def test_motif_datamodule_batches_and_bad_options():
+    dm = SyntheticMotifDataModule(distance=4, seq_len=32, eval_lengths=[32, 64], samples_per_epoch=16,
+                                  eval_samples=8, batch_size=8)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["tokens"].shape == (8, 32) and set(batch["label"].tolist()) <= {0, 1}
+    assert [next(iter(t))["tokens"].shape[1] for t in dm.test_dataloader()] == [32, 64]
+    marked = SyntheticMotifDataModule(marker_motifs=True, distance=4, seq_len=32, samples_per_epoch=8)
+    tokens = next(iter(marked.train_dataloader()))["tokens"]
+    assert marked.vocab_size == 7 and marked.pad_id == 6
+    assert ((tokens == 4).sum(1) == 1).all() and ((tokens == 5).sum(1) == 1).all() and tokens.max() == 5
+    with pytest.raises(PosencError, match="data.motif_a"):
+        SyntheticMotifDataModule(motif_a="ACXT")
+    with pytest.raises(PosencError, match="data.seq_len=16"):
+        SyntheticMotifDataModule(distance=8, seq_len=16)
+    with pytest.raises(PosencError, match="data.task"):
+        SyntheticLMDataModule(task="nope")
+
+
+def test_motif_regions_keep_the_pair_in_training_positions_and_test_it_elsewhere():
+    dm = SyntheticMotifDataModule(marker_motifs=True, negative="order", distance=4, seq_len=40,
+                                  train_region=[0, 0.5], test_region=[0.5, 1], samples_per_epoch=64,
+                                  eval_samples=64, batch_size=64)
+    first = lambda tokens: ((tokens == 4) | (tokens == 5)).float().argmax(1)  # noqa: E731
+    span = 1 + 4 + 1
+    assert (first(next(iter(dm.train_dataloader()))["tokens"]) <= (40 - span) // 2).all()
+    assert (first(next(iter(dm.test_dataloader()[0]))["tokens"]) >= (40 - span) // 2).all()
+    with pytest.raises(PosencError, match="data.test_region"):
+        SyntheticMotifDataModule(test_region=[0.7, 0.2])
