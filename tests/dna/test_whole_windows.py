@@ -12,7 +12,7 @@ import yaml
 
 from datamodules import DNADataModule
 from pipelines.eval.whole_window import FIGURE, format_lengths, length_figure, log_run_lengths, read_lengths
-from tests.helpers import readable_png, store_client, workdir_with_store, write_fasta
+from tests.helpers import flat_dm, readable_png, store_client, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[2]
 LENGTHS = [32, 64, 128, 256]
@@ -21,8 +21,8 @@ LENGTHS = [32, 64, 128, 256]
 @pytest.fixture(scope="module")
 def dm(tmp_path_factory) -> DNADataModule:
     fasta = write_fasta(tmp_path_factory.mktemp("genome") / "g.fa", n=40000)
-    return DNADataModule(fasta=str(fasta), seq_len=32, batch_size=4, eval_lengths=LENGTHS, eval_tokens=1024,
-                         cache_dir=None)
+    return flat_dm(DNADataModule, fasta=str(fasta), seq_len=32, batch_size=4, eval_lengths=LENGTHS,
+                   eval_tokens=1024, cache_dir=None)
 
 
 def scored(loader, length: int) -> set[int]:
