@@ -194,8 +194,9 @@ def test_cli_errors_are_one_line(tmp_path, capsys, extra, message):
     extra = [str(ROOT / e) if e.startswith("configs/") else e for e in extra]
     with workdir_with_store(tmp_path), pytest.raises(SystemExit) as info:
         main(["fit", "--config", str(ROOT / "configs" / "dna_lm.yaml"), f"--data.init_args.fasta={fasta}",
-              "--data.init_args.cache_dir=null", "--model.init_args.d_model=16",
-              "--model.init_args.n_heads=2", "--model.init_args.n_layers=1", *extra])
+              "--data.init_args.cache_dir=null", "--data.init_args.eval_lengths=[128,256]",
+              "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=1",
+              *extra])
     assert info.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: ") and message in last

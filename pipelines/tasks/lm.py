@@ -221,7 +221,7 @@ class DNALanguageModel(DNATask):
         if length in undefined:
             return None
         try:
-            return self._nll(batch, sliding)
+            return self._nll(batch, sliding=sliding)
         except PositionOutOfRange:
             undefined.add(length)
             return None

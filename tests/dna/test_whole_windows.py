@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from datamodules import DNADataModule
+from datamodules.legacy import flatten
 from pipelines.eval.whole_window import FIGURE, format_lengths, length_figure, log_run_lengths, read_lengths
 from tests.helpers import flat_dm, readable_png, store_client, workdir_with_store, write_fasta
 
@@ -126,11 +127,12 @@ def test_study_config_matches_make_train_and_scores_1x_to_64x():
     study = yaml.safe_load((ROOT / "configs/compare_dna_lm.yaml").read_text())
     train = yaml.safe_load((ROOT / "configs/dna_lm.yaml").read_text())
     lengths = [128 * 2**i for i in range(7)]
-    assert study["data"]["init_args"]["eval_lengths"] == train["data"]["init_args"]["eval_lengths"] == lengths
+    data, train_data = (flatten(c["data"]["init_args"], DNADataModule) for c in (study, train))
+    assert data["eval_lengths"] == train_data["eval_lengths"] == lengths
     for key in ("d_model", "n_heads", "n_layers", "lr", "warmup_steps"):
         assert study["model"]["init_args"][key] == train["model"]["init_args"][key], key
     for key in ("seq_len", "batch_size", "samples_per_epoch", "split", "eval_tokens"):
-        assert study["data"]["init_args"][key] == train["data"]["init_args"][key], key
+        assert data[key] == train_data[key], key
     assert study["trainer"]["max_epochs"] == train["trainer"]["max_epochs"]
     sweep = next(c for c in study["trainer"]["callbacks"] if c["class_path"].endswith("ExtrapolationEval"))
     assert [f * 128 for f in sweep["init_args"]["factors"]] == lengths
