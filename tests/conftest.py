@@ -18,6 +18,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+    if os.environ.get("POSENC_TEST_TIMES"):  # opt-in per-test CPU seconds (tests/timing.py)
+        from tests.timing import CpuTimes
+
+        config.pluginmanager.register(CpuTimes(os.environ["POSENC_TEST_TIMES"]), "posenc-test-times")
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,12 @@ the tiny DNA LM config the fault tests share, and the schemes built from their `
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
+import shutil
+import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,14 +119,44 @@ def flat_dm(cls: type, **flat):
 
 
 # ------------------------------------------------------------------ the CLI in a temporary folder
+@functools.cache
+def _migrated_template() -> Path:
+    """An MLflow sqlite store with every table migrated and no experiment; built once per process."""
+    import mlflow
+
+    folder = Path(tempfile.mkdtemp(prefix="posenc-store-"))
+    db = folder / "mlflow.db"
+    mlflow.MlflowClient(f"sqlite:///{db}").search_experiments()  # MLflow's own migrations
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("DELETE FROM experiments")  # MLflow adds Default (artifacts under cwd) on first open
+    con.close()
+    return db
+
+
+def migrated_store(db: Path) -> Path:
+    """Put an empty MLflow sqlite store at ``db`` (unless one is there) whose tables are already migrated.
+
+    A new store costs MLflow ~2 CPU s of schema migrations, more than a tiny fit, on every test
+    that opens one; a copy of one migrated per process costs milliseconds. MLflow still creates the
+    Default experiment itself when it first opens the copy, as it would in a new file.
+    """
+    if not db.exists():
+        shutil.copyfile(_migrated_template(), db)
+    return db
+
+
 @contextmanager
-def workdir_with_store(tmp: Path) -> Iterator[Path]:
+def workdir_with_store(tmp: Path, migrated: bool = True) -> Iterator[Path]:
     """cwd = ``tmp`` and an absolute sqlite MLflow store inside it, both restored afterwards.
 
     The URI must be absolute: MLflow caches stores by URI, so a relative ``sqlite:///mlflow.db``
-    would let one test reuse another test's database.
+    would let one test reuse another test's database. ``migrated``: the store file is there from the
+    start (:func:`migrated_store`); ``False`` for a test that checks whether anything creates it.
     """
     cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
+    if migrated:
+        migrated_store(tmp / "mlflow.db")
     os.chdir(tmp)
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
     try:
@@ -135,14 +169,14 @@ def workdir_with_store(tmp: Path) -> Iterator[Path]:
             os.environ["MLFLOW_TRACKING_URI"] = uri
 
 
-def run_cli_in(tmp: Path, args: list[str]) -> tuple[int, object]:
-    """``pipelines.cli.main(args)`` in-process inside :func:`workdir_with_store` ``(tmp)``.
+def run_cli_in(tmp: Path, args: list[str], migrated: bool = True) -> tuple[int, object]:
+    """``pipelines.cli.main(args)`` in-process inside :func:`workdir_with_store` ``(tmp, migrated)``.
 
     Returns ``(exit status, the CLI object)``: ``(0, cli)`` when it returns, ``(code, None)`` when it exits.
     """
     from pipelines.cli import main
 
-    with workdir_with_store(tmp):
+    with workdir_with_store(tmp, migrated):
         try:
             return 0, main(args)
         except SystemExit as exc:

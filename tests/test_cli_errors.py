@@ -39,7 +39,7 @@ def test_user_mistake_is_one_line_and_writes_nothing(tmp_path, capsys, case):
         fh.write("")
     extra, must_name = CASES[case]
     before = set(tmp_path.rglob("*"))
-    code, _ = run_cli_in(tmp_path, ["fit", "--config", DNA, *extra])
+    code, _ = run_cli_in(tmp_path, ["fit", "--config", DNA, *extra], migrated=False)  # no store either
     err = capsys.readouterr().err
     lines = [ln for ln in err.strip().splitlines() if ln.startswith("error:")]
     assert code == 2, err

@@ -15,7 +15,16 @@ import lightning as L
 import pytest
 import torch
 
-from tests.helpers import FAULT, ROOT, final_metrics, run_cli_in, runs, tiny_setup, write_fasta
+from tests.helpers import (
+    FAULT,
+    ROOT,
+    final_metrics,
+    migrated_store,
+    run_cli_in,
+    runs,
+    tiny_setup,
+    write_fasta,
+)
 
 
 # ----------------------------------------------------------------------------------- resume
@@ -99,7 +108,8 @@ def test_failed_run_guard_marks_running_run_failed(tmp_path):
 
     from pipelines.tracking.failure import mark_runs_failed
 
-    logger = MLFlowLogger(experiment_name="t", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    db = migrated_store(tmp_path / "mlflow.db")
+    logger = MLFlowLogger(experiment_name="t", tracking_uri=f"sqlite:///{db}")
     trainer = L.Trainer(logger=logger, accelerator="cpu", enable_progress_bar=False)
     run_id = logger.run_id
     assert logger.experiment.get_run(run_id).info.status == "RUNNING"

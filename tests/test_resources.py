@@ -73,8 +73,11 @@ def test_estimate_is_within_a_factor_of_three_of_a_measured_training_step(pe, ba
 FIT = "import sys; from pipelines.cli import main; main(sys.argv[1:])"
 
 
-@pytest.mark.parametrize("extra", [["--data.init_args.seq_len=200000", "--data.init_args.batch_size=64"],
-                                   ["--data.init_args.batch_size=300000", "--data.init_args.seq_len=512"]])
+@pytest.mark.parametrize("extra", [
+    ["--data.init_args.seq_len=200000", "--data.init_args.batch_size=64"],
+    # the same check through the batch size: another fresh interpreter (~10 CPU s of imports) → slow
+    pytest.param(["--data.init_args.batch_size=300000", "--data.init_args.seq_len=512"],
+                 marks=pytest.mark.slow)])
 def test_a_fit_that_cannot_fit_in_memory_is_refused_before_anything_is_allocated(tmp_path, extra):
     tiny_setup(tmp_path)
     code, _, err, peak = _python(FIT, "fit", "--config", "tiny.yaml", *extra, cwd=tmp_path,

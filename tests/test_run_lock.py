@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FAULT, ROOT, run_cli_in, runs, tiny_setup
+from tests.helpers import FAULT, ROOT, migrated_store, run_cli_in, runs, tiny_setup
 
 
 def _sleeper(seconds: int = 120) -> subprocess.Popen:
@@ -116,11 +116,13 @@ def _wait_for(pattern: str, tmp: Path, proc: subprocess.Popen, timeout: float = 
     raise AssertionError(f"no {pattern} after {timeout} s")
 
 
-def test_a_second_fit_never_enters_a_live_run_and_sigterm_stops_it_mid_step_as_killed(tmp_path):
-    """A real training (its step 5 takes minutes) holds the lock: the same command in a second process
+def test_a_second_fit_never_enters_a_live_run_and_sigterm_stops_it_mid_step_as_killed(tmp_path, capsys):
+    """A real training (its step 5 takes minutes) holds the lock: the same command in another process
+    (this test's own: the CLI in-process, so that only the first pays a fresh interpreter's imports)
     stops with one line naming the live run and changes nothing; SIGTERM then ends the first one
     mid-step (Lightning alone waits for the step to end), exit 143, its MLflow run KILLED."""
     tiny_setup(tmp_path)
+    migrated_store(tmp_path / "mlflow.db")
     first = subprocess.Popen([sys.executable, "-m", "pipelines.train", *LONG], cwd=tmp_path,
                              env=_env(tmp_path, POSENC_FAULT="1"), stderr=subprocess.PIPE, text=True)
     try:
@@ -128,10 +130,11 @@ def test_a_second_fit_never_enters_a_live_run_and_sigterm_stops_it_mid_step_as_k
         lock = next((tmp_path / "outputs").glob("runs/*/run.lock"))
         held = lock.read_text()
         run_id = json.loads((lock.parent / "run.json").read_text())["run_id"]
-        second = subprocess.run([sys.executable, "-m", "pipelines.train", *LONG], cwd=tmp_path,
-                                env=_env(tmp_path), capture_output=True, text=True, timeout=300)
-        errors = [ln for ln in second.stderr.splitlines() if ln.startswith("error:")]
-        assert second.returncode == 2 and len(errors) == 1, second.stderr[-3000:]
+        capsys.readouterr()
+        code, _ = run_cli_in(tmp_path, LONG)  # this test's process: the CLI's one-line exit, in-process
+        err = capsys.readouterr().err
+        errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2 and len(errors) == 1, err[-3000:]
         assert f"MLflow run {run_id}" in errors[0] and f"process {first.pid}" in errors[0]
         assert lock.read_text() == held and len(runs(tmp_path)[1]) == 1
         first.send_signal(signal.SIGTERM)

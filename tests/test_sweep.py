@@ -104,7 +104,7 @@ def test_the_seed_decides_the_weights_and_the_same_seed_gives_the_same_numbers(s
 def test_a_config_the_cli_refuses_is_one_line_and_writes_no_run(tmp_path):
     layers = [tiny_setup(tmp_path)]
     broken = {"model": {"init_args": {"pe": {"class_path": "posenc.Learned", "init_args": {"max_len": 0}}}}}
-    with workdir_with_store(tmp_path), pytest.raises(TrainingFailed) as exc:
+    with workdir_with_store(tmp_path, migrated=False), pytest.raises(TrainingFailed) as exc:
         train_run(layers, broken, 0, experiment=EXPERIMENT, run_name="broken", namespace=NS)
     assert exc.value.reason == "Learned max_len must be a positive integer, got 0"
     assert str(exc.value) == "training broken failed: Learned max_len must be a positive integer, got 0"

@@ -8,6 +8,7 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 
 from pipelines.tracking.system_metrics import GpuSystemMetrics
+from tests.helpers import migrated_store
 
 
 class _Tiny(L.LightningModule):
@@ -26,7 +27,8 @@ class _Tiny(L.LightningModule):
 
 
 def _fit(tmp_path, accelerator: str) -> tuple[GpuSystemMetrics, MLFlowLogger]:
-    logger = MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", experiment_name="t")
+    db = migrated_store(tmp_path / "mlflow.db")
+    logger = MLFlowLogger(tracking_uri=f"sqlite:///{db}", experiment_name="t")
     cb = GpuSystemMetrics(interval=1.0)
     trainer = L.Trainer(accelerator=accelerator, devices=1, max_steps=2, logger=logger, callbacks=[cb],
                         enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import seasonal_frame, write_csv
+from tests.helpers import run_cli_in, seasonal_frame, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = ROOT / "configs" / "ts_forecast.yaml"
@@ -32,22 +32,8 @@ def small(csv: Path) -> list[str]:
 
 
 def run_main(tmp: Path, args: list[str]) -> int:
-    from pipelines.cli import main
-
-    cwd, uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-    os.chdir(tmp)
-    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    finally:
-        os.chdir(cwd)
-        if uri is None:
-            os.environ.pop("MLFLOW_TRACKING_URI")
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = uri
-    return 0
+    """The CLI in-process in ``tmp`` with its own MLflow store (:func:`tests.helpers.run_cli_in`)."""
+    return run_cli_in(tmp, args)[0]
 
 
 @pytest.mark.slow  # ~10 s alone (a real fit, test at 4 lookbacks, MLflow artifacts)
@@ -89,7 +75,8 @@ def users_hourly_file(tmp_path: Path) -> list[str]:
             "--data.init_args.target_cols=[temp]"]
     budget = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
               "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
-              "--trainer.enable_progress_bar=false"]
+              "--trainer.enable_progress_bar=false",
+              "--data.init_args.samples_per_epoch=128"]  # DLinear's 3 baseline epochs: 6 steps, not 384
     return ["fit", "--config", str(TS), *data, *budget]
 
 
