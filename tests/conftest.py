@@ -32,3 +32,14 @@ def lightning_logs_to_current_stderr():
         for handler in logging.getLogger(name).handlers:
             if type(handler) is logging.StreamHandler:  # not pytest's own capture handlers
                 handler.stream = sys.stderr  # setStream would flush the closed one
+
+
+@pytest.fixture(autouse=True)
+def progress_switch_restored():
+    """An in-process CLI run with ``--progress false`` (a test's or a module fixture's) turns progress off
+    for the whole process; put the switch back to its default after every test so the next file's tests
+    (e.g. the genome cache's bar) see it on."""
+    from datamodules.progress import set_progress
+
+    yield
+    set_progress(True)
