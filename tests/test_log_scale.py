@@ -24,6 +24,7 @@ from tests.helpers import (
     attention_inputs,
     biased_schemes,
     other_schemes,
+    reference_attention,
     scheme,
 )
 
@@ -43,33 +44,6 @@ def model(pe, causal, log_scale_len, **kw) -> Transformer:
     return Transformer(D, H, 2, pe, causal=causal, log_scale_len=log_scale_len, **kw).double().eval()
 
 
-def reference(attn: Attention, x, pos, pe, kpm, causal, train_len):
-    """softmax(s_i·(q·kᵀ/√Dh + bias) + mask)·v (+ the value-side term) in float64, written from the hooks
-    and the formula s_i = max(1, ln n_i / ln L0), n_i = the keys row i may attend."""
-    B, L, C = x.shape
-    q, k, v = attn.qkv(x).view(B, L, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, L, Dh)
-    q, k = pe.rotate(q, k, pos, pos)
-    logits = q @ k.transpose(-1, -2) / math.sqrt(C // H)  # (B, H, L, L)
-    bias = pe.bias(q, pos, pos, k=k)
-    if bias is not None:
-        logits = logits + bias
-    keep = torch.ones(B, 1, L, L, dtype=torch.bool)
-    if causal:
-        keep &= torch.ones(L, L, dtype=torch.bool).tril()
-    if kpm is not None:
-        keep &= ~kpm[:, None, None, :]
-    scale = torch.ones(B, 1, L, 1, dtype=torch.float64)
-    for b in range(B):
-        for i in range(L):
-            n = int(keep[b, 0, i].sum())
-            scale[b, 0, i, 0] = max(1.0, math.log(max(n, 1)) / math.log(train_len))
-    w = (scale * logits).masked_fill(~keep, torch.finfo(logits.dtype).min).softmax(-1)
-    y = w @ v
-    if pe.meta.value_term:
-        y = y + pe.value_term(w, pos, pos)
-    return attn.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
-
-
 @pytest.mark.parametrize("cls", CASES)
 @pytest.mark.parametrize("causal", [False, True], ids=["bidir", "causal"])
 @pytest.mark.parametrize("padded", [False, True], ids=["full", "padded"])
@@ -81,9 +55,9 @@ def test_every_path_matches_the_float64_reference(cls, causal, padded):
         m = model(pe, causal, L0, **kw)
         attn = m.blocks[0].attn
         got = attn(x, pos, kpm)
-        ref = reference(attn, x, pos, pe, kpm, causal, L0)
+        ref = reference_attention(attn, x, pos, pe, kpm, causal, L0)
         torch.testing.assert_close(got[keep], ref[keep], rtol=1e-9, atol=1e-10)
-        plain = reference(attn, x, pos, pe, kpm, causal, 10**6)  # s = 1: the temperature does change it
+        plain = reference_attention(attn, x, pos, pe, kpm, causal)  # s = 1: the temperature does change it
         assert (plain[keep] - ref[keep]).abs().max() > 1e-4
         weights = attn.weights(x, pos, kpm)  # the diagnostics' weights use it too
         assert torch.isfinite(weights).all()
