@@ -228,6 +228,16 @@ def mlflow_loggers(trainer: Any) -> list[MLFlowLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
 
 
+def baseline_datamodule(trainer: Any, needs: str) -> Any | None:
+    """The datamodule a baseline callback fits and scores after testing, or ``None`` to skip: only on
+    rank 0 (DDP: a baseline is computed and logged once) and only a datamodule with attribute ``needs``
+    (the baseline's data: ``sets``, ``region_codes``, ``windows``)."""
+    dm = trainer.datamodule
+    if not getattr(trainer, "is_global_zero", True) or dm is None or not hasattr(dm, needs):
+        return None
+    return dm
+
+
 def check_task(checkpoint: dict[str, Any], expected: str, source: str) -> None:
     """Raise a clear error when a checkpoint was trained for another task."""
     got = checkpoint.get("posenc_task")

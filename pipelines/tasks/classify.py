@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
-from pipelines.tasks.base import TaskAdapter
+from pipelines.tasks.base import TaskAdapter, baseline_datamodule
 from pipelines.tasks.dna_predict import predict_classify
 from pipelines.tasks.per_length import PerLengthTest, token_positions
 from posenc import PosencError
@@ -153,10 +153,8 @@ class KmerBaseline(L.Callback):
         return x / np.maximum(x.sum(1, keepdims=True), 1.0), np.asarray(samples.labels)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dm = trainer.datamodule
-        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
-            return
-        if dm is None or not hasattr(dm, "sets"):
+        dm = baseline_datamodule(trainer, "sets")
+        if dm is None:
             return
         from sklearn.linear_model import LogisticRegression
         from sklearn.metrics import roc_auc_score
@@ -231,10 +229,8 @@ class ClassifyBaselines(L.Callback):
         return "\n".join(lines)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dm = trainer.datamodule
-        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
-            return
-        if dm is None or not hasattr(dm, "sets"):
+        dm = baseline_datamodule(trainer, "sets")
+        if dm is None:
             return
         self.results = self.compute(dm)
         for logger in trainer.loggers:

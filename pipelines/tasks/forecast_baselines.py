@@ -31,6 +31,7 @@ from scipy.linalg import LinAlgWarning
 from datamodules.timeseries.calendar import calendar_cycles
 from datamodules.timeseries.parse import format_step
 from datamodules.timeseries.windows import estimate_period, gather_windows
+from pipelines.tasks.base import baseline_datamodule
 from posenc import PosencError
 
 RIDGE_ALPHAS = (0.1, 1.0, 10.0, 100.0, 1000.0)  # penalties tried on the validation windows
@@ -284,10 +285,8 @@ class ForecastBaselines(L.Callback):
             self._announce(dm, *self.choose_period(dm))
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dm = trainer.datamodule
-        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
-            return
-        if dm is None or not hasattr(dm, "windows"):
+        dm = baseline_datamodule(trainer, "windows")
+        if dm is None:
             return
         scored = getattr(pl_module, "scored_starts", None)  # the windows the model was scored on
         starts = np.unique(np.asarray(scored, dtype=np.int64)) if scored else None

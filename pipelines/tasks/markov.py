@@ -31,6 +31,7 @@ import lightning as L
 import numpy as np
 
 from datamodules.dna.fasta import N_CODE
+from pipelines.tasks.base import baseline_datamodule
 
 MAX_ORDER = 12
 
@@ -296,10 +297,8 @@ class MarkovBaselines(L.Callback):
         return out
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dm = trainer.datamodule
-        if not getattr(trainer, "is_global_zero", True):  # DDP: computed and logged once, by rank 0
-            return
-        if dm is None or not hasattr(dm, "region_codes"):
+        dm = baseline_datamodule(trainer, "region_codes")
+        if dm is None:
             return
         self.results = self.compute(dm)
         for logger in trainer.loggers:
