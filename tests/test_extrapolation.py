@@ -384,8 +384,8 @@ def test_classification_sweep_scores_auroc_against_chance(tmp_path, monkeypatch)
 
     fasta = write_fasta(tmp_path / "s.fa", {f"s{i}": random_bases(30 + i, i) for i in range(24)})
     (tmp_path / "labels.csv").write_text("id,label\n" + "".join(f"s{i},{'ab'[i % 2]}\n" for i in range(24)))
-    dm = ClassificationDataModule(fasta=str(fasta), labels=str(tmp_path / "labels.csv"), seq_len=16,
-                                  batch_size=4, split=(0.5, 0.25, 0.25), cache_dir=str(tmp_path / "cache"))
+    dm = flat_dm(ClassificationDataModule, fasta=str(fasta), labels=str(tmp_path / "labels.csv"), seq_len=16,
+                 batch_size=4, split=(0.5, 0.25, 0.25), cache_dir=str(tmp_path / "cache"))
     torch.manual_seed(0)
     model = SequenceClassifier(vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2, n_layers=1,
                                pe={"class_path": "posenc.ALiBi"})

@@ -111,3 +111,79 @@ def test_a_checkpoint_without_the_attention_group_gets_the_defaults():
     assert model.hparams["attention"] == vars(AttentionOptions()) and not model.backbone.use_compile
     with pytest.raises(PosencError, match="model.attention: unknown key 'kernel'"):
         DNALanguageModel(**old, attention={"kernel": "flex"})
+
+
+# ------------------------------------------------------------------- the classification datamodule
+CLASSIFY_BEFORE = ("fasta labels class_fastas seq_len batch_size split eval_lengths kmer kmer_stride rc_prob "
+                   "iupac cache_dir demo_min_distance num_workers seed").split()  # flat arguments (97b0e01)
+
+
+def _labelled(tmp_path) -> dict:
+    """A FASTA of 20 short records, its labels file, and flat ClassificationDataModule settings over them."""
+    from tests.helpers import random_bases, write_fasta
+
+    fasta = write_fasta(tmp_path / "seqs.fa", {f"s{i}": random_bases(20 + i, i) for i in range(20)})
+    (tmp_path / "labels.csv").write_text("id,label\n" + "".join(f"s{i},{'ab'[i % 2]}\n" for i in range(20)))
+    return {"fasta": str(fasta), "labels": str(tmp_path / "labels.csv"), "seq_len": 8, "batch_size": 4,
+            "split": [0.6, 0.2, 0.2], "eval_lengths": [8, 16], "kmer": 2, "kmer_stride": 2,
+            "cache_dir": str(tmp_path / "cache"), "seed": 3}
+
+
+def test_the_classification_table_sends_every_flat_argument_of_before_to_one_group_field():
+    from datamodules.dna.classify import ClassificationDataModule
+
+    table = legacy_keys(ClassificationDataModule)
+    assert set(table) - set(CLASSIFY_BEFORE) == {"skip_short_records", "samples_per_epoch"}  # shared groups
+    assert set(CLASSIFY_BEFORE) <= set(table)
+    assert table["fasta"] == "genome.fasta" and table["labels"] == "samples.labels"
+    assert table["seq_len"] == "windows.seq_len" and table["seed"] == "loader.seed"
+
+
+def test_a_flat_classification_config_and_flat_saved_hparams_build_the_same_datamodule(tmp_path):
+    """The flat form of before, as a config file through the CLI and as saved hyperparameters (what a
+    checkpoint from before holds), builds the datamodule the grouped form builds: same settings, same
+    split, same batches."""
+    import json
+
+    import yaml
+
+    from datamodules.dna.classify import ClassificationDataModule
+    from pipelines.cli import make_cli
+    from tests.helpers import workdir_with_store
+
+    flat = _labelled(tmp_path)
+    config = tmp_path / "flat.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"class_path": "pipelines.SequenceClassifier",
+                  "init_args": {"d_model": 16, "n_heads": 2, "n_layers": 2}},
+        "data": {"class_path": "datamodules.ClassificationDataModule", "init_args": flat}}))
+    with workdir_with_store(tmp_path):
+        from_config = make_cli(["--config", str(config), "--trainer.logger=false"], run=False).datamodule
+    saved = {"_class_path": "datamodules.ClassificationDataModule", **flat, "class_fastas": None,
+             "rc_prob": 0.0, "iupac": "N", "demo_min_distance": 100, "num_workers": 0}
+    from_hparams = ClassificationDataModule(**nest(ClassificationDataModule, saved))
+    grouped = ClassificationDataModule(**nest(ClassificationDataModule, dict(from_config.hparams)))
+    for dm in (from_config, from_hparams):
+        assert dm.hparams["windows"] == grouped.hparams["windows"] == {
+            "seq_len": 8, "eval_lengths": [8, 16], "kmer": 2, "kmer_stride": 2, "rc_prob": 0.0}
+        assert [json.dumps(dm.hparams[k]) for k in ("genome", "samples", "loader")] == [  # tuples as lists
+            json.dumps(grouped.hparams[k]) for k in ("genome", "samples", "loader")]
+        assert [s.names for s in dm.sets.values()] == [s.names for s in grouped.sets.values()]
+        assert torch.equal(next(iter(dm.test_dataloader()[1]))["tokens"],
+                           next(iter(grouped.test_dataloader()[1]))["tokens"])
+    assert from_hparams.seed == 3 and from_hparams.eval_lengths == [8, 16] and from_hparams.tokenizer.k == 2
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"seq_len": 0}, "data.windows.seq_len must be ≥ 1, got 0"),
+    ({"eval_lengths": [16, 8]}, "data.windows.eval_lengths must be a non-empty increasing list"),
+    ({"demo_min_distance": -1}, "data.samples.demo_min_distance must be ≥ 0, got -1"),
+    ({"skip_short_records": True}, "data.genome.skip_short_records does not apply to classification"),
+    ({"fasta": None}, "labels.csv: a labels file needs data.genome.fasta"),
+])
+def test_a_bad_classification_setting_is_one_line_naming_its_key(tmp_path, settings, message):
+    from datamodules.dna.classify import ClassificationDataModule
+
+    with pytest.raises(PosencError, match=message) as info:
+        ClassificationDataModule(**nest(ClassificationDataModule, {**_labelled(tmp_path), **settings}))
+    assert "\n" not in str(info.value)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
+from typing import ClassVar
 
 import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader
 
+from datamodules.config import Loader
 from datamodules.dna.annotation import call_genes
-from datamodules.dna.fasta import IupacMode, split_regions
+from datamodules.dna.config import CropWindows, GenomeFile, LabelledSamples
+from datamodules.dna.fasta import split_regions
 from datamodules.dna.genome import report_genome
-from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, cached_json, default_genome, load_genome
+from datamodules.dna.genome_cache import cached_json, default_genome, load_genome
 from datamodules.dna.samples import (
     SPLITS,
     SampleSet,
@@ -25,7 +29,7 @@ from datamodules.dna.samples import (
 )
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.paths import resolve_path
-from datamodules.sampling import EpochSampler, ShardSampler, check_counts, eval_shard, train_shard
+from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -38,77 +42,69 @@ class ClassificationDataModule(L.LightningDataModule):
 
     Sources, in order of precedence:
 
-    * ``class_fastas: {class: path}`` — every record of each FASTA is a sample of that class;
-    * ``fasta`` + ``labels`` — a CSV/TSV with columns ``id,label`` naming records of ``fasta``;
+    * ``samples.class_fastas: {class: path}`` — every record of each FASTA is a sample of that class;
+    * ``genome.fasta`` + ``samples.labels`` — a CSV/TSV with columns ``id,label`` naming records of
+      the FASTA;
     * neither — the demo: windows centred on translation starts predicted by ``pyrodigal`` on the
       E. coli genome (``gene_start``) vs. random windows ≥ ``demo_min_distance`` from any predicted
       start (``background``); deterministic, split by genome region so no window leaks.
 
     Args:
-        fasta: FASTA/GenBank of the labelled records (or the demo genome).
-        labels: CSV/TSV ``id,label`` file for ``fasta``.
-        class_fastas: one FASTA per class.
-        seq_len: training length in tokens.
-        batch_size: sequences per batch.
-        split: (train, val, test) fractions of the samples (stratified, seeded) or, for the demo,
-            of the genome (regions along each record).
-        eval_lengths: test lengths; default 1×, 2×, 4× ``seq_len``.
-        kmer: bases per token; kmer_stride: bases between tokens.
-        rc_prob: probability of reverse-complementing a training sequence.
-        iupac: ambiguity-code handling (``"N"`` or ``"error"``).
-        cache_dir: genome / gene-call cache folder.
-        demo_min_distance: demo background windows are centred at least this far from a start.
-        num_workers: DataLoader workers.
-        seed: split, sampling and augmentation seed.
+        genome: the labelled records' FASTA/GenBank (or the demo genome), its cache (also of the gene
+            calls) and IUPAC handling (:class:`~datamodules.dna.config.GenomeFile`; its
+            ``skip_short_records`` does not apply: short sequences are padded).
+        samples: labels file or one FASTA per class, the split, the demo's background distance
+            (:class:`~datamodules.dna.config.LabelledSamples`).
+        windows: training and test crop lengths, tokenization, augmentation
+            (:class:`~datamodules.dna.config.CropWindows`).
+        loader: sequences per batch, workers, and the split, sampling and augmentation seed
+            (:class:`~datamodules.config.Loader`; ``samples_per_epoch``: random training sequences
+            per epoch instead of every one once).
     """
+
+    config_groups: ClassVar[dict[str, type]] = {"genome": GenomeFile, "samples": LabelledSamples,
+                                                "windows": CropWindows, "loader": Loader}
 
     def __init__(
         self,
-        fasta: str | None = None,
-        labels: str | None = None,
-        class_fastas: dict[str, str] | None = None,
-        seq_len: int = 128,
-        batch_size: int = 32,
-        split: tuple[float, float, float] = (0.8, 0.1, 0.1),
-        eval_lengths: list[int] | None = None,
-        kmer: int = 1,
-        kmer_stride: int = 1,
-        rc_prob: float = 0.0,
-        iupac: IupacMode = "N",
-        cache_dir: str | None = DEFAULT_CACHE_DIR,
-        demo_min_distance: int = 100,
-        num_workers: int = 0,
-        seed: int = 0,
+        genome: GenomeFile = GenomeFile(),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        samples: LabelledSamples = LabelledSamples(),  # noqa: B008
+        windows: CropWindows = CropWindows(),  # noqa: B008
+        loader: Loader = Loader(batch_size=32),  # noqa: B008
     ) -> None:
         super().__init__()
-        check_counts(seq_len=(seq_len, 1), batch_size=(batch_size, 1), num_workers=(num_workers, 0),
-                     demo_min_distance=(demo_min_distance, 0))
-        lengths = list(eval_lengths) if eval_lengths is not None else [seq_len * f for f in (1, 2, 4)]
-        if seq_len < 1 or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or not lengths:
-            raise PosencError(f"data.eval_lengths must be an increasing list, got {lengths}")
-        if labels and not fasta:
-            raise PosencError(f"{labels}: a labels file needs data.fasta (the records it names)")
+        if genome.skip_short_records:
+            raise PosencError("data.genome.skip_short_records does not apply to classification (short "
+                              "sequences are padded)")
+        if samples.labels and not genome.fasta:
+            raise PosencError(f"{samples.labels}: a labels file needs data.genome.fasta (the records it "
+                              f"names)")
         self.save_hyperparameters()
-        self.tokenizer = KmerTokenizer(kmer, kmer_stride)
-        self.seq_len, self.batch_size, self.eval_lengths = seq_len, batch_size, lengths
-        self.rc_prob, self.num_workers, self.seed = rc_prob, num_workers, seed
-        self.cache_dir, self.iupac = cache_dir, iupac
-        if class_fastas:
-            genomes = {c: self._load(resolve_path(p)) for c, p in class_fastas.items()}
-            samples, self.class_names = samples_from_genomes(genomes)
-            self.sets = split_samples(samples, split, seed)
-        elif labels:
-            genome = self._load(resolve_path(fasta))
-            samples, self.class_names = samples_from_labels(genome, read_labels(resolve_path(labels)),
-                                                            resolve_path(labels))
-            self.sets = split_samples(samples, split, seed)
-        else:
-            self.sets = self._demo(fasta, split, demo_min_distance)
-            self.class_names = ["background", "gene_start"]
+        for name, value in zip(self.config_groups, (genome, samples, windows, loader), strict=True):
+            self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
+        self.tokenizer = KmerTokenizer(windows.kmer, windows.kmer_stride)
+        self.seq_len, self.batch_size, self.eval_lengths = windows.seq_len, loader.batch_size, windows.lengths
+        self.rc_prob, self.num_workers, self.seed = windows.rc_prob, loader.num_workers, loader.seed
+        self.samples_per_epoch = loader.samples_per_epoch
+        self.cache_dir, self.iupac = genome.cache_dir, genome.iupac
+        self.sets, self.class_names = self._samples(genome.fasta, samples)
         for name in SPLITS:
             counts = np.bincount(self.sets[name].labels, minlength=len(self.class_names)).tolist()
             log.info("%s: %d sequences, per class %s", name, len(self.sets[name]),
                      dict(zip(self.class_names, counts, strict=True)))
+
+    def _samples(self, fasta: str | None, samples: LabelledSamples) -> tuple[dict[str, SampleSet], list[str]]:
+        """The split sample sets and the class names, from whichever source ``samples`` names."""
+        split, seed = samples.split, self.seed
+        if samples.class_fastas:
+            genomes = {c: self._load(resolve_path(p)) for c, p in samples.class_fastas.items()}
+            found, names = samples_from_genomes(genomes)
+            return split_samples(found, split, seed), names
+        if samples.labels:
+            labels = resolve_path(samples.labels)
+            found, names = samples_from_labels(self._load(resolve_path(fasta)), read_labels(labels), labels)
+            return split_samples(found, split, seed), names
+        return self._demo(fasta, split, samples.demo_min_distance), ["background", "gene_start"]
 
     def _load(self, path: Path):
         """The (cached) encoded genome of ``path``, with one line on what encoding changed."""
@@ -145,7 +141,7 @@ class ClassificationDataModule(L.LightningDataModule):
     def _loader(self, name: str, tokens: int, train: bool = False) -> DataLoader:
         ds = SampleWindows(self.sets[name], tokens, self.tokenizer, self.rc_prob if train else 0.0, self.seed)
         if train:  # a fresh seeded shuffle each epoch, one shard per rank under DDP
-            sampler = EpochSampler(len(ds), None, self.seed, *train_shard(self.trainer))
+            sampler = EpochSampler(len(ds), self.samples_per_epoch, self.seed, *train_shard(self.trainer))
         else:  # in order; disjoint blocks while a DDP trainer validates/tests
             sampler = ShardSampler(len(ds), *eval_shard(self.trainer), what=f"{name} sequences")
         batch = self.batch_size if train else max(1, self.batch_size * self.seq_len // tokens)

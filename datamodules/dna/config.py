@@ -110,3 +110,63 @@ class GenomeWindows:
         if self.eval_lengths is not None:
             return list(self.eval_lengths)
         return [self.seq_len * f for f in (1, 2, 4, 8)]
+
+
+@dataclass(frozen=True)
+class LabelledSamples:
+    """Where the labelled sequences of :class:`~datamodules.dna.classify.ClassificationDataModule` come
+    from and how they are split (with the ``genome`` group's ``fasta``).
+
+    Attributes:
+        labels: CSV/TSV ``id,label`` naming records of ``genome.fasta``.
+        class_fastas: ``{class: path}``, every record of a file one sample of its class (wins over
+            ``labels``).
+        split: (train, val, test) fractions of the samples (stratified, seeded) or, for the demo
+            (neither given), of the genome (regions along each record).
+        demo_min_distance: demo background windows are centred at least this far from a gene start.
+    """
+
+    labels: str | None = None
+    class_fastas: dict[str, str] | None = None
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    demo_min_distance: int = 100
+
+    def __post_init__(self) -> None:
+        at_least("samples", demo_min_distance=(self.demo_min_distance, 0))
+
+
+@dataclass(frozen=True)
+class CropWindows:
+    """The crops a classifier sees, centred on each sequence, counted in tokens (the classification
+    ``windows`` group: :class:`GenomeWindows`'s fields that apply to whole labelled sequences).
+
+    Attributes:
+        seq_len: training crop length.
+        eval_lengths: test crop lengths (increasing; shorter sequences are padded); default 1×, 2×,
+            4× ``seq_len``.
+        kmer: bases per token.
+        kmer_stride: bases between tokens.
+        rc_prob: probability of reverse-complementing a training sequence.
+    """
+
+    seq_len: int = 128
+    eval_lengths: list[int] | None = None
+    kmer: int = 1
+    kmer_stride: int = 1
+    rc_prob: float = 0.0
+
+    def __post_init__(self) -> None:
+        at_least("windows", seq_len=(self.seq_len, 1))
+        lengths = self.lengths
+        if not lengths or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or lengths[0] < 1:
+            raise PosencError(f"data.windows.eval_lengths must be a non-empty increasing list of lengths "
+                              f"≥ 1, got {lengths}")
+        if not 0.0 <= self.rc_prob <= 1.0:
+            raise PosencError(f"data.windows.rc_prob must be in [0, 1], got {self.rc_prob}")
+
+    @property
+    def lengths(self) -> list[int]:
+        """The test lengths: ``eval_lengths``, or 1×, 2×, 4× ``seq_len``."""
+        if self.eval_lengths is not None:
+            return list(self.eval_lengths)
+        return [self.seq_len * f for f in (1, 2, 4)]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from datamodules.dna.samples import SampleSet
-from tests.helpers import workdir_with_store, write_fasta
+from tests.helpers import flat_dm, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[2]
 MOTIF = np.array([3, 0, 3, 0, 0, 3, 2, 1])  # TATAATGC
@@ -134,8 +134,8 @@ def test_the_callback_logs_every_baseline_at_every_test_length_to_mlflow(tmp_pat
     fasta = write_fasta(tmp_path / "seqs.fa", recs)
     (tmp_path / "labels.csv").write_text("id,label\n" + "".join(
         f"{n}{i},{'ab'[y]}\n" for n, s in sets.items() for i, y in enumerate(s.labels)))
-    dm = ClassificationDataModule(str(fasta), str(tmp_path / "labels.csv"), seq_len=32, eval_lengths=[32, 64],
-                                  cache_dir=str(tmp_path / "cache"))
+    dm = flat_dm(ClassificationDataModule, fasta=str(fasta), labels=str(tmp_path / "labels.csv"), seq_len=32,
+                 eval_lengths=[32, 64], cache_dir=str(tmp_path / "cache"))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with workdir_with_store(tmp_path):
         logger = MLFlowLogger(experiment_name="t", tracking_uri=uri)

@@ -137,7 +137,8 @@ def test_masked_lm_masks_the_same_bases_at_every_test_length(genome_file):
 def classify(tmp_path, **kw):
     from datamodules import ClassificationDataModule
 
-    return ClassificationDataModule(seq_len=16, batch_size=4, cache_dir=str(tmp_path / "cache"), **kw)
+    return flat_dm(ClassificationDataModule, **{"seq_len": 16, "batch_size": 4,
+                                                "cache_dir": str(tmp_path / "cache"), **kw})
 
 
 def test_classification_from_labels_file_and_class_fastas(tmp_path):
