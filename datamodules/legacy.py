@@ -1,15 +1,18 @@
-"""Flat datamodule settings (before the typed groups) translated to the groups, where they enter.
+"""Flat settings (before the typed groups) translated to the groups, where they enter.
 
-A datamodule with typed settings lists them on its class as ``config_groups`` ({parameter: group
-dataclass}, see :mod:`datamodules.config`). Each field kept its flat name, so the one mapping
-table, flat key → ``group.field``, is read off the dataclasses (:func:`legacy_keys`): for
-:class:`~datamodules.timeseries.datamodule.TimeSeriesDataModule`, ``lookback`` → ``windows.lookback``,
-``path`` → ``source.path``, ``seed`` → ``loader.seed``… It is applied where settings come in:
+A datamodule or a model (task) with typed settings lists them on its class as ``config_groups``
+({parameter: group dataclass}, see :mod:`datamodules.config` and :mod:`pipelines.tasks.options`).
+Each field kept its flat name, so the one mapping table, flat key → ``group.field``, is read off the
+dataclasses (:func:`legacy_keys`): for :class:`~datamodules.timeseries.datamodule.TimeSeriesDataModule`,
+``lookback`` → ``windows.lookback``, ``path`` → ``source.path``, ``seed`` → ``loader.seed``; for a
+task, ``d_model`` → ``net.d_model``, ``lr`` → ``optim.lr``… It is applied where settings come in:
 
-* the command line and its config files (:func:`translate_args`: ``--data.init_args.lookback=48`` and
-  a YAML whose ``data.init_args`` is flat), before jsonargparse parses them;
+* the command line and its config files (:func:`translate_args`: ``--data.init_args.lookback=48``,
+  ``--model.init_args.d_model=64`` and a YAML whose ``data.init_args`` / ``model.init_args`` is
+  flat), before jsonargparse parses them;
 * saved datamodule hyperparameters (checkpoints before the groups are flat) and code that builds a
-  datamodule from a dict (:func:`nest`);
+  datamodule from a dict (:func:`nest`); a model folds flat keys into its groups itself, when built
+  (:func:`fold`: checkpoints and registered models from before load unchanged);
 * readers of saved hyperparameters that want one flat view, old or new (:func:`flatten`).
 
 A flat key given beside its group wins over the group's field (it is the later, narrower setting).
@@ -36,8 +39,11 @@ def groups_of(cls: type) -> dict[str, type]:
 
 
 def legacy_keys(cls: type) -> dict[str, str]:
-    """The mapping table of ``cls``: flat key → ``group.field``."""
-    return {f.name: f"{group}.{f.name}" for group, dc in groups_of(cls).items() for f in fields(dc)}
+    """The mapping table of ``cls``: flat key → ``group.field`` (a name the class's own constructor
+    takes as an argument stays its own: DLinear's ``revin``, PatchTST's ``linear_path``)."""
+    own = set(inspect.signature(cls.__init__).parameters)
+    return {f.name: f"{group}.{f.name}" for group, dc in groups_of(cls).items() for f in fields(dc)
+            if f.name not in own}
 
 
 def _as_mapping(value: Any) -> dict[str, Any]:
@@ -67,13 +73,29 @@ def regroup(cls: type, settings: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_group(dc: type, values: Mapping[str, Any], group: str) -> Any:
+def build_group(dc: type, values: Mapping[str, Any], group: str, section: str = "data") -> Any:
     """The ``group`` dataclass from a mapping; an unknown key is one line naming it."""
     known = {f.name for f in fields(dc)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise PosencError(f"data.{group}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        raise PosencError(f"{section}.init_args.{group}.{unknown[0]}: unknown key (known: "
+                          f"{', '.join(sorted(known))})")
     return dc(**values)
+
+
+def fold(groups: Mapping[str, type], settings: Mapping[str, Any], section: str = "model") -> dict[str, Any]:
+    """Constructor arguments with the flat keys of ``groups``' fields folded into their group, each
+    group built as its dataclass (given as one, as a mapping such as saved hyperparameters, or
+    ``None``: its defaults); a flat key wins over its group's field. Other keys are returned as they
+    are (for the next constructor up). How a model takes the flat settings of before."""
+    table = {f.name: group for group, dc in groups.items() for f in fields(dc)}
+    out = {k: v for k, v in settings.items() if k not in table}
+    for group, dc in groups.items():
+        value, flat = out.get(group), {k: v for k, v in settings.items() if table.get(k) == group}
+        if not isinstance(value, dc) or flat:
+            base = _as_mapping(value) if value is not None else {}
+            out[group] = build_group(dc, {**base, **flat}, group, section)
+    return out
 
 
 def group_default(cls: type, group: str) -> dict[str, Any]:
@@ -121,7 +143,9 @@ def flatten(hparams: Any, cls: type | None = None) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- the command line
-_DATA_KEY = re.compile(r"--data\.(?:init_args\.)?([A-Za-z_]\w*)(=.*)?", re.S)
+def _section_key(section: str) -> re.Pattern:
+    """``--<section>.init_args.K[=V]`` or ``--<section>.K[=V]``: K and ``=V``."""
+    return re.compile(rf"--{section}\.(?:init_args\.)?([A-Za-z_]\w*)(=.*)?", re.S)
 
 
 def _load_config(value: str) -> tuple[Any, bool]:
@@ -137,31 +161,38 @@ def _load_config(value: str) -> tuple[Any, bool]:
         return None, is_file
 
 
-def _class_in(doc: Any) -> str | None:
-    data = doc.get("data") if isinstance(doc, dict) else None
-    return data.get("class_path") if isinstance(data, dict) else (data if isinstance(data, str) else None)
+def _class_in(doc: Any, section: str) -> str | None:
+    part = doc.get(section) if isinstance(doc, dict) else None
+    return part.get("class_path") if isinstance(part, dict) else (part if isinstance(part, str) else None)
 
 
-def data_class(args: list[str]) -> type | None:
-    """The datamodule class the arguments name last (a config's ``data.class_path``, ``--data=…`` or
-    ``--data.class_path=…``), when it is one of this project's with typed groups; ``None`` otherwise."""
+def section_class(args: list[str], section: str = "data", resolve: Any = None) -> type | None:
+    """The class the arguments name last for ``section`` (a config's ``<section>.class_path``,
+    ``--<section>=…`` or ``--<section>.class_path=…``), resolved by ``resolve`` (class path → class or
+    ``None``; default: this project's datamodules), when it has typed groups; ``None`` otherwise."""
     found = None
     for i, arg in enumerate(args):
         if arg == "--config" and i + 1 < len(args):
-            found = _class_in(_load_config(args[i + 1])[0]) or found
+            found = _class_in(_load_config(args[i + 1])[0], section) or found
         elif arg.startswith("--config="):
-            found = _class_in(_load_config(arg.split("=", 1)[1])[0]) or found
-        elif arg.startswith(("--data=", "--data.class_path=")):
+            found = _class_in(_load_config(arg.split("=", 1)[1])[0], section) or found
+        elif arg.startswith((f"--{section}=", f"--{section}.class_path=")):
             found = arg.split("=", 1)[1]
-    cls = _project_class(found)
+    cls = (resolve or _project_class)(found)
     return cls if cls is not None and groups_of(cls) else None
 
 
-def _project_class(class_path: Any) -> type | None:
-    """The class of a ``datamodules.…`` class path (only this project's datamodules have groups; other
+def data_class(args: list[str]) -> type | None:
+    """The datamodule class the arguments name last, when it is one of this project's with typed
+    groups (:func:`section_class`)."""
+    return section_class(args, "data")
+
+
+def project_class(class_path: Any, package: str) -> type | None:
+    """The class of a ``<package>.…`` class path (only this project's classes have groups; other
     paths, and ones that do not import, are left to jsonargparse, which names them)."""
     module, _, name = str(class_path or "").rpartition(".")
-    if module != "datamodules" and not module.startswith("datamodules."):
+    if module != package and not module.startswith(f"{package}."):
         return None
     try:
         return getattr(importlib.import_module(module), name)
@@ -169,61 +200,64 @@ def _project_class(class_path: Any) -> type | None:
         return None
 
 
-def translate_config(doc: Any, cls: type) -> Any:
-    """A config document with its flat ``data.init_args`` keys moved into their groups."""
-    data = doc.get("data") if isinstance(doc, dict) else None
-    init = data.get("init_args") if isinstance(data, dict) else None
+def _project_class(class_path: Any) -> type | None:
+    return project_class(class_path, "datamodules")
+
+
+def translate_config(doc: Any, cls: type, section: str = "data") -> Any:
+    """A config document with its flat ``<section>.init_args`` keys moved into their groups."""
+    part = doc.get(section) if isinstance(doc, dict) else None
+    init = part.get("init_args") if isinstance(part, dict) else None
     if not isinstance(init, dict) or not set(init) & set(legacy_keys(cls)):
         return doc
-    return {**doc, "data": {**data, "init_args": regroup(cls, init)}}
+    return {**doc, section: {**part, "init_args": regroup(cls, init)}}
 
 
-def _config_value(value: str, cls: type) -> str:
+def _config_value(value: str, cls: type, section: str) -> str:
     doc, _ = _load_config(value)
-    new = translate_config(doc, cls)
+    new = translate_config(doc, cls, section)
     return value if new is doc else yaml.safe_dump(new, sort_keys=False)
 
 
-def translate_args(args: list[str]) -> list[str]:
-    """Command-line arguments with flat datamodule settings in their groups: ``--data.init_args.K=V``
+def translate_args(args: list[str], section: str = "data", resolve: Any = None) -> list[str]:
+    """Command-line arguments with flat ``section`` settings in their groups: ``--data.init_args.K=V``
     (or ``--data.K=V``) → ``--data.init_args.<group>.K=V``, and a ``--config`` whose ``data.init_args``
-    is flat replaced by the same document grouped (as a YAML string). Unchanged when the datamodule
-    has no groups."""
-    cls = data_class(args)
+    is flat replaced by the same document grouped (as a YAML string). Unchanged when the class (found
+    by :func:`section_class` with ``resolve``) has no groups. ``section="model"`` does the same for
+    the model's settings."""
+    cls = section_class(args, section, resolve)
     if cls is None:
         return list(args)
-    table, out = legacy_keys(cls), []
+    table, key, out = legacy_keys(cls), _section_key(section), []
     for i, arg in enumerate(args):
         if i > 0 and args[i - 1] == "--config":
-            out.append(_config_value(arg, cls))
+            out.append(_config_value(arg, cls, section))
         elif arg.startswith("--config="):
-            out.append("--config=" + _config_value(arg.split("=", 1)[1], cls))
-        elif (m := _DATA_KEY.fullmatch(arg)) and m.group(1) in table:
-            out.append(f"--data.init_args.{table[m.group(1)]}{m.group(2) or ''}")
+            out.append("--config=" + _config_value(arg.split("=", 1)[1], cls, section))
+        elif (m := key.fullmatch(arg)) and m.group(1) in table:
+            out.append(f"--{section}.init_args.{table[m.group(1)]}{m.group(2) or ''}")
         else:
             out.append(arg)
-    return _null_fields(out, set(groups_of(cls)))
+    return _null_fields(out, set(groups_of(cls)), section)
 
 
-_GROUP_FIELD = re.compile(r"--data\.(?:init_args\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)(?:=(.*))?", re.S)
-
-
-def _null_fields(args: list[str], groups: set[str]) -> list[str]:
+def _null_fields(args: list[str], groups: set[str], section: str) -> list[str]:
     """``--data.init_args.<group>.<field>=null`` as ``--data.init_args.<group>={"<field>": null}``:
     jsonargparse reads a dotted ``null`` for a dataclass field as the string ``'None'`` (a cache folder
     named None), the mapping form as null; other fields of the group are kept either way."""
+    group_field = re.compile(rf"--{section}\.(?:init_args\.)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)(?:=(.*))?", re.S)
     out: list[str] = []
     skip = False
     for i, arg in enumerate(args):
         if skip:
             skip = False
             continue
-        m = _GROUP_FIELD.fullmatch(arg)
+        m = group_field.fullmatch(arg)
         value = m.group(3) if m else None
         if m and value is None and i + 1 < len(args) and args[i + 1] == "null":
             value, skip = "null", True
         if m and m.group(1) in groups and value is not None and value.strip() == "null":
-            out.append(f'--data.init_args.{m.group(1)}={{"{m.group(2)}": null}}')
+            out.append(f'--{section}.init_args.{m.group(1)}={{"{m.group(2)}": null}}')
         else:
             out.append(arg)
             skip = False

@@ -17,7 +17,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from datamodules.legacy import data_class, flatten, translate_args
+from datamodules.legacy import data_class, flatten, project_class, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
@@ -114,12 +114,13 @@ class PosencCLI(LightningCLI):
         super().__init__(*args, **kwargs)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse, after moving flat datamodule settings (``--data.init_args.lookback=48``, a config whose
-        ``data.init_args`` is flat) into their typed groups (:mod:`datamodules.legacy`)."""
+        """Parse, after moving flat datamodule and model settings (``--data.init_args.lookback=48``,
+        ``--model.init_args.d_model=64``, a config whose ``init_args`` are flat) into their typed
+        groups (:mod:`datamodules.legacy`)."""
         if args is None:
-            sys.argv[1:] = translate_args(sys.argv[1:])
+            sys.argv[1:] = translate_flat(sys.argv[1:])
         elif isinstance(args, list | tuple):
-            args = translate_args([str(a) for a in args])
+            args = translate_flat([str(a) for a in args])
         super().parse_arguments(parser, args)
 
     def _parse_ckpt_path(self) -> None:
@@ -215,6 +216,16 @@ class PosencCLI(LightningCLI):
         return next((c for c in self.trainer.callbacks if isinstance(c, RegisterModel)), None)
 
 
+def model_class(class_path: Any) -> type | None:
+    """The task class of a ``pipelines.…`` class path (``None`` for any other, left to jsonargparse)."""
+    return project_class(class_path, "pipelines")
+
+
+def translate_flat(args: list[str]) -> list[str]:
+    """``args`` with flat datamodule and model settings moved into their groups."""
+    return translate_args(translate_args(args), "model", model_class)
+
+
 def check_fit_memory(cfg: Any) -> None:
     """Refuse, before the model exists, a training step that cannot fit (:mod:`pipelines.tasks.resources`)."""
     import torch
@@ -226,7 +237,8 @@ def check_fit_memory(cfg: Any) -> None:
     accel = str(cfg.trainer.get("accelerator") or "auto")
     device = "cuda" if accel in ("gpu", "cuda", "auto") and torch.cuda.is_available() else "cpu"
     settings = flatten(data.init_args, data_class([f"--data={data.class_path}"]))  # groups as one flat view
-    check_fit(dict(model.init_args), settings, str(getattr(pe, "class_path", "") or ""), device)
+    check_fit(flatten(model.init_args, model_class(model.class_path)), settings,
+              str(getattr(pe, "class_path", "") or ""), device)
 
 
 def run_name(cfg: Any) -> str:

@@ -160,7 +160,7 @@ def test_task_option_reaches_every_layer_and_the_checkpoint():
 
     m = DNALanguageModel(d_model=D, n_heads=H, n_layers=2, log_scale_len=32)
     assert [b.attn.log_scale_len for b in m.backbone.blocks] == [32, 32]
-    assert m.hparams["log_scale_len"] == 32
+    assert m.hparams["net"]["log_scale_len"] == 32
     again = DNALanguageModel(**dict(m.hparams))
     assert again.backbone.blocks[1].attn.log_scale_len == 32
     with pytest.raises(PosencError, match="log_scale_len"):

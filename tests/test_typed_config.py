@@ -38,7 +38,7 @@ def test_nest_builds_the_groups_and_a_flat_key_beats_its_group():
     assert got["seasonality"] == Seasonality(calendar="auto") and got["loader"].seed == 2
     assert "_class_path" not in got
     assert flatten(got, TimeSeriesDataModule)["lookback"] == 96  # and back to one flat view
-    with pytest.raises(PosencError, match="data.windows: unknown key 'lookbak'"):
+    with pytest.raises(PosencError, match="data.init_args.windows.lookbak: unknown key"):
         nest(TimeSeriesDataModule, {"windows": {"lookbak": 3}})
 
 
@@ -109,7 +109,7 @@ def test_a_checkpoint_without_the_attention_group_gets_the_defaults():
     old = {"d_model": 16, "n_heads": 2, "n_layers": 1, "pe": {"class_path": "posenc.RoPE"}}  # no group
     model = DNALanguageModel(**old)
     assert model.hparams["attention"] == vars(AttentionOptions()) and not model.backbone.use_compile
-    with pytest.raises(PosencError, match="model.attention: unknown key 'kernel'"):
+    with pytest.raises(PosencError, match="model.init_args.attention.kernel: unknown key"):
         DNALanguageModel(**old, attention={"kernel": "flex"})
 
 

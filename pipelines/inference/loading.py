@@ -55,7 +55,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str) -> torch.nn.Module:
     except PosencError as exc:
         raise PosencError(f"{source}: {exc}") from None
     hparams = dict(ckpt.get("hyper_parameters") or {})
-    check_checkpoint(hparams, source)  # a claimed d_model of 65536 is refused before it is allocated
+    check_checkpoint(flatten(hparams, cls), source)  # a d_model of 65536 is refused before it is built
     try:
         model = cls(**hparams)
     except PosencError as exc:

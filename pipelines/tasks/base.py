@@ -27,8 +27,9 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 
+from datamodules.legacy import fold
 from datamodules.scrub import scrub_checkpoint
-from pipelines.tasks.options import AttentionOptions
+from pipelines.tasks.options import TASK_GROUPS, AttentionOptions, Net, Optim
 from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import Transformer
 from posenc.registry import EncodingFactory
@@ -89,26 +90,18 @@ class TaskModule(L.LightningModule):
     """Base LightningModule: builds the Transformer with its positional encoding.
 
     Hyperparameters stay primitive: the encoding is stored as its ``{class_path, init_args}``
-    spec, so checkpoints load with ``torch.load(weights_only=True)`` and rebuild the same scheme.
+    spec and each group as a mapping, so checkpoints load with ``torch.load(weights_only=True)`` and
+    rebuild the same model. A task lists the typed groups it takes as ``config_groups``.
 
     Args:
-        d_model: model width.
-        n_heads: attention heads.
-        n_layers: Transformer blocks.
         pe: the positional encoding, given as a class (YAML ``class_path``/``init_args`` without
             d_model/n_heads, which come from this model); ``None`` means no encoding.
-        d_ff: MLP width (default 4·d_model).
-        dropout: dropout rate (attention, MLP and the embedding sum).
-        embedding_dropout: dropout on the embedding + encoding sum alone (default: ``dropout``).
-        scale_embedding: multiply token embeddings by √d_model before the encoding.
-        lr: peak AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        warmup_steps: linear warm-up steps before cosine decay.
-        log_scale_len: L0 (the training length) of the log-length attention temperature: a query
-            attending n > L0 keys has its logits multiplied by log n / log L0
-            (:mod:`posenc.nn.temperature`); ``None``: off.
-        attention: how the attention runs (kernels, ``compile``; :class:`AttentionOptions`); saved
-            as a mapping, and a checkpoint from before it existed loads with the defaults.
+        net: the Transformer's shape (:class:`~pipelines.tasks.options.Net`).
+        optim: AdamW and its schedule (:class:`~pipelines.tasks.options.Optim`).
+        attention: how the attention runs (kernels, ``compile``; :class:`AttentionOptions`); a
+            checkpoint from before it existed loads with the defaults.
+        **flat: the groups' fields as flat keys, as before the groups (``d_model=64``, ``lr=0.01``:
+            checkpoints and code of before); each wins over its group's field.
     """
 
     task_name: ClassVar[str] = ""
@@ -119,6 +112,7 @@ class TaskModule(L.LightningModule):
     predict_input: ClassVar[Literal["sequences", "table"]] = "sequences"
     writes_intervals: ClassVar[bool] = False  # per-base labels that can be written as GFF/BED intervals
     batch_records: ClassVar[bool] = False  # many short records scored together (classification)
+    config_groups: ClassVar[dict[str, type]] = TASK_GROUPS
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -130,34 +124,25 @@ class TaskModule(L.LightningModule):
 
     def __init__(
         self,
-        d_model: int = 128,
-        n_heads: int = 8,
-        n_layers: int = 4,
         pe: EncodingFactory | None = None,
-        d_ff: int | None = None,
-        dropout: float = 0.0,
-        scale_embedding: bool = False,
-        lr: float = 1e-3,
-        weight_decay: float = 0.01,
-        warmup_steps: int = 100,
-        log_scale_len: int | None = None,
-        attention: AttentionOptions = AttentionOptions(),  # noqa: B008 - frozen: a shared default is safe
-        embedding_dropout: float | None = None,
+        net: Net = Net(),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        optim: Optim = Optim(),  # noqa: B008
+        attention: AttentionOptions = AttentionOptions(),  # noqa: B008
+        **flat: Any,
     ) -> None:
         super().__init__()
-        attention = AttentionOptions.of(attention)
-        self._base_hparams = {
-            "d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, "d_ff": d_ff,
-            "dropout": dropout, "scale_embedding": scale_embedding, "lr": lr,
-            "weight_decay": weight_decay, "warmup_steps": warmup_steps, "log_scale_len": log_scale_len,
-            "attention": asdict(attention),
-        }
-        if embedding_dropout is not None:  # only when set: checkpoints without it load as before
-            self._base_hparams["embedding_dropout"] = embedding_dropout
-        encoding = build_encoding(pe, d_model, n_heads)
-        self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout, causal=self.causal,
-                                    scale_embedding=scale_embedding, log_scale_len=log_scale_len,
-                                    embedding_dropout=embedding_dropout, **asdict(attention))
+        given = fold(TASK_GROUPS, {"net": net, "optim": optim, "attention": attention, **flat})
+        unknown = sorted(set(given) - set(TASK_GROUPS))
+        if unknown:
+            raise PosencError(f"model.init_args.{unknown[0]}: unknown key for {type(self).__name__}")
+        self.net, self.optim, attention = given["net"], given["optim"], given["attention"]
+        self._base_hparams = {name: asdict(given[name]) for name in TASK_GROUPS}
+        n = self.net
+        encoding = build_encoding(pe, n.d_model, n.n_heads)
+        self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, n.d_ff, n.dropout,
+                                    causal=self.causal, scale_embedding=n.scale_embedding,
+                                    log_scale_len=n.log_scale_len, embedding_dropout=n.embedding_dropout,
+                                    **asdict(attention))
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:
@@ -178,7 +163,7 @@ class TaskModule(L.LightningModule):
     @property
     def d_model(self) -> int:
         """The model width D (of the backbone, its embeddings and its outputs)."""
-        return int(self._base_hparams["d_model"])
+        return int(self.net.d_model)
 
     # ------------------------------------------------------------------ inference hooks
     def describe_data(self, dm: Any) -> dict[str, Any]:
@@ -206,12 +191,12 @@ class TaskModule(L.LightningModule):
         decay = [p for n, p in self.named_parameters() if p.dim() >= 2 and "pe." not in n]
         rest = [p for n, p in self.named_parameters() if not (p.dim() >= 2 and "pe." not in n)]
         opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.hparams.weight_decay},
+            [{"params": decay, "weight_decay": self.optim.weight_decay},
              {"params": rest, "weight_decay": 0.0}],
-            lr=self.hparams.lr,
+            lr=self.optim.lr,
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warm = min(self.hparams.warmup_steps, total // 2)
+        warm = min(self.optim.warmup_steps, total // 2)
 
         def schedule(step: int) -> float:
             if step < warm:

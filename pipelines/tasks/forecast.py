@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from dataclasses import asdict
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from datamodules.legacy import fold
 from pipelines.tasks.base import TaskAdapter, TaskModule
 from pipelines.tasks.distributed import EpochMeans
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
@@ -26,11 +28,8 @@ from pipelines.tasks.forecast_metrics import (
     to_original,
 )
 from pipelines.tasks.forecast_predict import describe_series, example_table, predict_forecast
+from pipelines.tasks.options import ForecastOutput, SeriesInput
 from posenc import PosencError, PositionOutOfRange
-
-Head = Literal["query", "horizon", "last", "mean"]
-Loss = Literal["mse", "mae"]
-HEADS = ("query", "horizon", "last", "mean")
 
 
 class ForecastAdapter(TaskAdapter):
@@ -106,22 +105,22 @@ class Forecaster(TaskModule):
         n_covariates: covariate + calendar features per step (linked).
         horizon: forecast steps H (linked).
         patch_len: steps per token P (linked).
-        channel_independent: one sequence per target channel (True) or one multivariate sequence.
-        revin: reversible instance normalisation of the targets.
-        revin_affine: learnable affine in RevIN.
+        series: how the series are read: channel-independent or multivariate tokens, RevIN
+            (:class:`~pipelines.tasks.options.SeriesInput`).
+        output: the head (``horizon``, ``query``, ``last`` or ``mean``, see above), the training loss
+            (``mse`` or ``mae`` on the scaled targets), the linear path (the Transformer, its output
+            layer starting at zero and trained on the residual, added to a fixed copy of the
+            same-inputs ridge with its weight chosen on the validation windows — the ridge alone when
+            it does not help (logged); see :mod:`pipelines.tasks.forecast_blend`; needs
+            ``lookback``) and the test windows drawn in ``forecast.png``
+            (:class:`~pipelines.tasks.options.ForecastOutput`).
         n_future: known-future inputs per horizon step F (linked; 0: none).
         lookback: the training lookback L (linked; recorded: the network itself takes any L).
-        head: ``horizon``, ``query``, ``last`` or ``mean`` (see above).
-        loss: training loss on the scaled targets, ``mse`` or ``mae``.
-        plot_examples: test windows drawn in ``forecast.png`` (0: no figure).
-        linear_path: add the Transformer (output layer starting at zero, trained on the residual)
-            to a fixed copy of the same-inputs ridge, with the Transformer's weight chosen on the
-            validation windows — the ridge alone when it does not help (logged); see
-            :mod:`pipelines.tasks.forecast_blend`. Needs ``lookback``.
         pe_periods: periods in token positions given to the encoding's ``periods`` argument
             (linked from ``data.pe_periods``, i.e. ``data.periods`` in steps ÷ ``patch_len``;
             ``None`` keeps the encoding's own config).
-        **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
+        **kwargs: the encoding and the groups of :class:`~pipelines.tasks.base.TaskModule` (``net``,
+            ``optim``, ``attention``), and any group field as a flat key as before (``head="horizon"``).
     """
 
     causal = False
@@ -131,6 +130,9 @@ class Forecaster(TaskModule):
     default_datamodule = "datamodules.TimeSeriesDataModule"
     predict_input: ClassVar[str] = "table"
 
+    config_groups: ClassVar[dict[str, type]] = {**TaskModule.config_groups, "series": SeriesInput,
+                                                "output": ForecastOutput}
+
     def __init__(
         self,
         n_targets: int = 1,
@@ -139,43 +141,36 @@ class Forecaster(TaskModule):
         lookback: int | None = None,
         horizon: int = 48,
         patch_len: int = 1,
-        channel_independent: bool = True,
-        revin: bool = True,
-        revin_affine: bool = True,
-        head: Head = "query",
-        loss: Loss = "mse",
-        plot_examples: int = 4,
         pe_periods: list[float] | None = None,
-        linear_path: bool = False,
+        series: SeriesInput = SeriesInput(),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        output: ForecastOutput = ForecastOutput(),  # noqa: B008
         **kwargs: Any,
     ) -> None:
+        kwargs = fold({"series": SeriesInput, "output": ForecastOutput}, {"series": series, "output": output,
+                                                                           **kwargs})
+        series, output = kwargs.pop("series"), kwargs.pop("output")
         if pe_periods is not None:
             kwargs["pe"] = with_periods(kwargs.get("pe"), pe_periods)
         super().__init__(**kwargs)
-        if head not in HEADS:
-            raise PosencError(f"model.head must be one of {', '.join(HEADS)}, got {head!r}")
-        if loss not in ("mse", "mae"):
-            raise PosencError(f"model.loss must be 'mse' or 'mae', got {loss!r}")
         for name, v in (("n_targets", n_targets), ("horizon", horizon), ("patch_len", patch_len)):
             if v < 1:
-                raise PosencError(f"model.{name} must be ≥ 1, got {v}")
+                raise PosencError(f"model.init_args.{name}: must be ≥ 1, got {v}")
         d_model = self.d_model
         self.n_targets, self.n_covariates, self.horizon = n_targets, n_covariates, horizon
         self.n_future, self.lookback = n_future, lookback
-        self.patch_len, self.channel_independent = patch_len, channel_independent
-        self.head_kind, self.loss_kind, self.plot_examples = head, loss, plot_examples
-        per_seq = 1 if channel_independent else n_targets
+        self.patch_len, self.channel_independent = patch_len, series.channel_independent
+        self.head_kind, self.loss_kind, self.plot_examples = output.head, output.loss, output.plot_examples
+        per_seq = 1 if series.channel_independent else n_targets
         self.n_inputs = patch_len * (per_seq + n_covariates)  # token width
         self.embed = nn.Linear(self.n_inputs, d_model)
-        self.head = ForecastTokens(head, d_model, horizon, patch_len, per_seq, n_future)
+        self.head = ForecastTokens(output.head, d_model, horizon, patch_len, per_seq, n_future)
         self._register_load_state_dict_pre_hook(_rename_legacy_head)
-        self.revin = RevIN(n_targets, affine=revin_affine) if revin else None
-        self.linear = self._linear_path(linear_path, lookback, n_future)
+        self.revin = RevIN(n_targets, affine=series.revin_affine) if series.revin else None
+        self.linear = self._linear_path(output.linear_path, lookback, n_future)
         self._save_hparams(
             n_targets=n_targets, n_covariates=n_covariates, n_future=n_future, lookback=lookback,
-            horizon=horizon, patch_len=patch_len, channel_independent=channel_independent, revin=revin,
-            revin_affine=revin_affine, head=head, loss=loss, plot_examples=plot_examples,
-            pe_periods=pe_periods, linear_path=linear_path,
+            horizon=horizon, patch_len=patch_len, pe_periods=pe_periods, series=asdict(series),
+            output=asdict(output),
         )
         self._reset_test_state()
         self._val = EpochMeans()  # exact over every rank's shard under DDP
@@ -186,7 +181,8 @@ class Forecaster(TaskModule):
         if not wanted:
             return None
         if lookback is None:
-            raise PosencError("model.linear_path needs model.lookback (linked from data.lookback)")
+            raise PosencError("model.init_args.output.linear_path needs model.init_args.lookback (linked "
+                              "from data.init_args.windows.lookback)")
         nn.init.zeros_(self.head.out.weight)
         nn.init.zeros_(self.head.out.bias)
         return LinearPath(lookback, self.n_targets, self.n_covariates, self.horizon, n_future)

@@ -57,7 +57,7 @@ class DLinearForecaster(Forecaster):
         self.kernel_size = kernel_size
         self.trend = nn.Linear(lookback, self.horizon)
         self.seasonal = nn.Linear(lookback, self.horizon)
-        self.save_hyperparameters({**self.hparams, "kernel_size": kernel_size})
+        self.save_hyperparameters({**self.hparams, "kernel_size": kernel_size, "revin": revin})
 
     @property
     def n_extra_tokens(self) -> int:

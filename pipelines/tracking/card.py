@@ -115,7 +115,7 @@ def describe_split(dm: Any) -> str:
 def from_training(trainer: Any, module: Any, command: str, run_id: str) -> ModelCard:
     """The card of ``module`` as trained by ``trainer`` (its datamodule, epochs and steps)."""
     dm = getattr(trainer, "datamodule", None)
-    hp = dict(module.hparams)
+    hp = flatten(module.hparams, type(module))  # the groups (net.d_model …) as one flat view
     pe = hp.get("pe") or {}
     scheme = str(pe.get("class_path", "NoPE")).rsplit(".", 1)[-1] if isinstance(pe, dict) else "NoPE"
     scheme_args = dict(pe.get("init_args") or {}) if isinstance(pe, dict) else {}
