@@ -2,7 +2,7 @@
 
 A datamodule takes its settings as a few small frozen dataclasses (groups), each read by jsonargparse
 from its own YAML block (``data.init_args.<group>.<field>``) and checked when built, with one-line
-errors naming the full key (``data.windows.lookback must be ≥ 1, got 0``). The groups a datamodule
+errors naming the full key (``data.init_args.windows.lookback must be ≥ 1, got 0``). The groups a datamodule
 takes are listed on its class as ``config_groups`` ({parameter: dataclass}); the flat form of the
 same settings (before the groups) is translated by :mod:`datamodules.legacy`.
 """
@@ -16,16 +16,18 @@ from posenc import PosencError
 
 
 def at_least(group: str, **values: tuple[int | float, int | float]) -> None:
-    """``name=(value, least)`` for fields of ``data.<group>``: one line naming the first below its least."""
+    """``name=(value, least)`` for fields of ``data.init_args.<group>``: one line naming the first below
+    its least."""
     for name, (value, least) in values.items():
         if value < least:
-            raise PosencError(f"data.{group}.{name} must be ≥ {least}, got {value}")
+            raise PosencError(f"data.init_args.{group}.{name}: must be ≥ {least}, got {value}")
 
 
 def one_of(group: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
-    """One line naming ``data.<group>.<name>`` when ``value`` is not in ``allowed``."""
+    """One line naming ``data.init_args.<group>.<name>`` when ``value`` is not in ``allowed``."""
     if value not in allowed:
-        raise PosencError(f"data.{group}.{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+        raise PosencError(f"data.init_args.{group}.{name}: must be one of {', '.join(map(str, allowed))}, "
+                          f"got {value!r}")
 
 
 @dataclass(frozen=True)

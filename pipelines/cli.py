@@ -6,6 +6,7 @@ User mistakes (bad files, bad values) end as one ``error: …`` line and exit st
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import re
 import signal
@@ -17,13 +18,13 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from datamodules.legacy import data_class, flatten, project_class, translate_args
+from datamodules.legacy import data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
-from pipelines.tasks.base import mlflow_loggers
+from pipelines.tasks.base import TaskModule, mlflow_loggers
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tasks.resources import check_fit
 from pipelines.tracking.card import command_line, update_card
@@ -217,8 +218,15 @@ class PosencCLI(LightningCLI):
 
 
 def model_class(class_path: Any) -> type | None:
-    """The task class of a ``pipelines.…`` class path (``None`` for any other, left to jsonargparse)."""
-    return project_class(class_path, "pipelines")
+    """The task (:class:`TaskModule` subclass, this project's or one added from outside) a class path
+    names; ``None`` for anything else, or one that does not import (left to jsonargparse, which names
+    it, and which imports the config's class paths right after this anyway)."""
+    module, _, name = str(class_path or "").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, TaskModule) else None
 
 
 def translate_flat(args: list[str]) -> list[str]:
@@ -320,4 +328,18 @@ def user_error(exc: BaseException) -> str | None:
         if m and m.group(1) not in keys:
             keys.append(m.group(1))
     reason = str(chain[-1]).strip().splitlines()[0]
-    return f"config key {'.'.join(keys)}: {reason}" if keys else reason
+    if not keys:
+        return reason
+    unknown = re.match(r"(?:unrecognized arguments: --|Option ')([\w.]+)", reason)
+    if unknown:  # a key of no group or class: named in full, like the others
+        keys, reason = [*keys, unknown.group(1)], "unknown key"
+    return f"{config_key(keys)}: {reason}"
+
+
+def config_key(keys: list[str]) -> str:
+    """The dotted key a config writes for jsonargparse's nested parser keys: ``["model", "net.d_model"]``
+    → ``model.init_args.net.d_model`` (the model and the datamodule are given as class + init_args)."""
+    head, rest = keys[0], ".".join(keys[1:])
+    if head in ("model", "data") and rest and not rest.startswith(("init_args", "class_path")):
+        rest = f"init_args.{rest}"
+    return f"{head}.{rest}" if rest else head

@@ -112,20 +112,24 @@ def test_flat_checkpoint_predicts_and_rebuilds_its_datamodule_as_before():
 
 
 def test_flat_config_and_flat_overrides_reach_the_groups(tmp_path):
-    """The flat config of that commit and flat ``--data.init_args.*`` / ``--data.*`` overrides still
-    parse; each setting lands in its group, an override beating the config."""
+    """The flat config of that commit (model and data flat) and flat ``--data.init_args.*`` / ``--data.*``
+    / ``--model.*`` overrides still parse; each setting lands in its group, an override beating the config."""
     from datamodules.legacy import translate_args
     from pipelines.cli import make_cli
     from tests.helpers import workdir_with_store
 
     shutil.copy(FLAT / "series.csv", tmp_path)
     args = ["--config", str(FLAT / "config.yaml"), "--data.init_args.lookback=48", "--data.seed=3",
-            "--data.init_args.eval_lookbacks", "[48]", "--data.timezone", "null", "--trainer.logger=false"]
+            "--data.init_args.eval_lookbacks", "[48]", "--data.timezone", "null", "--trainer.logger=false",
+            "--model.init_args.dropout=0.2", "--model.head=horizon", "--model.init_args.optim.warmup_steps=7"]
     want = ["--data.init_args.windows.lookback=48", "--data.init_args.loader.seed=3",
             "--data.init_args.windows.eval_lookbacks"]
     assert translate_args(args)[2:5] == want
     with workdir_with_store(tmp_path):
-        dm = make_cli(args, run=False).datamodule
+        cli = make_cli(args, run=False)
+    dm, model = cli.datamodule, cli.model  # the model's flat keys (config and overrides) in its groups too
+    assert (model.net.d_model, model.net.n_layers, model.net.dropout) == (16, 2, 0.2)
+    assert (model.optim.lr, model.optim.warmup_steps, model.head_kind) == (0.01, 7, "horizon")
     assert (dm.lookback, dm.horizon, dm.patch_len, dm.seed, dm.eval_lookbacks) == (48, 6, 4, 3, [48])
     assert dm.hparams["windows"]["lookback"] == 48 and dm.hparams["seasonality"]["calendar"] == ["hour"]
     assert dm.hparams["source"]["covariate_cols"] == ["temp"] and "lookback" not in dm.hparams

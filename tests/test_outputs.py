@@ -291,4 +291,4 @@ def test_datamodule_counts_below_their_range_are_one_line(tmp_path, make, key, v
         kwargs = {"fasta": str(write_fasta(tmp_path / "g.fa")), "seq_len": 32, "cache_dir": None}
     with pytest.raises(PosencError) as err:  # the flat key of before, in its group where the class has groups
         make(**nest(make, {**kwargs, key: value}))
-    assert str(err.value) == f"data.{legacy_keys(make).get(key, key)} must be ≥ {least}, got {value}"
+    assert str(err.value) == f"data.init_args.{legacy_keys(make)[key]}: must be ≥ {least}, got {value}"

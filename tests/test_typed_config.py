@@ -43,12 +43,13 @@ def test_nest_builds_the_groups_and_a_flat_key_beats_its_group():
 
 
 @pytest.mark.parametrize(("settings", "message"), [
-    ({"lookback": 0}, "data.windows.lookback must be ≥ 1, got 0"),
-    ({"lookback": 10, "patch_len": 4}, "multiples of data.windows.patch_len=4, got 10"),
-    ({"nan_policy": "mask", "train_on_filled": True}, "data.cleaning.train_on_filled needs"),
-    ({"duplicates": "drop"}, "data.cleaning.duplicates must be one of error, first, last, mean, got 'drop'"),
-    ({"calendar": "hourly"}, "data.seasonality.calendar must be a list of"),
-    ({"batch_size": 0}, "data.loader.batch_size must be ≥ 1, got 0"),
+    ({"lookback": 0}, "data.init_args.windows.lookback: must be ≥ 1, got 0"),
+    ({"lookback": 10, "patch_len": 4}, "multiples of data.init_args.windows.patch_len=4, got 10"),
+    ({"nan_policy": "mask", "train_on_filled": True}, "data.init_args.cleaning.train_on_filled needs"),
+    ({"duplicates": "drop"}, "data.init_args.cleaning.duplicates: must be one of error, first, last, mean, "
+                             "got 'drop'"),
+    ({"calendar": "hourly"}, "data.init_args.seasonality.calendar: must be a list of"),
+    ({"batch_size": 0}, "data.init_args.loader.batch_size: must be ≥ 1, got 0"),
 ])
 def test_a_bad_setting_is_one_line_naming_its_key(settings, message):
     with pytest.raises(PosencError, match=message) as info:
@@ -175,11 +176,11 @@ def test_a_flat_classification_config_and_flat_saved_hparams_build_the_same_data
 
 
 @pytest.mark.parametrize(("settings", "message"), [
-    ({"seq_len": 0}, "data.windows.seq_len must be ≥ 1, got 0"),
-    ({"eval_lengths": [16, 8]}, "data.windows.eval_lengths must be a non-empty increasing list"),
-    ({"demo_min_distance": -1}, "data.samples.demo_min_distance must be ≥ 0, got -1"),
-    ({"skip_short_records": True}, "data.genome.skip_short_records does not apply to classification"),
-    ({"fasta": None}, "labels.csv: a labels file needs data.genome.fasta"),
+    ({"seq_len": 0}, "data.init_args.windows.seq_len: must be ≥ 1, got 0"),
+    ({"eval_lengths": [16, 8]}, "data.init_args.windows.eval_lengths: must be a non-empty increasing list"),
+    ({"demo_min_distance": -1}, "data.init_args.samples.demo_min_distance: must be ≥ 0, got -1"),
+    ({"skip_short_records": True}, "data.init_args.genome.skip_short_records: does not apply"),
+    ({"fasta": None}, "labels.csv: a labels file needs data.init_args.genome.fasta"),
 ])
 def test_a_bad_classification_setting_is_one_line_naming_its_key(tmp_path, settings, message):
     from datamodules.dna.classify import ClassificationDataModule

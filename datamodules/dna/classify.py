@@ -74,11 +74,11 @@ class ClassificationDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if genome.skip_short_records:
-            raise PosencError("data.genome.skip_short_records does not apply to classification (short "
-                              "sequences are padded)")
+            raise PosencError("data.init_args.genome.skip_short_records: does not apply to classification "
+                              "(short sequences are padded)")
         if samples.labels and not genome.fasta:
-            raise PosencError(f"{samples.labels}: a labels file needs data.genome.fasta (the records it "
-                              f"names)")
+            raise PosencError(f"{samples.labels}: a labels file needs data.init_args.genome.fasta (the "
+                              f"records it names)")
         self.save_hyperparameters()
         for name, value in zip(self.config_groups, (genome, samples, windows, loader), strict=True):
             self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only

@@ -98,11 +98,11 @@ class GenomeWindows:
         at_least("windows", seq_len=(self.seq_len, 2), eval_tokens=(self.eval_tokens, 1))
         lengths = self.lengths
         if not lengths or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or lengths[0] < 2:
-            raise PosencError(f"data.windows.eval_lengths must be a non-empty increasing list of lengths "
-                              f"≥ 2, got {lengths}")
+            raise PosencError(f"data.init_args.windows.eval_lengths: must be a non-empty increasing list of "
+                              f"lengths ≥ 2, got {lengths}")
         if not 0.0 <= self.rc_prob <= 1.0 or not 0.0 < self.max_n_fraction <= 1.0:
-            raise PosencError(f"data.windows.rc_prob must be in [0, 1] and max_n_fraction in (0, 1], "
-                              f"got {self.rc_prob} and {self.max_n_fraction}")
+            raise PosencError(f"data.init_args.windows.rc_prob: must be in [0, 1] and max_n_fraction in "
+                              f"(0, 1], got {self.rc_prob} and {self.max_n_fraction}")
 
     @property
     def lengths(self) -> list[int]:
@@ -159,10 +159,10 @@ class CropWindows:
         at_least("windows", seq_len=(self.seq_len, 1))
         lengths = self.lengths
         if not lengths or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)) or lengths[0] < 1:
-            raise PosencError(f"data.windows.eval_lengths must be a non-empty increasing list of lengths "
-                              f"≥ 1, got {lengths}")
+            raise PosencError(f"data.init_args.windows.eval_lengths: must be a non-empty increasing list of "
+                              f"lengths ≥ 1, got {lengths}")
         if not 0.0 <= self.rc_prob <= 1.0:
-            raise PosencError(f"data.windows.rc_prob must be in [0, 1], got {self.rc_prob}")
+            raise PosencError(f"data.init_args.windows.rc_prob: must be in [0, 1], got {self.rc_prob}")
 
     @property
     def lengths(self) -> list[int]:

@@ -83,8 +83,8 @@ class GenomeDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if loader.samples_per_epoch is None:
-            raise PosencError("data.loader.samples_per_epoch must be set for a genome (random windows per "
-                              "epoch)")
+            raise PosencError("data.init_args.loader.samples_per_epoch: must be set for a genome (random "
+                              "windows per epoch)")
         self.save_hyperparameters()
         for name, value in (("genome", genome), ("regions", regions), ("windows", windows),
                             ("loader", loader)):
@@ -116,8 +116,8 @@ class GenomeDataModule(L.LightningDataModule):
         if short and not skip_short:
             rid, n = short[0]
             raise PosencError(f"{self.fasta}: record {rid!r} has {n} bases, shorter than one training "
-                              f"window of {need}; use a smaller data.windows.seq_len or set "
-                              f"data.genome.skip_short_records")
+                              f"window of {need}; use a smaller data.init_args.windows.seq_len or set "
+                              f"data.init_args.genome.skip_short_records")
         if short:
             log.warning("%s: %d record(s) shorter than %d bases skipped", self.fasta, len(short), need)
             keep = [i for i, n in enumerate(self.genome.lengths) if n >= need]
@@ -132,8 +132,8 @@ class GenomeDataModule(L.LightningDataModule):
         if longest < need:
             raise PosencError(
                 f"{self.fasta}: the {name} split ({longest} bases) is shorter than one window "
-                f"of {need} bases; use a longer sequence or a smaller data.windows.seq_len / "
-                f"data.windows.eval_lengths"
+                f"of {need} bases; use a longer sequence or a smaller data.init_args.windows.seq_len / "
+                f"data.init_args.windows.eval_lengths"
             )
 
     @property
@@ -235,8 +235,9 @@ class MaskedDNADataModule(GenomeDataModule):
     def __init__(self, mask_prob: float = 0.15, **kwargs: Any) -> None:
         w = kwargs.get("windows") or GenomeWindows()
         if w.kmer_stride != w.kmer:
-            raise PosencError("masked LM needs non-overlapping k-mers: set data.windows.kmer_stride equal to "
-                              f"data.windows.kmer (got {w.kmer} and {w.kmer_stride})")
+            raise PosencError("masked LM needs non-overlapping k-mers: set "
+                              f"data.init_args.windows.kmer_stride equal to data.init_args.windows.kmer (got "
+                              f"{w.kmer} and {w.kmer_stride})")
         if not 0.0 < mask_prob < 1.0:
             raise PosencError(f"data.mask_prob must be in (0, 1), got {mask_prob}")
         self.mask_prob = mask_prob

@@ -44,8 +44,8 @@ class SegmentationDataModule(GenomeDataModule):
     def __init__(self, annotation: str | None = None, **kwargs: Any) -> None:
         w = kwargs.get("windows") or GenomeWindows()
         if w.kmer != 1 or w.kmer_stride != 1:
-            raise PosencError("segmentation labels are per base: data.windows.kmer and "
-                              "data.windows.kmer_stride must be 1")
+            raise PosencError("segmentation labels are per base: data.init_args.windows.kmer and "
+                              "data.init_args.windows.kmer_stride must be 1")
         super().__init__(**kwargs)
         self.annotation = resolve_path(annotation) if annotation else None
         self.labels = self._build_labels()

@@ -77,7 +77,7 @@ class Cleaning:
         one_of("cleaning", "duplicates", self.duplicates, ("error", "first", "last", "mean"))
         one_of("cleaning", "nan_policy", self.nan_policy, ("interpolate", "ffill", "mask"))
         if self.nan_policy == "mask" and self.train_on_filled:
-            raise PosencError("data.cleaning.train_on_filled needs nan_policy interpolate or ffill "
+            raise PosencError("data.init_args.cleaning.train_on_filled needs nan_policy interpolate or ffill "
                               "(under 'mask' nothing is filled to train on)")
 
 
@@ -114,8 +114,9 @@ class Windows:
                  patch_len=(self.patch_len, 1), stride=(self.stride, 1), eval_stride=(self.eval_stride, 1))
         for n in [self.lookback, *(self.eval_lookbacks or [])]:
             if n < 1 or n % self.patch_len:
-                raise PosencError(f"data.windows.lookback / data.windows.eval_lookbacks must be positive "
-                                  f"multiples of data.windows.patch_len={self.patch_len}, got {n}")
+                raise PosencError(f"data.init_args.windows.lookback / data.init_args.windows.eval_lookbacks: "
+                                  f"must be positive multiples of data.init_args.windows.patch_len="
+                                  f"{self.patch_len}, got {n}")
         one_of("windows", "positions", self.positions, ("index", "time"))
 
 
@@ -140,6 +141,6 @@ class Seasonality:
 
     def __post_init__(self) -> None:
         if isinstance(self.calendar, str) and self.calendar != "auto":
-            raise PosencError(f"data.seasonality.calendar must be a list of {CALENDAR_FEATURES}, auto or "
-                              f"null, got {self.calendar!r}")
+            raise PosencError(f"data.init_args.seasonality.calendar: must be a list of {CALENDAR_FEATURES}, "
+                              f"auto or null, got {self.calendar!r}")
         at_least("seasonality", n_periods=(self.n_periods, 1))

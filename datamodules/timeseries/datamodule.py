@@ -126,7 +126,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
                     pick(future_cols, "future_cols"), pick(timezone, "timezone"))
         file = resolve_path(path)
         if not target_cols:
-            raise PosencError(f"{file}: set data.source.target_cols (the columns to forecast)")
+            raise PosencError(f"{file}: set data.init_args.source.target_cols (the columns to forecast)")
         return file, target_cols, covariate_cols or [], future_cols or [], timezone
 
     def _scale(self, calendar, timezone: str | None) -> None:
@@ -158,7 +158,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
                 window_starts(bounds["test"], n, self.horizon, context_from=ctx["test"]))]
             if len(lookbacks) < len(wanted):
                 rank_zero_info(f"{source}: test lookbacks {lookbacks} (no room before the test split for "
-                               f"{sorted(set(wanted) - set(lookbacks))}; set data.windows.eval_lookbacks)")
+                               f"{sorted(set(wanted) - set(lookbacks))}; set "
+                               f"data.init_args.windows.eval_lookbacks)")
         self.eval_lookbacks = lookbacks
         self.starts: dict[str, np.ndarray] = {}
         for name, (lo, hi) in bounds.items():
@@ -168,8 +169,9 @@ class TimeSeriesDataModule(L.LightningDataModule):
             if len(self.starts[name]) == 0 and (name != "val" or hi > lo):
                 raise PosencError(
                     f"{source}: the {name} split (rows {lo}..{hi - 1}) holds no window of lookback {need} "
-                    f"+ horizon {self.horizon}; use a longer series, other data.windows.split fractions or "
-                    f"shorter lookbacks (data.windows.lookback / data.windows.eval_lookbacks)"
+                    f"+ horizon {self.horizon}; use a longer series, other data.init_args.windows.split "
+                    f"fractions or shorter lookbacks (data.init_args.windows.lookback / "
+                    f"data.init_args.windows.eval_lookbacks)"
                 )
 
     def _durations(self, periods: list[float]) -> str:
@@ -179,8 +181,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
         return " (" + ", ".join(format_step(p * self.step_seconds) for p in periods) + ")"
 
     def _resolve_periods(self, periods, n_periods: int, source: str) -> list[float] | None:
-        """``data.seasonality.periods`` as a list of steps (estimated from the training split, or the calendar
-        cycles of the step, if asked)."""
+        """``data.init_args.seasonality.periods`` as a list of steps (estimated from the training split,
+        or the calendar cycles of the step, if asked)."""
         if periods is None:
             return None
         if periods in ("estimate", "calendar"):
@@ -195,29 +197,29 @@ class TimeSeriesDataModule(L.LightningDataModule):
             rank_zero_info(f"{source}: periods {how}: {found} steps{self._durations(found)}")
             return [float(p) for p in found]
         if isinstance(periods, str) or not periods:
-            raise PosencError(f"data.seasonality.periods must be a list of steps, 'estimate', 'calendar' "
-                              f"or null, got {periods!r}")
+            raise PosencError(f"data.init_args.seasonality.periods: must be a list of steps, 'estimate', "
+                              f"'calendar' or null, got {periods!r}")
         for p in periods:
             if not p >= 2 * self.patch_len:
-                raise PosencError(f"data.seasonality.periods: period {p} steps is shorter than 2 tokens of "
-                                  f"data.windows.patch_len={self.patch_len} steps (a rotation needs ≥ 2 "
-                                  f"positions per cycle)")
+                raise PosencError(f"data.init_args.seasonality.periods: period {p} steps is shorter than 2 "
+                                  f"tokens of data.init_args.windows.patch_len={self.patch_len} steps (a "
+                                  f"rotation needs ≥ 2 positions per cycle)")
         return [float(p) for p in periods]
 
     def _calendar_periods(self, n_periods: int, source: str) -> list[int]:
         """The calendar cycles (in steps) of at least 2 patches and at most the longest test lookback."""
         if self.step_seconds is None:
-            raise PosencError(f"{source}: data.seasonality.periods: calendar needs datetime timestamps, but "
-                              f"the time is "
+            raise PosencError(f"{source}: data.init_args.seasonality.periods: calendar needs datetime "
+                              f"timestamps, but the time is "
                               f"{'row order' if self.series.report.time_kind == 'rows' else 'numeric'}; "
-                              f"use data.seasonality.periods: estimate")
+                              f"use data.init_args.seasonality.periods: estimate")
         cycles = [p for _, p in calendar_cycles(self.step_seconds)
                   if 2 * self.patch_len <= p <= max(self.eval_lookbacks)]
         if not cycles:
-            raise PosencError(f"{source}: data.seasonality.periods: calendar found no daily/weekly/yearly "
-                              f"cycle of "
+            raise PosencError(f"{source}: data.init_args.seasonality.periods: calendar found no "
+                              f"daily/weekly/yearly cycle of "
                               f"{self.freq} steps between 2 patches and {max(self.eval_lookbacks)} steps; "
-                              f"use data.seasonality.periods: estimate or a list")
+                              f"use data.init_args.seasonality.periods: estimate or a list")
         return cycles[:n_periods]
 
     def season_period(self, max_period: int | None = None) -> tuple[int, str]:
@@ -228,8 +230,8 @@ class TimeSeriesDataModule(L.LightningDataModule):
 
     @property
     def pe_periods(self) -> list[float] | None:
-        """``data.seasonality.periods`` in token positions (steps ÷ ``patch_len``), linked to the model's
-        ``pe_periods``; ``None`` when ``data.seasonality.periods`` is unset."""
+        """``data.init_args.seasonality.periods`` in token positions (steps ÷ ``patch_len``), linked to the
+        model's ``pe_periods``; ``None`` when ``data.init_args.seasonality.periods`` is unset."""
         if self.periods is None:
             return None
         return [p / self.patch_len for p in self.periods]

@@ -110,7 +110,7 @@ def test_segmentation_labels_from_gff_and_errors(tmp_path):
     past_end = r"b\.gff: line 1: CDS 1900\.\.2100 on record 'r' exceeds its length 2000"
     with pytest.raises(PosencError, match=past_end):
         flat_dm(SegmentationDataModule, annotation=str(tmp_path / "b.gff"), **args)
-    with pytest.raises(PosencError, match="kmer and data.windows.kmer_stride must be 1"):
+    with pytest.raises(PosencError, match="kmer and data.init_args.windows.kmer_stride must be 1"):
         flat_dm(SegmentationDataModule, annotation=str(gff), kmer=3, kmer_stride=3, **args)
 
 

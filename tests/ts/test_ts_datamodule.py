@@ -82,7 +82,7 @@ def test_periods_in_steps_become_token_positions(series_csv):
     dm = TimeSeriesDataModule(**dm_kwargs(series_csv, periods=[24, 96]))
     assert dm.periods == [24.0, 96.0] and dm.pe_periods == [6.0, 24.0]  # ÷ patch_len 4
     assert TimeSeriesDataModule(**dm_kwargs(series_csv)).pe_periods is None
-    with pytest.raises(PosencError, match=r"data.seasonality.periods: period 6 steps is shorter than 2"):
+    with pytest.raises(PosencError, match=r"data.init_args.seasonality.periods: period 6 steps is shorter"):
         TimeSeriesDataModule(**dm_kwargs(series_csv, periods=[6]))
 
 

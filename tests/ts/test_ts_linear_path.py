@@ -90,7 +90,7 @@ def test_a_transformer_that_cannot_learn_falls_back_to_the_ridge_and_says_so(tmp
 
 
 def test_the_linear_path_needs_a_lookback():
-    with pytest.raises(PosencError, match="linear_path needs model.lookback"):
+    with pytest.raises(PosencError, match="linear_path needs model.init_args.lookback"):
         Forecaster(lookback=None, linear_path=True, **TINY)
 
 

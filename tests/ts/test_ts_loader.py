@@ -148,7 +148,7 @@ def test_time_col_null_in_the_datamodule(tmp_path):
     assert item["pos"].tolist() == list(range(24))
     with pytest.raises(PosencError, match="data.time_col is null"):
         TimeSeriesDataModule(**dm_kwargs(path, time_col=None, calendar=["hour"]))
-    with pytest.raises(PosencError, match="data.seasonality.periods: calendar needs datetime timestamps"):
+    with pytest.raises(PosencError, match="data.init_args.seasonality.periods: calendar needs datetime"):
         TimeSeriesDataModule(**dm_kwargs(path, time_col=None, periods="calendar"))
 
 
@@ -175,7 +175,7 @@ def test_datamodule_reports_the_step_and_keeps_what_it_used(tmp_path, lightning_
 def test_default_test_lookbacks_leave_out_those_without_room(series_csv, lightning_log):
     dm = TimeSeriesDataModule(**dm_kwargs(series_csv, lookback=200, patch_len=1))
     assert dm.eval_lookbacks == [200, 400, 800]  # the test split starts at row 672 < 1600
-    assert "no room before the test split for [1600]; set data.windows.eval_lookbacks" in lightning_log.text
+    assert "for [1600]; set data.init_args.windows.eval_lookbacks" in lightning_log.text
 
 
 @pytest.mark.parametrize(("freq", "patch_len", "expected"), [("30min", 12, [48, 336]), ("1h", 4, [24, 168])])
