@@ -22,7 +22,8 @@ def load_scheme(
 ) -> PositionalEncoding:
     """Build the scheme of a ``configs/posenc/*.yaml`` (or a bare ``{class_path, init_args}`` YAML).
 
-    ``d_model`` / ``n_heads`` default to the YAML's ``model.init_args`` values, else 128 / 8.
+    ``d_model`` / ``n_heads`` default to the YAML's ``model.init_args.net`` values (or flat
+    ``model.init_args`` ones), else 128 / 8.
     """
     import yaml
 
@@ -35,8 +36,9 @@ def load_scheme(
     spec = init.get("pe", doc) if isinstance(init, dict) else doc
     if not isinstance(spec, dict) or "class_path" not in spec:
         raise PosencError(f"{path}: no model.init_args.pe.class_path (nor a top-level class_path)")
+    net = {**(init.get("net") or {}), **init}  # model.init_args.net, or flat keys of before (which win)
     torch.manual_seed(0)
-    return build_encoding(spec, d_model or init.get("d_model", 128), n_heads or init.get("n_heads", 8))
+    return build_encoding(spec, d_model or net.get("d_model", 128), n_heads or net.get("n_heads", 8))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,8 +47,8 @@ def test_scheme_yaml_composes_with_dna_lm(config, fasta):
     for key, value in (spec.get("init_args") or {}).items():
         if key != "schemes":  # Compose lists its children's full specs
             assert model.pe.spec()["init_args"][key] == value, key
-    for key in set(doc) - {"pe"}:  # model options set next to the scheme (scale_embedding, dropout)
-        assert model.hparams[key] == doc[key], key
+    for group in set(doc) - {"pe"}:  # model options set next to the scheme (net: scale_embedding, dropout)
+        assert {k: model.hparams[group][k] for k in doc[group]} == doc[group], group
     tokens = torch.randint(0, 4, (2, 24))
     assert torch.isfinite(model(tokens)).all()
 
