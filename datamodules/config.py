@@ -15,12 +15,12 @@ from typing import Any
 from posenc import PosencError
 
 
-def at_least(group: str, **values: tuple[int | float, int | float]) -> None:
-    """``name=(value, least)`` for fields of ``data.init_args.<group>``: one line naming the first below
-    its least."""
+def at_least(group: str, section: str = "data", **values: tuple[int | float | None, int | float]) -> None:
+    """``name=(value, least)`` for fields of ``<section>.init_args.<group>``: one line naming the first
+    below its least (``None`` values are not checked). Also the model's groups (``section="model"``)."""
     for name, (value, least) in values.items():
-        if value < least:
-            raise PosencError(f"data.init_args.{group}.{name}: must be ≥ {least}, got {value}")
+        if value is not None and value < least:
+            raise PosencError(f"{section}.init_args.{group}.{name}: must be ≥ {least}, got {value}")
 
 
 def one_of(group: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:

@@ -16,24 +16,15 @@ a checkpoint saved before the group existed loads with the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from datamodules.legacy import fold
+from datamodules.config import at_least
 from posenc import PosencError
 
 Head = Literal["query", "horizon", "last", "mean"]
 Loss = Literal["mse", "mae"]
 HEADS = ("query", "horizon", "last", "mean")
-
-
-def _at_least(group: str, **values: tuple[float | None, float]) -> None:
-    """``name=(value, least)`` of ``model.init_args.<group>``: one line naming the first below its least
-    (``None`` values are not checked)."""
-    for name, (value, least) in values.items():
-        if value is not None and value < least:
-            raise PosencError(f"model.init_args.{group}.{name}: must be ≥ {least}, got {value}")
 
 
 def _in_unit(group: str, **values: float | None) -> None:
@@ -70,8 +61,8 @@ class Net:
     log_scale_len: int | None = None
 
     def __post_init__(self) -> None:
-        _at_least("net", d_model=(self.d_model, 1), n_heads=(self.n_heads, 1), n_layers=(self.n_layers, 0),
-                  d_ff=(self.d_ff, 1))
+        at_least("net", "model", d_model=(self.d_model, 1), n_heads=(self.n_heads, 1),
+                 n_layers=(self.n_layers, 0), d_ff=(self.d_ff, 1))
         _in_unit("net", dropout=self.dropout, embedding_dropout=self.embedding_dropout)
 
 
@@ -92,7 +83,7 @@ class Optim:
     def __post_init__(self) -> None:
         if not self.lr > 0:
             raise PosencError(f"model.init_args.optim.lr: must be > 0, got {self.lr}")
-        _at_least("optim", weight_decay=(self.weight_decay, 0), warmup_steps=(self.warmup_steps, 0))
+        at_least("optim", "model", weight_decay=(self.weight_decay, 0), warmup_steps=(self.warmup_steps, 0))
 
 
 @dataclass(frozen=True)
@@ -117,14 +108,8 @@ class AttentionOptions:
     block_elements: int = 1 << 25
 
     def __post_init__(self) -> None:
-        _at_least("attention", long_threshold=(self.long_threshold, 1),
-                  block_elements=(self.block_elements, 1))
-
-    @classmethod
-    def of(cls, value: AttentionOptions | Mapping[str, Any] | None) -> AttentionOptions:
-        """The options from themselves, a mapping (saved hyperparameters) or ``None`` (defaults); an
-        unknown key is one line naming it."""
-        return fold({"attention": cls}, {"attention": value})["attention"]
+        at_least("attention", "model", long_threshold=(self.long_threshold, 1),
+                 block_elements=(self.block_elements, 1))
 
 
 @dataclass(frozen=True)
@@ -167,7 +152,7 @@ class ForecastOutput:
                               f"got {self.head!r}")
         if self.loss not in ("mse", "mae"):
             raise PosencError(f"model.init_args.output.loss: must be 'mse' or 'mae', got {self.loss!r}")
-        _at_least("output", plot_examples=(self.plot_examples, 0))
+        at_least("output", "model", plot_examples=(self.plot_examples, 0))
 
 
 #: the groups every task takes ({parameter: dataclass}; a task class's ``config_groups`` adds its own)
