@@ -11,6 +11,11 @@ the catalogue's inference-time scalings, one curve each: position interpolation 
 al., 2023), NTK-aware (``ntk``, bloc97, 2023), dynamic NTK (``dynamic_ntk``) and YaRN (``yarn``,
 Peng et al., 2023), each with scale s = (positions at length L) / (positions at training length).
 
+With ``window``, every scheme is also scored with a local attention window of the training length
+(variant ``window``: query i attends only its L₀ nearest keys, LM-Infinite's local branch — Han et
+al., 2024; :mod:`posenc.nn.attention`), so no relative distance exceeds what training saw; each token
+still reads at most about n_layers × L₀ tokens back, through the layers.
+
 Per length it also records *retained gain* against the task's trivial baseline b
 (``TaskAdapter.trivial_baseline``: order-0 Markov for the DNA LMs, seasonal naive for forecasting,
 the majority class for segmentation, AUROC 0.5 for classification), scored on the same test data:
@@ -46,6 +51,7 @@ from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, bu
 TRAINED = "trained"  # the scheme exactly as trained
 #: inference-time RoPE variants → the ``scaling`` option of :class:`posenc.RoPE` they use
 ROPE_VARIANTS: dict[str, str] = {"pi": "linear", "ntk": "ntk", "dynamic_ntk": "dynamic_ntk", "yarn": "yarn"}
+WINDOW = "window"  # the same weights with a local attention window of the training length
 DEFAULT_FACTORS = (1, 2, 4, 8, 16)
 
 
@@ -216,6 +222,20 @@ def rope_variant_specs(pe: PositionalEncoding, scale: float, train_positions: in
 
 
 @contextmanager
+def local_window(module: Any, window: int | None) -> Iterator[None]:
+    """Temporarily give ``module``'s backbone the local attention window ``window``; ``None``: as is."""
+    if window is None:
+        yield
+        return
+    old = module.backbone.window
+    module.backbone.window = window
+    try:
+        yield
+    finally:
+        module.backbone.window = old
+
+
+@contextmanager
 def swapped_encoding(module: Any, spec: dict | None) -> Iterator[None]:
     """Temporarily give ``module``'s backbone the encoding ``spec`` (same weights); ``None``: as is."""
     if spec is None:
@@ -320,11 +340,14 @@ def evaluate(
     max_batches: int | None = None,
     retain: float = 0.9,
     baselines: bool = False,
+    window: bool = False,
 ) -> Extrapolation:
     """Score ``module`` on ``dm``'s test split at every length, as trained and (RoPE family) with
     every inference-time variant in ``variants`` (default: all of :data:`ROPE_VARIANTS`), and the
     task's trivial baseline on the same test data; with ``baselines``, also its reference baselines
-    (``TaskAdapter.baselines``: e.g. the best interpolated Markov chain, ridge — these can take minutes)."""
+    (``TaskAdapter.baselines``: e.g. the best interpolated Markov chain, ridge — these can take minutes);
+    with ``window``, also with a local attention window of the training length (variant :data:`WINDOW`;
+    skipped when the model already has a window)."""
     adapter = adapter_for(module)
     train = adapter.train_length(dm)
     todo = resolve_lengths(train, factors, lengths)
@@ -349,6 +372,9 @@ def evaluate(
                     continue
                 with swapped_encoding(module, spec):
                     result.cells.append(score_loader(module, adapter, name, length, loader, max_batches))
+            if window and module.backbone.window is None:
+                with local_window(module, adapter.n_positions(module, train)):
+                    result.cells.append(score_loader(module, adapter, WINDOW, length, loader, max_batches))
     finally:
         module.train(was_training)
     return result

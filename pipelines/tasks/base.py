@@ -31,6 +31,7 @@ from datamodules.scrub import scrub_checkpoint
 from pipelines.tasks.options import AttentionOptions
 from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import Transformer
+from posenc.nn.attention import check_window
 from posenc.registry import EncodingFactory
 
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
@@ -109,6 +110,10 @@ class TaskModule(L.LightningModule):
             (:mod:`posenc.nn.temperature`); ``None``: off.
         attention: how the attention runs (kernels, ``compile``; :class:`AttentionOptions`); saved
             as a mapping, and a checkpoint from before it existed loads with the defaults.
+        attention_window: local attention window w of every layer: query i attends only keys with
+            |i − j| < w (LM-Infinite's local branch, :mod:`posenc.nn.attention`); with w = the training
+            length, training is unchanged and longer inputs never show a distance training did not.
+            ``None``: every key.
     """
 
     task_name: ClassVar[str] = ""
@@ -143,6 +148,7 @@ class TaskModule(L.LightningModule):
         log_scale_len: int | None = None,
         attention: AttentionOptions = AttentionOptions(),  # noqa: B008 - frozen: a shared default is safe
         embedding_dropout: float | None = None,
+        attention_window: int | None = None,
     ) -> None:
         super().__init__()
         attention = AttentionOptions.of(attention)
@@ -154,10 +160,13 @@ class TaskModule(L.LightningModule):
         }
         if embedding_dropout is not None:  # only when set: checkpoints without it load as before
             self._base_hparams["embedding_dropout"] = embedding_dropout
+        if attention_window is not None:  # likewise
+            self._base_hparams["attention_window"] = check_window(attention_window, "model.attention_window")
         encoding = build_encoding(pe, d_model, n_heads)
         self.backbone = Transformer(d_model, n_heads, n_layers, encoding, d_ff, dropout, causal=self.causal,
                                     scale_embedding=scale_embedding, log_scale_len=log_scale_len,
-                                    embedding_dropout=embedding_dropout, **asdict(attention))
+                                    embedding_dropout=embedding_dropout, window=attention_window,
+                                    **asdict(attention))
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:

@@ -368,10 +368,11 @@ def _scaled(x: Tensor | None, row_scale: Tensor | None) -> Tensor | None:
     return x if x is None or row_scale is None else x * row_scale
 
 
-def check_window(window: int | None) -> int | None:
-    """``window`` as given, or :class:`PosencError` unless it is ``None`` or an integer ≥ 1."""
+def check_window(window: int | None, name: str = "attention window") -> int | None:
+    """``window`` as given, or :class:`PosencError` (naming it ``name``) unless it is ``None`` or an
+    integer ≥ 1."""
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
-        raise PosencError(f"attention window must be an integer >= 1 or null, got {window!r}")
+        raise PosencError(f"{name} must be an integer >= 1 or null, got {window!r}")
     return window
 
 
