@@ -268,7 +268,7 @@ def details(got: dict[int, dict[str, Any]], trained: str, control: str) -> str:
 
 
 def spectra_figure(g: dict[str, Any], trained: str, control: str, path) -> str:
-    """Each head's band spectrum (share per band), trained beside initial, one panel per layer."""
+    """Each head's band spectrum (share per band) of one seed, trained above initial, one panel per layer."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -280,7 +280,8 @@ def spectra_figure(g: dict[str, Any], trained: str, control: str, path) -> str:
     for row, arm in enumerate((trained, control)):
         for layer, spec in enumerate(g[arm]["spectra"]):
             ax = axes[row][layer]
-            ax.imshow(spec, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+            image = ax.imshow(spec, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+            fig.colorbar(image, ax=ax, label="share of the head's amplitude")
             ax.set(xticks=range(len(labels)), xticklabels=labels, yticks=range(spec.shape[0]),
                    title=f"{arm}, layer {layer + 1}", xlabel="band (period)", ylabel="head")
             ax.title.set_fontsize(8)
