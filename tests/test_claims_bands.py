@@ -126,6 +126,10 @@ def test_band_claim_runs_at_a_tiny_budget_and_keeps_the_initial_network(tmp_path
     assert "trained heads − same heads at initialisation" in result.primary
     assert result.power is not None and "the trained LM" in result.power_text
     assert "Holm" in result.details and (tmp_path / "res/band_filters/band_spectra.png").is_file()
-    # the control is the network before training: at initialisation the two seeds' numbers differ from
-    # the trained ones (the smoke run trains two batches, enough to move the weights)
-    assert result.metrics["information_trained"] != result.metrics["information_init"]
+    # the control is the network before training: its numbers differ from the trained ones (the smoke
+    # run trains two batches, enough to move the weights); the randomized-positions arm is trained too
+    m = result.metrics
+    assert m["information/trained heads"] != m["information/same heads at initialisation"]
+    assert "information/randomized positions" in m
+    assert "randomized positions (band concentration)" in result.details
+    assert len(result.children) == 4  # two seeds × (the trained LM, the randomized-positions LM)

@@ -32,8 +32,8 @@ import torch
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.eval.claims.judge import judge_stats, power_over, power_text
-from pipelines.eval.claims.phase import bits_scaled
 from pipelines.eval.claims.trained import primary_verdict
+from pipelines.eval.evaluate import _merge
 from pipelines.eval.verdicts import paired
 from posenc import PosencError
 from posenc.diagnostics import rotary_part
@@ -179,8 +179,12 @@ def arm_label(arm: str, stat: str) -> str:
 class BandSelectiveHeads(Experiment):
     """Args:
         task: the synthetic LM config (the two-period testbed); scheme: a rotary encoding spec;
-        overrides: merged over the task (must add :class:`KeepInitial`); trained, control: the two
-        arm labels (the primary's ``a`` and ``b``); seeds; batches: test batches measured.
+        overrides: merged over the task (must add :class:`KeepInitial`); trained, control: the
+        primary's arms (``a`` the trained network, ``b`` the same network at initialisation);
+        controls: further trained arms, label → overrides merged over ``overrides`` (e.g. randomized
+        training positions: the same model and data without a usable position signal), compared
+        with the trained arm on every statistic (reported, in the Holm family); seeds; batches: test
+        batches measured.
     """
 
     claim = (
@@ -190,21 +194,31 @@ class BandSelectiveHeads(Experiment):
 
     def __init__(self, task: str, scheme: dict | str, overrides: dict | None = None,
                  trained: str = "trained heads", control: str = "same heads at initialisation",
-                 seeds: list[int] | None = None, batches: int | None = 8) -> None:
+                 controls: dict[str, dict] | None = None, seeds: list[int] | None = None,
+                 batches: int | None = 8) -> None:
         self.task, self.scheme, self.overrides = task, scheme, overrides or {}
-        self.trained, self.control, self.seeds, self.batches = trained, control, seeds, batches
+        self.trained, self.control, self.controls = trained, control, dict(controls or {})
+        self.seeds, self.batches = seeds, batches
+
+    @property
+    def arms(self) -> list[str]:
+        return [self.trained, self.control, *self.controls]
 
     def _measure(self, ctx, seed: int) -> dict[str, Any]:
-        """Train one seed; the band statistics of the trained and the initial network; bits/token."""
+        """Train one seed (and each control); the band statistics of every arm; bits/token."""
         t = ctx.train(self.task, self.scheme, seed, self.trained, self.overrides)
         dm, n = t.datamodule, ctx.max_batches(self.batches)
         batches = [b for i, b in enumerate(dm.test_dataloader()[0]) if n is None or i < n]
         x = torch.cat([b[:, :-1] for b in batches])  # (N, T)
         periods = [p for p in getattr(dm, "periods", (getattr(dm, "period", 0),)) if p]
         L0 = int(dm.seq_len)
-        out = {"bits": bits_scaled(t.module, batches, 1.0), "ref": dm.reference(L0), "L0": L0,
-               "periods": periods}
-        for arm, model in ((self.trained, t.module), (self.control, initial_model(t.module))):
+        models = {self.trained: t.module, self.control: initial_model(t.module)}
+        for label, over in self.controls.items():
+            over = _merge(self.overrides, over)
+            models[label] = ctx.train(self.task, self.scheme, seed, label, over).module
+        out = {"bits": {a: lm_bits(m, batches) for a, m in models.items() if a != self.control},
+               "ref": dm.reference(L0), "L0": L0, "periods": periods}
+        for arm, model in models.items():
             b = model_bands(model, x)
             b["data_share"] = data_band_share(b["spectra"], b["omegas"], periods)
             out[arm] = b
@@ -214,74 +228,87 @@ class BandSelectiveHeads(Experiment):
         seeds = ctx.seeds(self.seeds)
         got = {seed: self._measure(ctx, seed) for seed in seeds}
         first, L0 = got[seeds[0]], got[seeds[0]]["L0"]
-        vals = {(arm, s): [got[seed][arm][s] for seed in seeds] for arm in (self.trained, self.control)
-                for s in STATS}
-        stats = {
-            (arm_label(self.trained, s), arm_label(self.control, s), L0): paired(
-                Arm.from_values(vals[self.trained, s]), Arm.from_values(vals[self.control, s]))
-            for s in STATS if all(math.isfinite(v) for v in vals[self.trained, s] + vals[self.control, s])
-        }
+        vals = {(arm, s): [got[seed][arm][s] for seed in seeds] for arm in self.arms for s in STATS}
+        stats = {}
+        for other in self.arms[1:]:
+            for s in STATS:
+                if all(math.isfinite(v) for v in vals[self.trained, s] + vals[other, s]):
+                    stats[arm_label(self.trained, s), arm_label(other, s), L0] = paired(
+                        Arm.from_values(vals[self.trained, s]), Arm.from_values(vals[other, s]))
         j = judge_stats(stats, ctx.primary, L0, True)
         holds, rule = primary_verdict(ctx, j)
-        measured = "; ".join(f"{STATS[s]}: trained {fmt(est(vals[self.trained, s]))}, at initialisation "
-                             f"{fmt(est(vals[self.control, s]))}" for s in STATS
-                             if (arm_label(self.trained, s), arm_label(self.control, s), L0) in stats)
+        measured = "; ".join(
+            f"{STATS[s]}: " + ", ".join(f"{arm} {fmt(est(vals[arm, s]))}" for arm in self.arms)
+            for s in STATS if not math.isnan(est(vals[self.trained, s]).mean))
         out = ClaimResult(
-            setup=setup_text(first, self.trained, len(seeds)), measured=measured, holds=holds, rule=rule,
-            details=details(got, self.trained, self.control) + j.table("statistic", digits=3),
-            metrics={f"{s}_{key}": est(vals[arm, s]).mean for s in STATS
-                     for key, arm in (("trained", self.trained), ("init", self.control))},
+            setup=setup_text(first, self.trained, self.arms[1:], len(seeds)), measured=measured, holds=holds,
+            rule=rule, details=details(got, self.arms) + j.table("statistic", digits=3),
+            metrics={f"{s}/{arm}": est(vals[arm, s]).mean for s in STATS for arm in self.arms},
             primary=j.summary(),
         )
-        out.figures.append(spectra_figure(first, self.trained, self.control, ctx.out / "band_spectra.png"))
-        bits = [got[seed]["bits"] for seed in seeds]  # the testbed's power: the LM's gain over trivial
+        out.figures.append(spectra_figure(first, self.arms, ctx.out / "band_spectra.png"))
+        bits = [got[seed]["bits"][self.trained] for seed in seeds]  # power: the LM's gain over trivial
         out.power, g = power_over(bits, first["ref"]["trivial"], higher_is_better=False)
         out.power_text = power_text("the trained LM", "uniform tokens (log2 V bits)", g, out.power)
         return out
 
 
-def setup_text(first: dict[str, Any], trained: str, n_seeds: int) -> str:
+@torch.no_grad()
+def lm_bits(model: Any, batches: list[torch.Tensor]) -> float:
+    """Bits/token of windows (B, T + 1) at the model's own evaluation positions."""
+    total = count = 0.0
+    for batch in batches:
+        logits = model(batch[:, :-1])  # (B, T, V)
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="sum")
+        total += float(loss)
+        count += batch[:, 1:].numel()
+    return total / count / math.log(2)
+
+
+def setup_text(first: dict[str, Any], trained: str, controls: list[str], n_seeds: int) -> str:
     """The setup sentence: testbed, bands, seeds, what is compared."""
     periods = ", ".join(str(p) for p in first["periods"])
     bands = ", ".join(f"{2 * math.pi / w:.3g}" for w in first[trained]["omegas"])
     return (f"rotary causal LM on the synthetic two-period testbed (periods {periods}; L0 = {first['L0']}), "
             f"{n_seeds} seeds; per head the share of its rotary q·k amplitude in each band "
-            f"(periods {bands}); "
-            "trained vs the same network at initialisation (paired by seed)")
+            f"(periods {bands}); {trained} vs {', '.join(controls)} (paired by seed)")
 
 
-def details(got: dict[int, dict[str, Any]], trained: str, control: str) -> str:
-    """Per seed: bits/token against the references, each statistic trained / initial, and the
-    dominant band of every head of the trained network."""
+def details(got: dict[int, dict[str, Any]], arms: list[str]) -> str:
+    """Per seed: bits/token of each trained arm, each statistic per arm, and the dominant band of
+    every head of each trained arm."""
     rows = []
+    trained = [a for a in arms if a in next(iter(got.values()))["bits"]]
     for seed, g in got.items():
-        periods = 2 * math.pi / g[trained]["omegas"]
-        dominant = " | ".join(" ".join(f"{periods[i]:.3g}" for i in s.argmax(axis=1))
-                                  for s in g[trained]["spectra"])
-        rows.append([seed, f"{g['bits']:.3f}", *(f"{g[trained][s]:.3f} / {g[control][s]:.3f}" for s in STATS),
-                     dominant])
+        periods = 2 * math.pi / g[arms[0]]["omegas"]
+        dominant = ["; ".join(" ".join(f"{periods[i]:.3g}" for i in s.argmax(axis=1))
+                              for s in g[a]["spectra"]) for a in trained]
+        rows.append([seed, *(f"{g['bits'][a]:.3f}" for a in trained),
+                     *(" / ".join(f"{g[a][s]:.3f}" for a in arms) for s in STATS), *dominant])
     ref = next(iter(got.values()))["ref"]
-    head = ["seed", "bits/token", *(f"{v} (trained / initial)" for v in STATS.values()),
-            "dominant band per head (period; layers split by |)"]
-    return (f"Bits/token of the trained LM on the test windows (trivial {ref['trivial']:.3f}, Bayes-optimal "
-            f"{ref['optimal']:.3f}):\n\n" + md_table(head, rows))
+    head = ["seed", *(f"bits/token, {a}" for a in trained),
+            *(f"{v} ({' / '.join(arms)})" for v in STATS.values()),
+            *(f"dominant band per head, {a} (period; layers split by ;)" for a in trained)]
+    return (f"Bits/token on the test windows (trivial {ref['trivial']:.3f}, Bayes-optimal "
+            f"{ref['optimal']:.3f}; each trained arm at its own evaluation positions):\n\n"
+            + md_table(head, rows))
 
 
-def spectra_figure(g: dict[str, Any], trained: str, control: str, path) -> str:
-    """Each head's band spectrum (share per band) of one seed, trained above initial, one panel per layer."""
+def spectra_figure(g: dict[str, Any], arms: list[str], path) -> str:
+    """Each head's band spectrum (share per band) of one seed, one row per arm, one panel per layer."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    layers = len(g[trained]["spectra"])
-    fig, axes = plt.subplots(2, layers, figsize=(3.2 * layers, 4.8), squeeze=False)
-    labels = [f"{2 * math.pi / w:.3g}" for w in g[trained]["omegas"]]
-    for row, arm in enumerate((trained, control)):
+    layers = len(g[arms[0]]["spectra"])
+    fig, axes = plt.subplots(len(arms), layers, figsize=(3.4 * layers, 2.4 * len(arms)), squeeze=False)
+    labels = [f"{2 * math.pi / w:.3g}" for w in g[arms[0]]["omegas"]]
+    for row, arm in enumerate(arms):
         for layer, spec in enumerate(g[arm]["spectra"]):
             ax = axes[row][layer]
             image = ax.imshow(spec, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-            fig.colorbar(image, ax=ax, label="share of the head's amplitude")
+            fig.colorbar(image, ax=ax, label="share of amplitude")
             ax.set(xticks=range(len(labels)), xticklabels=labels, yticks=range(spec.shape[0]),
                    title=f"{arm}, layer {layer + 1}", xlabel="band (period)", ylabel="head")
             ax.title.set_fontsize(8)
