@@ -132,7 +132,9 @@ def test_two_period_lm_datamodule_reference_and_bad_options():
     dm = SyntheticLMDataModule(task="two_periods", vocab=16, period=3, period2=8, noise=0.1, seq_len=24,
                                eval_lengths=[24, 48], eval_tokens=2400, batch_size=8, samples_per_epoch=16)
     x = next(iter(dm.train_dataloader()))
-    assert x.shape == (8, 25) and int(x.max()) < 16 and dm.vocab_size == 17
+    assert x.shape == (8, 25) and int(x.max()) < 16 and dm.vocab_size == 17 and dm.data_periods == (3, 8)
+    assert SyntheticLMDataModule(task="periodic", period=5).data_periods == (5,)
+    assert SyntheticLMDataModule(task="copy").data_periods == ()
     ref = dm.reference(24)
     assert ref["trivial"] == 4.0 and dm.reference(48)["optimal"] < ref["optimal"] < 3.0
     with pytest.raises(PosencError, match="square data.vocab and data.period2"):

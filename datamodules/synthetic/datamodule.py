@@ -104,6 +104,11 @@ class SyntheticLMDataModule(L.LightningDataModule):
         return self.vocab + 1
 
     @property
+    def data_periods(self) -> tuple[int, ...]:
+        """The process's periods in tokens: () for copy, (p,) for periodic, (p₁, p₂) for two_periods."""
+        return {"copy": (), "periodic": self.periods[:1], "two_periods": self.periods}[self.task]
+
+    @property
     def pad_id(self) -> int:
         return self.vocab
 

@@ -210,7 +210,7 @@ class BandSelectiveHeads(Experiment):
         dm, n = t.datamodule, ctx.max_batches(self.batches)
         batches = [b for i, b in enumerate(dm.test_dataloader()[0]) if n is None or i < n]
         x = torch.cat([b[:, :-1] for b in batches])  # (N, T)
-        periods = [p for p in getattr(dm, "periods", (getattr(dm, "period", 0),)) if p]
+        periods = list(getattr(dm, "data_periods", ()))  # the testbed's own periods (none: NaN share)
         L0 = int(dm.seq_len)
         models = {self.trained: t.module, self.control: initial_model(t.module)}
         for label, over in self.controls.items():
