@@ -24,9 +24,12 @@ kept at length L, 0 = none of it (see :mod:`pipelines.eval.statistics`).
 
 The summary ("extrapolation ratio") is the largest tested length L up to which retained gain stays
 ≥ ``retain`` (0.9) at every tested length — over seeds its lower 95 % bound (``make compare``); for
-one run, its value. An undefined length ends the run; a model that does not beat b at the training
-length gets no ratio. It is reported as L and as L / train length. A relative rule (every length
-within ``tolerance`` of the metric at the training length, in the bad direction only) is an option
+one run, its value. An undefined length ends the run. Retained gain is a ratio over the gain at L₀,
+so it is guarded as in :mod:`pipelines.eval.verdicts`: for one run (no interval) it is undefined —
+at every length, with no ratio, and the reason in the run's ``no_ratio`` tag and table — unless the
+gain at L₀ exceeds 0 and the metric's minimum effect (:func:`~pipelines.eval.verdicts.point_guard`).
+The ratio is reported as L and as L / train length. A relative rule (every length within
+``tolerance`` of the metric at the training length, in the bad direction only) is an option
 (``tolerance_ratio``).
 """
 
@@ -45,6 +48,7 @@ from torch import Tensor
 from datamodules.legacy import nest
 from datamodules.progress import progress
 from pipelines.eval.statistics import retained_gain, retained_ratio
+from pipelines.eval.verdicts import point_guard
 from pipelines.tasks.base import TaskAdapter
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, build_encoding
 
@@ -155,38 +159,53 @@ class Extrapolation:
         return [c.length for c in self.cells if c.variant == variant and c.status != "ok"]
 
     def retained(self, variant: str = TRAINED) -> dict[int, float | None]:
-        """Retained gain per length (``None`` where undefined, or without a trivial baseline or a
-        gain over it at the training length)."""
+        """Retained gain per length (``None`` where the length is undefined, and at every length
+        when :meth:`verdict` gives a reason: no trivial baseline, or a gain at the training length
+        that does not clear the guard of :func:`pipelines.eval.verdicts.point_guard`)."""
         values = self.by_length(variant)
         at_train = values.get(self.train_length)
-        out: dict[int, float | None] = {}
+        out: dict[int, float | None] = dict.fromkeys(values)
+        if self.verdict(variant):
+            return out
         for length, value in values.items():
-            gain = math.nan
-            if self.trivial is not None and at_train is not None and value is not None:
+            if value is not None:
                 gain = retained_gain(value, at_train, self.trivial, self.higher_is_better)
-            out[length] = gain if math.isfinite(gain) else None
+                out[length] = gain if math.isfinite(gain) else None
         return out
 
+    def gain_at_train(self, variant: str = TRAINED) -> float:
+        """Gain over the trivial baseline at the training length (positive = better; NaN if undefined)."""
+        at_train = self.by_length(variant).get(self.train_length)
+        if self.trivial is None or at_train is None:
+            return math.nan
+        return (at_train - self.trivial) * (1.0 if self.higher_is_better else -1.0)
+
     def verdict(self, variant: str = TRAINED) -> str:
-        """Why there is no retained-gain ratio (``""`` when there is one)."""
+        """Why retained gain (and so the ratio) is undefined for this run (``""`` when it is defined):
+        no trivial baseline, the training length undefined, or a gain at the training length that
+        is not above 0 and the metric's minimum effect (the single-run form of the guard)."""
         at_train = self.by_length(variant).get(self.train_length)
         if self.trivial is None:
             return "the task defines no trivial baseline"
         if at_train is None:
             return f"undefined at the training length {self.train_length}"
-        if self.retained(variant).get(self.train_length) is None:
+        gain = self.gain_at_train(variant)
+        if not gain > 0:
             return (f"does not beat the trivial baseline ({self.trivial_name} {self.trivial:.4g}) at the "
                     f"training length ({self.metric} {at_train:.4g})")
-        return ""
+        why = point_guard(gain, self.metric, self.trivial)
+        return f"retained gain undefined against {self.trivial_name} {self.trivial:.4g}: {why}" if why else ""
 
     def summary(self, variant: str = TRAINED) -> dict[str, float]:
         """``ratio``, ``max_length`` (retained-gain extrapolation ratio as a factor and as a length;
-        absent when the model does not beat the trivial baseline), ``beats_trivial`` (1/0),
+        absent when :meth:`verdict` says why), ``beats_trivial`` (1/0: the gain at L₀ clears the guard),
         ``tolerance_ratio``/``tolerance_max_length`` when a tolerance is set, the metric and the
         retained gain at the training length and at the longest tested length (omitted where undefined)."""
         values = self.by_length(variant)
         out: dict[str, float] = {}
         if self.trivial is not None and values.get(self.train_length) is not None:
+            out["beats_trivial"] = 0.0  # 1 only when the gain at L₀ clears the guard (verdict "")
+        if not self.verdict(variant):
             curves = {n: [math.nan if v is None else v] for n, v in values.items()}
             best, _ = retained_ratio(curves, self.train_length, self.trivial, self.higher_is_better,
                                      self.retain)
