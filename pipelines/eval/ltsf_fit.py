@@ -105,7 +105,8 @@ class LTSFProtocol(Callback):
 
 def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
                time_col: str = "date", test: bool = True, test_lookbacks: tuple[int, ...] = ()) -> dict:
-    """The LightningCLI config that trains a benchmark model config (:func:`load_model_config`) on
+    """The LightningCLI config that trains a benchmark model config
+    (:func:`~pipelines.eval.ltsf_models.load_model_config`) on
     the protocol's windows of ``data``: AdamW + the model's schedule, early stopping on ``val/loss``
     (``train.patience``), the best val epoch checkpointed, :class:`LTSFProtocol` around the fit; no
     Forecaster test pass, model registration or resume checkpoints."""

@@ -22,7 +22,6 @@ import yaml
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
 from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, LinearBaseline, seasonal_naive
 from posenc import PosencError
-from posenc.registry import import_class
 
 
 @dataclass
@@ -79,16 +78,6 @@ def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, 
     pe = (scheme.get("init_args") or {}).get("pe")
     model = {**config["model"], "init_args": {**config["model"].get("init_args", {}), "pe": pe}}
     return {**config, "model": model, "name": f"{config['name']}-{Path(scheme_file).stem}"}
-
-
-def build_model(config: dict[str, Any], n_targets: int, lookback: int, horizon: int) -> Any:
-    cls = import_class(config["model"]["class_path"], what="model class")
-    args = {**(config["model"].get("init_args") or {}), "n_targets": n_targets, "lookback": lookback,
-            "horizon": horizon, "plot_examples": 0}
-    try:
-        return cls(**args)
-    except TypeError as exc:
-        raise PosencError(f"bad model.init_args for {config['model']['class_path']}: {exc}") from None
 
 
 def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:

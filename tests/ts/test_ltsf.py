@@ -269,14 +269,13 @@ def test_lightgbm_forecasts_every_window_recursively():
 
 
 def test_raw_linear_path_starts_as_the_ridge_baseline():
-    from pipelines.eval.ltsf_models import build_model, forecast, ridge_run, warm_start
+    from pipelines.eval.ltsf_models import forecast, ridge_run, warm_start
+    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
 
     data = small_protocol()
     data.values = data.values + np.random.default_rng(0).normal(0, 0.1, data.values.shape)  # not exact
-    init = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "linear_path": True,
-            "linear_input": "raw", "revin_affine": False, "pe": None}
-    model = build_model({"model": {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster",
-                                   "init_args": init}}, 2, 48, 8)
+    model = PatchTSTForecaster(lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=1,
+                               d_ff=32, linear_path=True, linear_input="raw", revin_affine=False, pe=None)
     warm_start(model, data, 48, 8)
     xv, yv = data.windows("val", 48, 8)
     ridge = ridge_run(data, 48, 8, seed=0)
