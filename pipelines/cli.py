@@ -209,7 +209,10 @@ class PosencCLI(LightningCLI):
         from pipelines.eval.whole_window import log_run_lengths
 
         train_length = getattr(self.datamodule, "seq_len", None)
-        table = log_run_lengths(logger.experiment, logger.run_id, train_length) if train_length else None
+        window = getattr(getattr(self.model, "backbone", None), "window", None)
+        if not train_length:
+            return
+        table = log_run_lengths(logger.experiment, logger.run_id, train_length, window)
         if table:
             print(table, file=sys.stderr)
 

@@ -293,11 +293,12 @@ def other_schemes() -> list[type]:
     return [c for c in all_schemes() if c.__name__ in ("PositionalEncoding", "RoPE", "Sinusoidal")]
 
 
-def reference_attention(attn, x, pos, pe, kpm, causal, train_len: int | None = None):
+def reference_attention(attn, x, pos, pe, kpm, causal, train_len: int | None = None,
+                        window: int | None = None):
     """Plain softmax attention from the hooks alone, in the input's dtype (float64 in the tests):
     softmax(s_i·(q·kᵀ/√Dh + bias) + mask)·v plus the value-side term, independent of posenc.nn.attention.
     ``train_len`` = L0 of the log-length temperature s_i = max(1, ln n_i / ln L0), n_i = the keys row i
-    may attend; ``None``: s_i = 1."""
+    may attend; ``None``: s_i = 1. ``window`` = w: row i may attend only keys j with |i − j| < w."""
     import math
 
     B, L, C = x.shape
@@ -312,6 +313,9 @@ def reference_attention(attn, x, pos, pe, kpm, causal, train_len: int | None = N
         keep &= torch.ones(L, L, dtype=torch.bool).tril()
     if kpm is not None:
         keep &= ~kpm[:, None, None, :]
+    if window is not None:
+        rows, cols = torch.meshgrid(torch.arange(L), torch.arange(L), indexing="ij")
+        keep &= (rows - cols).abs() < window
     if train_len is not None:
         n = keep.sum(-1, keepdim=True).clamp(min=1).to(scores.dtype)  # (B, 1, L, 1) keys per row
         scores = scores * (n.log() / math.log(train_len)).clamp(min=1.0)

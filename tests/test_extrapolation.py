@@ -87,6 +87,26 @@ def test_no_ratio_without_a_gain_over_the_trivial_baseline():
     assert toy_result(trivial=None).verdict() == "the task defines no trivial baseline"
 
 
+def test_single_run_retained_gain_is_undefined_below_the_minimum_effect_and_says_why():
+    from pipelines.eval.report import format_table, mlflow_metrics, mlflow_tags
+
+    # bits/base, minimum effect 0.01: a gain of 0.004 bits at L0 is above 0 but no denominator
+    cells = [LengthResult(TRAINED, n, m) for n, m in ((10, 1.996), (20, 1.998), (40, 2.01))]
+    res = Extrapolation("t", "bits_per_base", False, 10, "tokens", "position", "X", cells, trivial=2.0,
+                        trivial_name="markov0")
+    assert all(v is None for v in res.retained().values())  # the plain ratio would give 0.5 at 20
+    s = res.summary()
+    assert s["beats_trivial"] == 0.0 and "ratio" not in s and "retained_gain_at_train" not in s
+    why = res.verdict()
+    assert why.startswith("retained gain undefined against markov0 2:") and "minimum effect 0.01" in why
+    assert mlflow_tags(res)["extrapolation/no_ratio"] == why
+    assert not [k for k, _, _ in mlflow_metrics(res) if "retained_gain" in k]
+    assert format_table(res).splitlines()[-1] == f"trained: {why}"
+    # just above the minimum effect (gain 0.02): defined, the plain ratio of gains
+    res.cells[0] = LengthResult(TRAINED, 10, 1.98)
+    assert res.verdict() == "" and res.retained()[20] == pytest.approx(0.1)
+
+
 def test_retained_gain_is_logged_per_length_next_to_the_metric():
     from pipelines.eval.report import mlflow_metrics, mlflow_tags
 
@@ -174,7 +194,8 @@ def test_callback_logs_one_metric_per_length_with_steps(rope_run):
         assert [m.step for m in gains] == LENGTHS
     else:  # a tiny model a few steps in: no gain to keep, so no ratio, and the run says why
         assert "extrapolation/ratio" not in metrics
-        assert tags["extrapolation/no_ratio"].startswith("does not beat the trivial baseline (order-0 Markov")
+        assert tags["extrapolation/no_ratio"].startswith(
+            ("does not beat the trivial baseline (order-0 Markov", "retained gain undefined against order-0"))
     arts = {a.path for a in c.list_artifacts(run_id, "extrapolation")}
     assert {
         "extrapolation/extrapolation.png",

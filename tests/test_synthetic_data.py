@@ -57,6 +57,25 @@ def test_periodic_bayes_predictor_beats_copying_one_period_back_under_noise():
     assert bayes > gen.noisy_copy_entropy(vocab, noise) - 0.05  # no better than knowing the pattern
 
 
+def test_two_period_tokens_carry_each_period_in_its_own_component():
+    x = gen.two_period_windows(40, 48, vocab_each=4, periods=(3, 8), noise=0.0, rng=rng())
+    a, b = x // 4, x % 4
+    assert x.max() < 16 and (a[:, 3:] == a[:, :-3]).all() and (b[:, 8:] == b[:, :-8]).all()
+    assert not (x[:, 3:] == x[:, :-3]).all()  # the token itself has neither period alone
+    bits = gen.two_period_bits(x, 4, (3, 8), noise=0.0)  # (40, 48): 2 + 2 bits until a period is seen
+    assert np.allclose(bits[:, 0], 4.0) and np.allclose(bits[:, 2:7], 2.0) and np.allclose(bits[:, 7:], 0.0)
+
+
+def test_two_period_bayes_bits_add_over_the_components_under_noise():
+    vocab_each, periods, noise = 3, (2, 5), 0.25
+    x = gen.two_period_windows(500, 30, vocab_each, periods, noise, rng())
+    bits = gen.two_period_bits(x, vocab_each, periods, noise)
+    a = gen.periodic_bits(x // vocab_each, vocab_each, 2, noise)
+    assert np.allclose(bits, a + gen.periodic_bits(x % vocab_each, vocab_each, 5, noise))
+    late = bits[:, 20:].mean()  # both patterns well voted on: near the two noisy-copy entropies
+    assert late == pytest.approx(2 * gen.noisy_copy_entropy(vocab_each, noise), abs=0.1)
+
+
 # ----------------------------------------------------------------------------- motif spacing
 def _spacing(seq: np.ndarray, a: np.ndarray, b: np.ndarray) -> int:
     (ia,), (ib,) = gen.find(seq, a), gen.find(seq, b)  # exactly one copy of each
@@ -107,6 +126,21 @@ def test_periodic_lm_reference_is_scored_on_the_test_windows():
                                eval_lengths=[20, 80], eval_tokens=4000)
     short, long = dm.reference(20)["optimal"], dm.reference(80)["optimal"]
     assert long < short < math.log2(6)  # more cycles in view, a surer vote
+
+
+def test_two_period_lm_datamodule_reference_and_bad_options():
+    dm = SyntheticLMDataModule(task="two_periods", vocab=16, period=3, period2=8, noise=0.1, seq_len=24,
+                               eval_lengths=[24, 48], eval_tokens=2400, batch_size=8, samples_per_epoch=16)
+    x = next(iter(dm.train_dataloader()))
+    assert x.shape == (8, 25) and int(x.max()) < 16 and dm.vocab_size == 17 and dm.data_periods == (3, 8)
+    assert SyntheticLMDataModule(task="periodic", period=5).data_periods == (5,)
+    assert SyntheticLMDataModule(task="copy").data_periods == ()
+    ref = dm.reference(24)
+    assert ref["trivial"] == 4.0 and dm.reference(48)["optimal"] < ref["optimal"] < 3.0
+    with pytest.raises(PosencError, match="square data.vocab and data.period2"):
+        SyntheticLMDataModule(task="two_periods", vocab=12, period=3, period2=8)
+    with pytest.raises(PosencError, match="period2 >= 1, got vocab=16, period2=None"):
+        SyntheticLMDataModule(task="two_periods", vocab=16, period=3)
 
 
 def test_motif_datamodule_batches_and_bad_options():

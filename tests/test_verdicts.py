@@ -20,6 +20,7 @@ from pipelines.eval.verdicts import (
     holm_calls,
     min_effect,
     paired,
+    point_guard,
     power,
     retained,
 )
@@ -153,6 +154,14 @@ def test_retained_gain_is_undefined_below_the_guard():
     assert not retained(noisy, noisy, trivial, trivial, False, "bits_per_base").defined
     assert min_effect("mse", 2.0e5) == pytest.approx(2.0e3)  # no absolute floor: 1 % of the baseline
     assert guard(PairedStat(np.array([0.1])), "acc", 0.5).startswith("no interval")
+
+
+def test_one_run_guard_needs_a_gain_above_zero_and_the_minimum_effect():
+    assert point_guard(0.02, "bits_per_base", 2.0) == ""
+    assert "minimum effect 0.01" in point_guard(0.01, "bits_per_base", 2.0)  # not above the floor
+    assert "≤ max(0" in point_guard(-0.3, "acc", 0.5)
+    assert point_guard(30.0, "mse", 2.0e3) == "" and point_guard(19.0, "mse", 2.0e3) != ""  # 1 % of 2,000
+    assert point_guard(math.nan, "acc", 0.5).startswith("no gain at L₀")
 
 
 def test_retained_gain_interval_contains_the_true_ratio():

@@ -12,6 +12,7 @@ length (bits per token for the LM, accuracy for the classifier), on the same tes
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import lightning as L
@@ -49,10 +50,13 @@ class SyntheticLMDataModule(L.LightningDataModule):
     """Causal-LM windows of a synthetic process with a known optimum.
 
     Args:
-        task: ``copy`` (token t repeats token t − ``distance``) or ``periodic`` (period ``period``).
-        vocab: tokens of the process (the model's vocabulary adds one unused PAD id).
+        task: ``copy`` (token t repeats token t − ``distance``), ``periodic`` (period ``period``) or
+            ``two_periods`` (tokens a·√V + b, ``a`` of period ``period``, ``b`` of period ``period2``).
+        vocab: tokens of the process (the model's vocabulary adds one unused PAD id); a square for
+            ``two_periods`` (√V symbols per component).
         distance: the retrieval distance d (copy).
-        period: the period p (periodic).
+        period: the period p (periodic; the first component's for two_periods).
+        period2: the second component's period (two_periods).
         noise: probability that a token is re-drawn uniformly.
         seq_len: training window L0 (targets per window).
         eval_lengths: test lengths, the first = ``seq_len`` (e.g. up to 8·L0).
@@ -67,6 +71,7 @@ class SyntheticLMDataModule(L.LightningDataModule):
         vocab: int = 16,
         distance: int = 32,
         period: int = 12,
+        period2: int | None = None,
         noise: float = 0.1,
         seq_len: int = 64,
         eval_lengths: list[int] | None = None,
@@ -77,11 +82,16 @@ class SyntheticLMDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if task not in ("copy", "periodic"):
-            raise PosencError(f"data.task must be 'copy' or 'periodic', got {task!r}")
+        if task not in ("copy", "periodic", "two_periods"):
+            raise PosencError(f"data.task must be 'copy', 'periodic' or 'two_periods', got {task!r}")
+        self.vocab_each = math.isqrt(vocab) if vocab > 0 else 0
+        if task == "two_periods" and (self.vocab_each**2 != vocab or period2 is None or period2 < 1):
+            raise PosencError(f"data.task 'two_periods' needs a square data.vocab and data.period2 >= 1, got "
+                              f"vocab={vocab}, period2={period2}")
         if not 0.0 <= noise < 1.0 or vocab < 2:
             raise PosencError(f"data.noise must be in [0, 1) and data.vocab >= 2, got {noise}, {vocab}")
         self.task, self.vocab, self.distance, self.period, self.noise = task, vocab, distance, period, noise
+        self.periods = (int(period), int(period2 or 0))
         self.seq_len, self.eval_lengths = int(seq_len), _lengths(seq_len, eval_lengths)
         self.batch_size, self.samples_per_epoch, self.seed = batch_size, samples_per_epoch, seed
         self.eval_tokens = eval_tokens
@@ -94,6 +104,11 @@ class SyntheticLMDataModule(L.LightningDataModule):
         return self.vocab + 1
 
     @property
+    def data_periods(self) -> tuple[int, ...]:
+        """The process's periods in tokens: () for copy, (p,) for periodic, (p₁, p₂) for two_periods."""
+        return {"copy": (), "periodic": self.periods[:1], "two_periods": self.periods}[self.task]
+
+    @property
     def pad_id(self) -> int:
         return self.vocab
 
@@ -102,6 +117,8 @@ class SyntheticLMDataModule(L.LightningDataModule):
         rng = np.random.default_rng([self.seed, SALT[split], length])
         if self.task == "copy":
             return gen.copy_windows(n, length, self.vocab, self.distance, self.noise, rng)
+        if self.task == "two_periods":
+            return gen.two_period_windows(n, length, self.vocab_each, self.periods, self.noise, rng)
         return gen.periodic_windows(n, length, self.vocab, self.period, self.noise, rng)
 
     def eval_windows(self, split: str, length: int) -> np.ndarray:
@@ -121,6 +138,10 @@ class SyntheticLMDataModule(L.LightningDataModule):
         """Trivial and Bayes-optimal bits per token on the test windows of ``length``."""
         if self.task == "copy":
             return gen.copy_bits(length, self.vocab, self.distance, self.noise)
+        if self.task == "two_periods":
+            windows = self.eval_windows("test", length)
+            bits = gen.two_period_bits(windows, self.vocab_each, self.periods, self.noise)
+            return {"trivial": float(np.log2(self.vocab)), "optimal": float(bits.mean())}
         bits = gen.periodic_bits(self.eval_windows("test", length), self.vocab, self.period, self.noise)
         return {"trivial": float(np.log2(self.vocab)), "optimal": float(bits.mean())}
 

@@ -1,6 +1,6 @@
 """Synthetic sequences with known positional structure, and their ground truth (numpy only).
 
-Three testbeds for the claim experiments (``pipelines/eval/claims``), each seeded and each with a
+Four testbeds for the claim experiments (``pipelines/eval/claims``), each seeded and each with a
 trivial reference (what a model that ignores positions and context scores) and the Bayes-optimal
 reference (what the generating process itself scores), so that a model's gain over trivial can be
 judged against the most there is to gain:
@@ -10,6 +10,8 @@ judged against the most there is to gain:
 * :func:`periodic_windows` — a period-p token sequence: a random pattern of p tokens repeated, each
   token replaced by a uniform one with probability ``noise``; the Bayes predictor votes over the
   earlier cycles (:func:`periodic_bits`), so more context helps up to the window's end.
+* :func:`two_period_windows` — two independent periodic streams (periods p₁ and p₂) read as one
+  token a·V + b: a next-token predictor needs a vote over each period, two positional bands.
 * :func:`motif_window` — DNA-like bases (0..3) with motif A and motif B planted at a spacing: label 1
   when B starts exactly ``distance`` bases after A ends, 0 otherwise (another spacing, or B before A
   at the same spacing); the planted pair is the only occurrence of either motif in the window.
@@ -106,6 +108,28 @@ def periodic_bits(windows: np.ndarray, vocab: int, period: int, noise: float) ->
             bits[:, t - 1] = -np.log2(p)
         counts[rows, ph, windows[:, t]] += 1
     return bits
+
+
+# ----------------------------------------------------------------------------- two periods
+def two_period_windows(
+    n: int, length: int, vocab_each: int, periods: tuple[int, int], noise: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``n`` windows (n, length + 1) of tokens a·V + b: ``a`` a period-``periods[0]`` and ``b`` an
+    independent period-``periods[1]`` :func:`periodic_windows` stream, each over V = ``vocab_each``
+    symbols with its own noise; the vocabulary is V². Predicting a token needs both periods: one
+    band per component."""
+    a = periodic_windows(n, length, vocab_each, periods[0], noise, rng)
+    b = periodic_windows(n, length, vocab_each, periods[1], noise, rng)
+    return (a * vocab_each + b).astype(np.int64)
+
+
+def two_period_bits(
+    windows: np.ndarray, vocab_each: int, periods: tuple[int, int], noise: float
+) -> np.ndarray:
+    """Exact Bayes-optimal bits of each target of :func:`two_period_windows` (n, T + 1) → (n, T):
+    the components are independent, so the bits add (:func:`periodic_bits` of each)."""
+    a, b = windows // vocab_each, windows % vocab_each
+    return periodic_bits(a, vocab_each, periods[0], noise) + periodic_bits(b, vocab_each, periods[1], noise)
 
 
 # ----------------------------------------------------------------------------- motif spacing

@@ -1,5 +1,10 @@
 """The LTSF protocol's windows (:mod:`datamodules.timeseries.ltsf`) as a LightningDataModule, so the
-project's forecasters train on them with the Lightning loop."""
+project's forecasters train on them with the Lightning loop, built from a config like any other::
+
+    data:
+      class_path: datamodules.timeseries.ltsf_data.LTSFDataModule
+      init_args: {path: ETTh1.csv, lookback: 336, horizon: 96, batch_size: 128, samples_per_epoch: 2048}
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,15 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
-from datamodules.timeseries.ltsf import LTSFData
+from datamodules.timeseries.ltsf import ETT_HOURLY_BORDERS, read_ltsf
 from datamodules.timeseries.windows import ForecastWindows
 
 
 class LTSFDataModule(L.LightningDataModule):
-    """Train / val / test windows of an :class:`LTSFData` at one lookback and horizon.
+    """Train / val / test windows of a file under the protocol at one lookback and horizon.
 
+    The file is read and scaled (train rows only) by :func:`~datamodules.timeseries.ltsf.read_ltsf`
+    when the module is built; ``data`` is the resulting :class:`~datamodules.timeseries.ltsf.LTSFData`.
     Batches are the Forecaster's (``x``, ``cov``, ``pos``, ``y``, masks, ``loc``/``scale``) with no
     covariates and the identity scaler: the data are already scaled, so the Forecaster's "original
     units" metrics (``val/mse``) are the protocol's scaled ones. Training windows: every train
@@ -22,22 +29,26 @@ class LTSFDataModule(L.LightningDataModule):
     every window, in order.
 
     Args:
-        data: the series under the protocol.
+        path: the series (CSV or parquet, e.g. ETTh1.csv).
         lookback: input steps L.
         horizon: forecast steps H.
+        time_col: the timestamp column; every other column is a channel.
+        borders: the split's row borders (train end, val end, test end).
         batch_size: windows per batch.
         seed: seed of the training order.
         samples_per_epoch: random training windows per epoch (``None``: every window once).
     """
 
-    def __init__(self, data: LTSFData, lookback: int, horizon: int, batch_size: int = 128,
-                 seed: int = 0, samples_per_epoch: int | None = None) -> None:
+    def __init__(self, path: str, lookback: int = 336, horizon: int = 96, time_col: str = "date",
+                 borders: tuple[int, int, int] = ETT_HOURLY_BORDERS, batch_size: int = 128, seed: int = 0,
+                 samples_per_epoch: int | None = None) -> None:
         super().__init__()
-        self.data, self.lookback, self.horizon = data, lookback, horizon
+        self.data = read_ltsf(path, time_col=time_col, borders=tuple(borders))
+        self.lookback, self.horizon = lookback, horizon
         self.batch_size, self.seed, self.samples_per_epoch = batch_size, seed, samples_per_epoch
-        self.n_targets = data.n_channels
+        self.n_targets = self.data.n_channels
         for split in ("train", "val", "test"):
-            data.windows(split, lookback, horizon)  # a clear error now when a split holds no window
+            self.data.windows(split, lookback, horizon)  # a clear error now when a split holds no window
 
     def dataset(self, split: str, lookback: int | None = None) -> ForecastWindows:
         lookback = lookback or self.lookback

@@ -79,6 +79,8 @@ class ExtrapolationEval(L.Callback):
         max_batches: score at most this many test batches per length (``null``: all).
         baselines: also score the task's reference baselines on the test data (e.g. the best Markov chain,
             ridge; the trivial baseline is always scored). ``make compare`` asks one run for them.
+        window: also score with a local attention window of the training length (variant ``window``:
+            each query attends only its L0 nearest keys; LM-Infinite's local branch).
         use_best: evaluate the checkpoint callback's best model rather than the last weights.
     """
 
@@ -92,6 +94,7 @@ class ExtrapolationEval(L.Callback):
         max_batches: int | None = None,
         use_best: bool = True,
         baselines: bool = False,
+        window: bool = False,
     ) -> None:
         check_lengths(lengths) if lengths is not None else check_factors(factors)
         check_retain(retain, tolerance)
@@ -101,6 +104,7 @@ class ExtrapolationEval(L.Callback):
         self.factors, self.lengths, self.rope_variants = list(factors), lengths, rope_variants
         self.retain, self.tolerance = retain, tolerance
         self.max_batches, self.use_best, self.baselines = max_batches, use_best, baselines
+        self.window = window
         self.result: Extrapolation | None = None
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -122,6 +126,7 @@ class ExtrapolationEval(L.Callback):
                 self.max_batches,
                 retain=self.retain,
                 baselines=self.baselines,
+                window=self.window,
             )
         if trainer.is_global_zero:  # under DDP every rank sweeps (same weights, same result); rank 0 logs
             for logger in mlflow_loggers(trainer):
@@ -211,6 +216,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also report the relative-tolerance ratio (e.g. 0.05: every length within 5%% of the 1× metric)",
     )
     p.add_argument("--max-batches", type=int, default=None, help="test batches per length (default all)")
+    p.add_argument("--window", action="store_true",
+                   help="also score with a local attention window of the training length (variant 'window')")
     p.add_argument("--baselines", action="store_true",
                    help="also score the task's baselines (the best Markov chain, ridge; can be slow)")
     p.add_argument(
@@ -238,7 +245,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     module, dm = build_from_checkpoint(ckpt, config, args.ckpt)
     result = evaluate(
         module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches, args.retain,
-        args.baselines,
+        args.baselines, args.window,
     )
     name = run_id or stem
     out = Path(args.out or Path("outputs") / "extrapolation" / name)

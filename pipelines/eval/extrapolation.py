@@ -11,6 +11,11 @@ the catalogue's inference-time scalings, one curve each: position interpolation 
 al., 2023), NTK-aware (``ntk``, bloc97, 2023), dynamic NTK (``dynamic_ntk``) and YaRN (``yarn``,
 Peng et al., 2023), each with scale s = (positions at length L) / (positions at training length).
 
+With ``window``, every scheme is also scored with a local attention window of the training length
+(variant ``window``: query i attends only its L₀ nearest keys, LM-Infinite's local branch — Han et
+al., 2024; :mod:`posenc.nn.attention`), so no relative distance exceeds what training saw; each token
+still reads at most about n_layers × L₀ tokens back, through the layers.
+
 Per length it also records *retained gain* against the task's trivial baseline b
 (``TaskAdapter.trivial_baseline``: order-0 Markov for the DNA LMs, seasonal naive for forecasting,
 the majority class for segmentation, AUROC 0.5 for classification), scored on the same test data:
@@ -19,9 +24,12 @@ kept at length L, 0 = none of it (see :mod:`pipelines.eval.statistics`).
 
 The summary ("extrapolation ratio") is the largest tested length L up to which retained gain stays
 ≥ ``retain`` (0.9) at every tested length — over seeds its lower 95 % bound (``make compare``); for
-one run, its value. An undefined length ends the run; a model that does not beat b at the training
-length gets no ratio. It is reported as L and as L / train length. A relative rule (every length
-within ``tolerance`` of the metric at the training length, in the bad direction only) is an option
+one run, its value. An undefined length ends the run. Retained gain is a ratio over the gain at L₀,
+so it is guarded as in :mod:`pipelines.eval.verdicts`: for one run (no interval) it is undefined —
+at every length, with no ratio, and the reason in the run's ``no_ratio`` tag and table — unless the
+gain at L₀ exceeds 0 and the metric's minimum effect (:func:`~pipelines.eval.verdicts.point_guard`).
+The ratio is reported as L and as L / train length. A relative rule (every length within
+``tolerance`` of the metric at the training length, in the bad direction only) is an option
 (``tolerance_ratio``).
 """
 
@@ -40,12 +48,14 @@ from torch import Tensor
 from datamodules.legacy import nest
 from datamodules.progress import progress
 from pipelines.eval.statistics import retained_gain, retained_ratio
+from pipelines.eval.verdicts import point_guard
 from pipelines.tasks.base import TaskAdapter
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, build_encoding
 
 TRAINED = "trained"  # the scheme exactly as trained
 #: inference-time RoPE variants → the ``scaling`` option of :class:`posenc.RoPE` they use
 ROPE_VARIANTS: dict[str, str] = {"pi": "linear", "ntk": "ntk", "dynamic_ntk": "dynamic_ntk", "yarn": "yarn"}
+WINDOW = "window"  # the same weights with a local attention window of the training length
 DEFAULT_FACTORS = (1, 2, 4, 8, 16)
 
 
@@ -149,38 +159,53 @@ class Extrapolation:
         return [c.length for c in self.cells if c.variant == variant and c.status != "ok"]
 
     def retained(self, variant: str = TRAINED) -> dict[int, float | None]:
-        """Retained gain per length (``None`` where undefined, or without a trivial baseline or a
-        gain over it at the training length)."""
+        """Retained gain per length (``None`` where the length is undefined, and at every length
+        when :meth:`verdict` gives a reason: no trivial baseline, or a gain at the training length
+        that does not clear the guard of :func:`pipelines.eval.verdicts.point_guard`)."""
         values = self.by_length(variant)
         at_train = values.get(self.train_length)
-        out: dict[int, float | None] = {}
+        out: dict[int, float | None] = dict.fromkeys(values)
+        if self.verdict(variant):
+            return out
         for length, value in values.items():
-            gain = math.nan
-            if self.trivial is not None and at_train is not None and value is not None:
+            if value is not None:
                 gain = retained_gain(value, at_train, self.trivial, self.higher_is_better)
-            out[length] = gain if math.isfinite(gain) else None
+                out[length] = gain if math.isfinite(gain) else None
         return out
 
+    def gain_at_train(self, variant: str = TRAINED) -> float:
+        """Gain over the trivial baseline at the training length (positive = better; NaN if undefined)."""
+        at_train = self.by_length(variant).get(self.train_length)
+        if self.trivial is None or at_train is None:
+            return math.nan
+        return (at_train - self.trivial) * (1.0 if self.higher_is_better else -1.0)
+
     def verdict(self, variant: str = TRAINED) -> str:
-        """Why there is no retained-gain ratio (``""`` when there is one)."""
+        """Why retained gain (and so the ratio) is undefined for this run (``""`` when it is defined):
+        no trivial baseline, the training length undefined, or a gain at the training length that
+        is not above 0 and the metric's minimum effect (the single-run form of the guard)."""
         at_train = self.by_length(variant).get(self.train_length)
         if self.trivial is None:
             return "the task defines no trivial baseline"
         if at_train is None:
             return f"undefined at the training length {self.train_length}"
-        if self.retained(variant).get(self.train_length) is None:
+        gain = self.gain_at_train(variant)
+        if not gain > 0:
             return (f"does not beat the trivial baseline ({self.trivial_name} {self.trivial:.4g}) at the "
                     f"training length ({self.metric} {at_train:.4g})")
-        return ""
+        why = point_guard(gain, self.metric, self.trivial)
+        return f"retained gain undefined against {self.trivial_name} {self.trivial:.4g}: {why}" if why else ""
 
     def summary(self, variant: str = TRAINED) -> dict[str, float]:
         """``ratio``, ``max_length`` (retained-gain extrapolation ratio as a factor and as a length;
-        absent when the model does not beat the trivial baseline), ``beats_trivial`` (1/0),
+        absent when :meth:`verdict` says why), ``beats_trivial`` (1/0: the gain at L₀ clears the guard),
         ``tolerance_ratio``/``tolerance_max_length`` when a tolerance is set, the metric and the
         retained gain at the training length and at the longest tested length (omitted where undefined)."""
         values = self.by_length(variant)
         out: dict[str, float] = {}
         if self.trivial is not None and values.get(self.train_length) is not None:
+            out["beats_trivial"] = 0.0  # 1 only when the gain at L₀ clears the guard (verdict "")
+        if not self.verdict(variant):
             curves = {n: [math.nan if v is None else v] for n, v in values.items()}
             best, _ = retained_ratio(curves, self.train_length, self.trivial, self.higher_is_better,
                                      self.retain)
@@ -213,6 +238,20 @@ def rope_variant_specs(pe: PositionalEncoding, scale: float, train_positions: in
         args = {**spec["init_args"], "scaling": scaling, "scale_factor": factor, "train_len": train_positions}
         out[name] = {"class_path": spec["class_path"], "init_args": args}
     return out
+
+
+@contextmanager
+def local_window(module: Any, window: int | None) -> Iterator[None]:
+    """Temporarily give ``module``'s backbone the local attention window ``window``; ``None``: as is."""
+    if window is None:
+        yield
+        return
+    old = module.backbone.window
+    module.backbone.window = window
+    try:
+        yield
+    finally:
+        module.backbone.window = old
 
 
 @contextmanager
@@ -320,11 +359,14 @@ def evaluate(
     max_batches: int | None = None,
     retain: float = 0.9,
     baselines: bool = False,
+    window: bool = False,
 ) -> Extrapolation:
     """Score ``module`` on ``dm``'s test split at every length, as trained and (RoPE family) with
     every inference-time variant in ``variants`` (default: all of :data:`ROPE_VARIANTS`), and the
     task's trivial baseline on the same test data; with ``baselines``, also its reference baselines
-    (``TaskAdapter.baselines``: e.g. the best interpolated Markov chain, ridge — these can take minutes)."""
+    (``TaskAdapter.baselines``: e.g. the best interpolated Markov chain, ridge — these can take minutes);
+    with ``window``, also with a local attention window of the training length (variant :data:`WINDOW`;
+    skipped when the model already has a window)."""
     adapter = adapter_for(module)
     train = adapter.train_length(dm)
     todo = resolve_lengths(train, factors, lengths)
@@ -349,6 +391,9 @@ def evaluate(
                     continue
                 with swapped_encoding(module, spec):
                     result.cells.append(score_loader(module, adapter, name, length, loader, max_batches))
+            if window and module.backbone.window is None:
+                with local_window(module, adapter.n_positions(module, train)):
+                    result.cells.append(score_loader(module, adapter, WINDOW, length, loader, max_batches))
     finally:
         module.train(was_training)
     return result

@@ -11,14 +11,17 @@ Usage::
 The protocol (:mod:`datamodules.timeseries.ltsf`): rows 8640 / 2880 / 2880, a train-only scaler, all
 columns in and out, every test window scored; MSE and MAE on the scaled data (``test/mse_scaled``,
 ``test/mae_scaled``). Each model config (``configs/ltsf/*.yaml``) is trained per horizon and seed by
-the Lightning loop, early-stopped on val; baselines are fitted on the same windows, their choices made
-on val. ``--schemes`` swaps the encoding of the first config (``configs/posenc/<name>.yaml``) for an
-encoding table, ``--test-lookbacks`` also scores the trained models at longer lookbacks.
+the sweep runner (:func:`pipelines.eval.sweep.train_run`: the Lightning CLI on the config
+:mod:`pipelines.eval.ltsf_fit` makes of it), early-stopped on val; baselines are fitted on the same
+windows, their choices made on val. ``--schemes`` swaps the encoding of the first config
+(``configs/posenc/<name>.yaml``) for an encoding table, ``--test-lookbacks`` also scores the trained
+models at longer lookbacks.
 
 One MLflow parent run, one nested child per model × horizon × seed (metrics with their unit in the
-name); ``results.csv`` (one row per child, written as each finishes: ``--resume`` skips the rows it
-has), ``summary.md`` (mean ± 95 % CI over seeds, CPU time) and ``ltsf.png`` (MSE per horizon beside
-the published numbers) go to ``--out`` and the parent run.
+name; tags ``posenc.ltsf.model``, ``.horizon``, ``.seed``, ``.complete`` and ``.chosen``, what was
+chosen on val); ``results.csv`` (one row per child, written as each finishes: ``--resume`` skips the
+rows it has), ``summary.md`` (mean ± 95 % CI over seeds, CPU time) and ``ltsf.png`` (MSE per horizon
+beside the published numbers) go to ``--out`` and the parent run.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import numpy as np
 
 from datamodules.timeseries.ltsf import LTSFData, read_ltsf, scaled_errors
 from pipelines.console import configure
-from pipelines.eval.ltsf_models import Result, fit_neural, load_model_config, with_encoding
+from pipelines.eval.ltsf_fit import NAMESPACE, child_tags, train_child
+from pipelines.eval.ltsf_models import Result, load_model_config, with_encoding
 from pipelines.eval.ltsf_report import FIELDS, figure, summary_markdown
 from posenc import PosencError
 
@@ -117,18 +121,41 @@ def jobs(args: argparse.Namespace, configs: list[dict[str, Any]]) -> list[tuple[
     return out
 
 
-def run_one(job: tuple[str, int, int, Any], data: LTSFData, args: argparse.Namespace) -> Result | str:
+def run_one(job: tuple[str, int, int, Any], data: LTSFData, args: argparse.Namespace, client: Any,
+            parent: str) -> dict[str, Any] | str:
+    """Train (a model config, through the sweep runner) or fit (a baseline) one job as a nested child
+    of ``parent``; its results row, or the reason it was skipped."""
     name, h, seed, runner = job
     if isinstance(runner, str):
         return runner
     if isinstance(runner, dict):
-        return fit_neural(runner, data, args.lookback, h, seed, tuple(args.test_lookbacks),
-                          test=not args.val_only)
-    return runner(data, args.lookback, h, seed)
+        run = train_child(runner, h, seed, args, parent)
+        row = neural_row(job, run, len(data.starts("test", args.lookback, h)), args)
+        measured = ("n_test_windows", "time/cpu_s", "time/wall_s")  # the rest the run logged itself
+        log_metrics(client, run.run_id, {k: row[k] for k in measured})
+        return row
+    row = row_for(job, runner(data, args.lookback, h, seed), data, args)
+    log_child(client, parent, row, args.val_only)
+    return row
+
+
+def neural_row(job: tuple, run: Any, n_test: int, args: argparse.Namespace) -> dict[str, Any]:
+    """A trained model config's row: its metrics as its MLflow run has them (NaN where it has none)
+    and the runner's CPU and wall seconds."""
+    name, h, seed, _ = job
+    m, nan = run.metrics, float("nan")
+    row = {"model": name, "horizon": h, "seed": seed, "n_test_windows": n_test,
+           "test/mse_scaled": m.get("test/mse_scaled", nan), "test/mae_scaled": m.get("test/mae_scaled", nan),
+           "val/mse_scaled": m.get("val/mse_scaled", nan),
+           "time/cpu_s": run.cpu_s, "time/wall_s": run.wall_s}
+    for n in args.test_lookbacks:
+        row[f"test/mse_scaled_L{n}"] = m.get(f"test/mse_scaled_L{n}", nan)
+    row["chosen"] = run.tags.get(f"{NAMESPACE}.chosen", "")
+    return row
 
 
 def row_for(job: tuple, result: Result, data: LTSFData, args: argparse.Namespace) -> dict[str, Any]:
-    """The child's numbers: test/val metrics (scaled), CPU and wall seconds, extrapolated lookbacks."""
+    """A baseline's row: test/val metrics (scaled), CPU and wall seconds, what was chosen on val."""
     name, h, seed, _ = job
     truth = data.windows("test", args.lookback, h)[1]
     nan = {"mse_scaled": float("nan"), "mae_scaled": float("nan")}
@@ -137,11 +164,8 @@ def row_for(job: tuple, result: Result, data: LTSFData, args: argparse.Namespace
            "test/mse_scaled": test["mse_scaled"], "test/mae_scaled": test["mae_scaled"],
            "val/mse_scaled": result.val["mse_scaled"], "time/cpu_s": result.cpu_s,
            "time/wall_s": result.wall_s}
-    for n in args.test_lookbacks:
-        pred = result.params.get(f"pred_L{n}")
-        row[f"test/mse_scaled_L{n}"] = scaled_errors(pred, truth)["mse_scaled"] if isinstance(
-            pred, np.ndarray) else float("nan")
-    row["chosen"] = "; ".join(f"{k}={v}" for k, v in result.params.items() if not k.startswith("pred_L"))
+    row.update({f"test/mse_scaled_L{n}": float("nan") for n in args.test_lookbacks})  # no longer lookbacks
+    row["chosen"] = "; ".join(f"{k}={v}" for k, v in result.params.items())
     return row
 
 
@@ -161,18 +185,24 @@ def append_row(path: Path, row: dict[str, Any], fields: list[str]) -> None:
         writer.writerow(row)
 
 
-def log_child(client: Any, exp_id: str, parent: str, row: dict[str, Any], val_only: bool = False) -> None:
-    """One nested MLflow run: the child's metrics (units in their names) and what was chosen."""
-    tags = {"mlflow.parentRunId": parent, "posenc.ltsf.model": row["model"],
-            "posenc.ltsf.horizon": str(row["horizon"]), "posenc.ltsf.seed": str(row["seed"])}
-    run = client.create_run(exp_id, run_name=f"{row['model']}-H{row['horizon']}-seed{row['seed']}", tags=tags)
-    rid = run.info.run_id
-    for k, v in row.items():
-        if k in ("model", "horizon", "seed", "chosen") or (val_only and k.startswith("test/")):
-            continue
+def log_metrics(client: Any, run_id: str, values: dict[str, Any]) -> None:
+    """The finite numbers of ``values`` as metrics of ``run_id``."""
+    for k, v in values.items():
         if isinstance(v, (int, float)) and np.isfinite(v):
-            client.log_metric(rid, k, float(v))
-    client.log_param(rid, "chosen_on_val", row.get("chosen", "")[:500] or "-")
+            client.log_metric(run_id, k, float(v))
+
+
+def log_child(client: Any, parent: str, row: dict[str, Any], val_only: bool = False) -> None:
+    """A baseline's nested MLflow run, tagged as the sweep runner tags a trained model's: its metrics
+    (units in their names) and what was chosen on val."""
+    model, h, seed = row["model"], row["horizon"], row["seed"]
+    tags = {"mlflow.parentRunId": parent, **child_tags(model, h), f"{NAMESPACE}.seed": str(seed),
+            f"{NAMESPACE}.chosen": row.get("chosen", "")[:5000]}
+    exp_id = client.get_run(parent).info.experiment_id
+    rid = client.create_run(exp_id, run_name=f"{model}-H{h}-seed{seed}", tags=tags).info.run_id
+    log_metrics(client, rid, {k: v for k, v in row.items() if k not in ("model", "horizon", "seed", "chosen")
+                              and not (val_only and k.startswith("test/"))})
+    client.set_tag(rid, f"{NAMESPACE}.complete", "true")
     client.set_terminated(rid, "FINISHED")
 
 
@@ -215,16 +245,14 @@ def run(argv: Sequence[str] | None = None) -> Path:
     for job in jobs(args, configs):
         if job[:3] in have:
             continue
-        result = run_one(job, data, args)
-        if isinstance(result, str):
-            skipped.append(f"{job[0]}: {result}")
-            client.set_tag(parent, f"posenc.ltsf.skipped.{job[0]}", result[:250])
-            print(f"skipped {job[0]}: {result}", file=sys.stderr)
+        row = run_one(job, data, args, client, parent)
+        if isinstance(row, str):
+            skipped.append(f"{job[0]}: {row}")
+            client.set_tag(parent, f"posenc.ltsf.skipped.{job[0]}", row[:250])
+            print(f"skipped {job[0]}: {row}", file=sys.stderr)
             continue
-        row = row_for(job, result, data, args)
         append_row(results, row, fields)
         rows.append(row)
-        log_child(client, exp_id, parent, row, args.val_only)
         print(progress_line(row, args.val_only), file=sys.stderr, flush=True)
     summary = out / "summary.md"
     summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))

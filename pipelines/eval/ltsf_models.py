@@ -1,14 +1,15 @@
-"""The models of the LTSF benchmark (:mod:`pipelines.eval.ltsf`): the project's forecasters trained by
-the Lightning loop on the protocol's windows, and the baselines fitted on the same windows.
+"""The models of the LTSF benchmark (:mod:`pipelines.eval.ltsf`): the model configs, the pieces the
+neural models' training uses around the Lightning loop (:mod:`pipelines.eval.ltsf_fit` trains them
+through the sweep runner: the closed-form warm start, forecasting every window) and the baselines
+fitted on the same windows.
 
-Every runner takes the protocol's data, lookback, horizon and seed and returns a :class:`Result`: the
+Every baseline takes the protocol's data, lookback, horizon and seed and returns a :class:`Result`: the
 forecast of every test window (scaled), the validation MSE the choices were made on, and what was
 chosen. The test windows are forecast once, after every choice (epoch, penalty) is made on val.
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,6 @@ import yaml
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
 from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, LinearBaseline, seasonal_naive
 from posenc import PosencError
-from posenc.registry import import_class
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Timer:
         self.wall_s = time.perf_counter() - self.wall0
 
 
-# ----------------------------------------------------------------------------- neural (Lightning)
+# ----------------------------------------------------------------------------- neural (see ltsf_fit)
 TRAIN_DEFAULTS = {"max_epochs": 10, "patience": 3, "batch_size": 128, "samples_per_epoch": None,
                   "gradient_clip_val": None, "linear_warm_start": False}
 
@@ -80,16 +80,6 @@ def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, 
     return {**config, "model": model, "name": f"{config['name']}-{Path(scheme_file).stem}"}
 
 
-def build_model(config: dict[str, Any], n_targets: int, lookback: int, horizon: int) -> Any:
-    cls = import_class(config["model"]["class_path"], what="model class")
-    args = {**(config["model"].get("init_args") or {}), "n_targets": n_targets, "lookback": lookback,
-            "horizon": horizon, "plot_examples": 0}
-    try:
-        return cls(**args)
-    except TypeError as exc:
-        raise PosencError(f"bad model.init_args for {config['model']['class_path']}: {exc}") from None
-
-
 def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:
     """The model's forecast (n, H, C) of lookbacks x (n, L, C), in eval mode, batched."""
     model.eval()
@@ -100,68 +90,16 @@ def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:
     return np.concatenate(out)
 
 
-def _lightning_fit(model: Any, train: dict[str, Any], data: LTSFData, lookback: int, horizon: int,
-                   seed: int, tmp: str) -> tuple[Any, Any]:
-    """Train with the Lightning loop (early stopping on ``val/loss``) and load the best val epoch's
-    weights; returns (trainer, checkpoint callback)."""
-    import lightning as L
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-
-    from datamodules.timeseries.ltsf_data import LTSFDataModule
-
-    dm = LTSFDataModule(data, lookback, horizon, int(train["batch_size"]), seed, train["samples_per_epoch"])
-    best = ModelCheckpoint(dirpath=tmp, monitor="val/loss", mode="min", save_top_k=1)
-    stop = EarlyStopping(monitor="val/loss", mode="min", patience=int(train["patience"]))
-    trainer = L.Trainer(max_epochs=int(train["max_epochs"]), accelerator="cpu", logger=False,
-                        callbacks=[best, stop], enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0, default_root_dir=tmp,
-                        gradient_clip_val=train["gradient_clip_val"])
-    trainer.fit(model, datamodule=dm)
-    state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["state_dict"])
-    return trainer, best
-
-
-def fit_neural(config: dict[str, Any], data: LTSFData, lookback: int, horizon: int, seed: int,
-               test_lookbacks: tuple[int, ...] = (), test: bool = True) -> Result:
-    """Train ``config``'s model with the Lightning loop (AdamW + warm-up/cosine, early stopping on
-    ``val/loss``, the best val epoch's weights kept; with ``train.linear_warm_start`` the linear path
-    starts at ridge and the start is kept when no epoch beats it on val) and forecast every test window.
-    ``test_lookbacks``: also forecast the same test targets from longer lookbacks
-    (``params['pred_L<n>']``); ``test=False`` (model selection): no test window is forecast."""
-    train = config["train"]
-    with Timer() as clock, tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        model = build_model(config, data.n_channels, lookback, horizon)
-        xv, yv = data.windows("val", lookback, horizon)
-        start = warm_start(model, data, lookback, horizon) if train["linear_warm_start"] else {}
-        if start:
-            start["val_at_start"] = scaled_errors(forecast(model, xv), yv)["mse_scaled"]
-            initial = {k: v.clone() for k, v in model.state_dict().items()}
-            model.train()  # forecast() left it in eval mode
-        trainer, best = _lightning_fit(model, train, data, lookback, horizon, seed, tmp)
-        val = scaled_errors(forecast(model, xv), yv)
-        if start and start["val_at_start"] <= val["mse_scaled"]:  # training did not beat the start on val
-            model.load_state_dict(initial)
-            val = scaled_errors(forecast(model, xv), yv)
-            start["kept"] = "warm start (no epoch beat it on val)"
-        pred = forecast(model, data.windows("test", lookback, horizon)[0]) if test else np.zeros(0)
-        extra = _longer_lookbacks(model, data, test_lookbacks if test else (), lookback, horizon)
-    params = {"epochs_run": trainer.current_epoch, "best_epoch": _best_epoch(best), **start, **extra}
-    return Result(pred, val, params, clock.cpu_s, clock.wall_s)
-
-
-def _longer_lookbacks(model: Any, data: LTSFData, lookbacks: tuple[int, ...], lookback: int,
-                      horizon: int) -> dict[str, Any]:
-    """``{pred_L<n>: forecast}`` of the test targets from ``n``-step lookbacks (the reason, when the
-    model is undefined there: a learned table too short, a flatten head)."""
-    out: dict[str, Any] = {}
+def longer_lookbacks(model: Any, data: LTSFData, lookbacks: tuple[int, ...], lookback: int,
+                     horizon: int) -> dict[int, np.ndarray | str]:
+    """``{n: forecast}`` of the test targets from ``n``-step lookbacks (the reason, when the model is
+    undefined there: a learned table too short, a flatten head)."""
+    out: dict[int, np.ndarray | str] = {}
     for n in lookbacks:
         try:
-            out[f"pred_L{n}"] = forecast(model, _test_lookback(data, n, lookback, horizon))
+            out[n] = forecast(model, _test_lookback(data, n, lookback, horizon))
         except PosencError as exc:
-            out[f"pred_L{n}"] = str(exc)
+            out[n] = str(exc)
     return out
 
 
@@ -193,11 +131,6 @@ def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[
     model.warm_start_linear(torch.as_tensor(fit.coef.T, dtype=torch.float32),
                             torch.as_tensor(fit.intercept, dtype=torch.float32))
     return {"linear_alpha": RIDGE_ALPHAS[best]}
-
-
-def _best_epoch(checkpoint: Any) -> int:
-    name = Path(checkpoint.best_model_path).stem  # "epoch=3-step=256"
-    return int(name.split("-")[0].split("=")[1]) if name.startswith("epoch=") else -1
 
 
 def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.ndarray:

@@ -241,4 +241,5 @@ def format_table(result: Extrapolation) -> str:
         lines.append(f"{result.metric}; [retained gain] against the trivial baseline {result.trivial_name}: "
                      f"{result.trivial:.4g}; ratio: longest length with retained gain ≥ {result.retain:g} "
                      "(one run)")
+    lines += [f"{v}: {why}" for v in result.variants if (why := result.verdict(v))]
     return "\n".join(lines)

@@ -209,6 +209,18 @@ def guard(gain_at_train: PairedStat, metric: str, trivial: float, level: float =
     return ""
 
 
+def point_guard(gain_at_train: float, metric: str, trivial: float) -> str:
+    """:func:`guard` for one run (one value, no interval): why retained gain is undefined for this
+    gain at L₀ — it must exceed 0 and :func:`min_effect` (``""``: it is defined)."""
+    floor = min_effect(metric, trivial)
+    if not math.isfinite(gain_at_train):
+        return "no gain at L₀ (the metric or the trivial baseline is undefined there)"
+    if gain_at_train <= 0 or gain_at_train <= floor:
+        return (f"gain over the trivial baseline at L₀ {gain_at_train:+.4g} ≤ max(0, minimum effect "
+                f"{floor:.3g}) (one run: no interval)")
+    return ""
+
+
 def retained(model_l: Arm, model_l0: Arm, trivial_l: Arm, trivial_l0: Arm, higher_is_better: bool,
              metric: str, level: float = LEVEL, n_boot: int = N_BOOT) -> Retained:
     """gain(L) / gain(L₀) as a ratio of means over seeds, with a paired bootstrap interval (the same

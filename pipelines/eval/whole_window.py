@@ -37,6 +37,7 @@ class LengthTable:
     whole: dict[int, float] = field(default_factory=dict)
     chain: dict[int, float] = field(default_factory=dict)
     sliding: dict[int, float] = field(default_factory=dict)
+    window: int | None = None  # the model's local attention window (None: every query reads all keys)
 
     @property
     def lengths(self) -> list[int]:
@@ -70,7 +71,9 @@ def format_lengths(table: LengthTable) -> str:
              *([num(table.sliding, n)] if table.sliding else [])] for n in table.lengths]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows]]
-    title = f"Whole-window extrapolation (trained at L0 = {table.train_length} tokens; lower is better):"
+    window = "" if table.window is None else f", each query attending its {table.window} nearest tokens"
+    title = (f"Whole-window extrapolation (trained at L0 = {table.train_length} tokens{window}; "
+             "lower is better):")
     return "\n".join([title, *("  " + line for line in lines)])
 
 
@@ -116,14 +119,15 @@ def run_curves(table: LengthTable, label: str) -> Curves:
     return {label: {n: (v, v, v) for n, v in table.whole.items()}}
 
 
-def log_run_lengths(client: Any, run_id: str, train_length: int) -> str | None:
+def log_run_lengths(client: Any, run_id: str, train_length: int, window: int | None = None) -> str | None:
     """Print-ready table of run ``run_id`` (``None`` if it has no whole-window scores); its figure
-    is logged to the run as :data:`FIGURE`."""
+    is logged to the run as :data:`FIGURE`. ``window``: the model's local attention window, if any."""
     run = client.get_run(run_id)
     table = read_lengths(run.data.metrics, train_length)
     if table is None:
         return None
-    label = run.info.run_name or "model"
+    table.window = window
+    label = (run.info.run_name or "model") + ("" if window is None else f", attention window {window}")
     with tempfile.TemporaryDirectory(prefix="posenc-lengths-") as tmp:
         path = length_figure(run_curves(table, f"{label} (whole windows)"), table.chain, train_length,
                              f"{label}: held-out test bases", Path(tmp) / FIGURE)

@@ -142,7 +142,7 @@ class TaskModule(L.LightningModule):
         self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, n.d_ff, n.dropout,
                                     causal=self.causal, scale_embedding=n.scale_embedding,
                                     log_scale_len=n.log_scale_len, embedding_dropout=n.embedding_dropout,
-                                    **asdict(attention))
+                                    window=n.attention_window, **asdict(attention))
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Literal
 
 from datamodules.config import at_least
 from posenc import PosencError
+from posenc.nn.attention import check_window
 
 Head = Literal["query", "horizon", "last", "mean"]
 Loss = Literal["mse", "mae"]
@@ -49,6 +50,10 @@ class Net:
         log_scale_len: L0 (the training length) of the log-length attention temperature: a query
             attending n > L0 keys has its logits multiplied by log n / log L0
             (:mod:`posenc.nn.temperature`); ``None``: off.
+        attention_window: local attention window w of every layer: query i attends only keys with
+            |i − j| < w (LM-Infinite's local branch, :mod:`posenc.nn.attention`); with w = the training
+            length, training is unchanged and longer inputs never show a distance training did not.
+            ``None``: every key.
     """
 
     d_model: int = 128
@@ -59,8 +64,10 @@ class Net:
     embedding_dropout: float | None = None
     scale_embedding: bool = False
     log_scale_len: int | None = None
+    attention_window: int | None = None
 
     def __post_init__(self) -> None:
+        check_window(self.attention_window, "model.init_args.net.attention_window:")
         at_least("net", "model", d_model=(self.d_model, 1), n_heads=(self.n_heads, 1),
                  n_layers=(self.n_layers, 0), d_ff=(self.d_ff, 1))
         _in_unit("net", dropout=self.dropout, embedding_dropout=self.embedding_dropout)

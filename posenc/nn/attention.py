@@ -30,6 +30,14 @@ looked at. Paths:
 A position-only mask or distance table is built by the first layer of a forward and read by the
 others (:mod:`posenc.nn.share`).
 
+Local window (``window`` = w; LM-Infinite's local branch, Han et al. 2024, "LM-Infinite: Zero-Shot
+Extreme Length Generalization for Large Language Models"; the sliding window of Longformer and Mistral):
+query i attends only keys j with |i − j| < w (causal: its w latest keys, itself included), so a model
+trained on windows of w tokens never sees a relative distance it was not trained on, at any length.
+Unlike the other settings it changes what is computed. An input longer than w runs on the blocked path
+with each query block visiting only the keys its window reaches (memory O(T·w)); a shorter one is
+unaffected.
+
 Log-length temperature (``log_scale_len`` = L0, :mod:`posenc.nn.temperature`): the logits of query
 i, content and bias alike, are multiplied by s_i = max(1, log n_i / log L0). Every kernel applies it:
 q is scaled row by row (the bias hooks still see the unscaled q) and so is the bias; the Toeplitz view
@@ -57,34 +65,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched
+from posenc.base import PosencError, PositionalEncoding, as_batched
 from posenc.nn.clipped import clipped_attention, fits
 from posenc.nn.flex import flex_attention_bias
-from posenc.nn.mask import build_mask
+from posenc.nn.mask import band, build_mask
+from posenc.nn.paths import AttentionSettings, choose_path
 from posenc.nn.share import ForwardShare
 from posenc.nn.temperature import check_log_scale_len, length_scale
 from posenc.nn.toeplitz import distance_table, grad_rows, toeplitz_attention
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AttentionSettings:
-    """How the attention runs (not what it computes: every path gives the same result).
-
-    Attributes:
-        long_threshold: lengths above this use the query-blocked paths for biased schemes.
-        block_elements: bias elements (B'·H·R·Tk) per query block; sets the rows R per block.
-        flex: use FlexAttention for position-only biases on CUDA.
-        toeplitz: read translation-invariant biases as a view of a distance table (CPU).
-        clipped: run clipped relative schemes through the fused kernel where allowed (CPU).
-    """
-
-    long_threshold: int = 4096
-    block_elements: int = 1 << 25
-    flex: bool = True
-    toeplitz: bool = True
-    clipped: bool = True
 
 
 @dataclass(frozen=True)
@@ -102,6 +92,7 @@ class AttentionCall:
         flex_ok: FlexAttention has not failed on this layer's bias.
         row_scale: (B', 1, T, 1) log-length temperature per query row (:func:`length_scale`), or
             ``None`` where every row's is 1.
+        window: keys less than this many rows from the query are attended (``None``: all).
     """
 
     pos: Tensor
@@ -113,6 +104,7 @@ class AttentionCall:
     share: ForwardShare = field(default_factory=ForwardShare)
     flex_ok: bool = True
     row_scale: Tensor | None = None
+    window: int | None = None
 
 
 class Attention(nn.Module):
@@ -132,15 +124,19 @@ class Attention(nn.Module):
         settings: how the attention runs (every path gives the same result).
         log_scale_len: L0, the training length: logits of a query attending n keys are multiplied by
             max(1, log n / log L0) (see the module docstring); ``None``: no temperature.
+        window: local attention window w: query i attends keys with |i − j| < w (see the module
+            docstring); ``None``: every key. May be changed after building (an inference setting).
     """
 
     def __init__(self, d_model: int, n_heads: int, pe: PositionalEncoding | None = None,
                  dropout: float = 0.0, causal: bool = False,
-                 settings: AttentionSettings | None = None, log_scale_len: int | None = None) -> None:
+                 settings: AttentionSettings | None = None, log_scale_len: int | None = None,
+                 window: int | None = None) -> None:
         super().__init__()
         if d_model % n_heads:
             raise PosencError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.log_scale_len = check_log_scale_len(log_scale_len)
+        self.window = check_window(window)
         self.n_heads = n_heads
         self.pe = pe if pe is not None else PositionalEncoding(d_model, n_heads)
         self.qkv = nn.Linear(d_model, 3 * d_model)
@@ -163,9 +159,10 @@ class Attention(nn.Module):
         q, k, v = self._qkv(x, pos)  # 3 × (B, H, T, Dh)
         drop = self.dropout if self.training else 0.0
         share = share if share is not None else ForwardShare()
-        scale = length_scale(T, self.log_scale_len, self.causal, key_padding_mask, q)  # (B', 1, T, 1) or None
+        scale = length_scale(T, self.log_scale_len, self.causal, key_padding_mask, q,
+                             self.window)  # (B', 1, T, 1) or None
         ctx = AttentionCall(pos, self.pe, key_padding_mask, self.causal, drop, self.settings, share,
-                            self.flex_ok, scale)
+                            self.flex_ok, scale, self.window)
         path = route(ctx, T, x.device)  # the path, chosen once
         y = self._flex_or_sdpa(q, k, v, ctx) if path == "flex" else KERNELS[path](q, k, v, ctx)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, H, T, Dh) → (B, T, C)
@@ -199,10 +196,9 @@ class Attention(nn.Module):
         bias = self.pe.bias(q, pos, pos, k=k)
         if bias is not None:
             scores = scores + bias.float()
-        scale = length_scale(T, self.log_scale_len, self.causal, key_padding_mask, scores)
+        scale = length_scale(T, self.log_scale_len, self.causal, key_padding_mask, scores, self.window)
         scores = scores if scale is None else scores * scale  # (B, H, T, T)
-        keep = torch.ones(T, T, dtype=torch.bool, device=x.device)
-        keep = (keep.tril() if self.causal else keep)[None, None]  # (1, 1, T, T)
+        keep = band(T, T, 0, self.causal, self.window, x.device)[None, None]  # (1, 1, T, T)
         if key_padding_mask is not None:
             keep = keep & ~key_padding_mask[:, None, None, :]  # (B, 1, T, T)
         return scores.masked_fill(~keep, float("-inf")).softmax(dim=-1).nan_to_num(0.0)
@@ -215,6 +211,8 @@ def route(ctx: AttentionCall, length: int, device: torch.device) -> str:
     applies; the Toeplitz view and the clipped path need no key padding and positions in unit steps,
     the Toeplitz view a temperature constant over rows, the clipped path T > 2m."""
     pe = ctx.pe
+    if ctx.window is not None and length > ctx.window:  # only the blocked kernels visit a window's keys
+        return "explicit-blocked" if pe.meta.attention_path == "explicit" else "sdpa-blocked"
     contiguous = lambda: ctx.key_padding_mask is None and ctx.share.unit_steps(ctx.pos)
     constant_scale = ctx.row_scale is None or not ctx.causal  # per-row scales break the Toeplitz view
     return choose_path(
@@ -229,48 +227,6 @@ def _learns_bias(pe: PositionalEncoding) -> bool:
     """Whether gradients must reach the scheme's parameters (FlexAttention is then not used: its
     score_mod would capture them, and the SDPA paths' gradients are the tested ones)."""
     return torch.is_grad_enabled() and any(p.requires_grad for p in pe.parameters())
-
-
-def _yes() -> bool:
-    return True
-
-
-def choose_path(
-    meta: SchemeMeta,
-    length: int,
-    device: torch.device,
-    settings: AttentionSettings,
-    dropout: float = 0.0,
-    *,
-    can_flex: Callable[[], bool] = _yes,
-    can_toeplitz: Callable[[], bool] = _yes,
-    can_clip: Callable[[], bool] = _yes,
-) -> str:
-    """The attention path for a scheme's metadata at key length ``length`` on ``device``.
-
-    FlexAttention is skipped under attention dropout (its ``score_mod`` has no dropout).
-
-    Args:
-        can_flex: whether this call may use FlexAttention (asked only if it would otherwise).
-        can_toeplitz: whether this call's input allows the Toeplitz view (asked likewise; it may
-            read the positions, so a device sync is spent only where the view is in question).
-        can_clip: whether this call's input allows the ``clipped`` path (asked likewise).
-    """
-    path = meta.attention_path  # explicit | sdpa+toeplitz | sdpa+bias | sdpa-fused
-    if path == "sdpa-fused":
-        return path
-    if meta.clipped_relative and device.type == "cpu" and settings.clipped and not dropout and can_clip():
-        return "clipped"
-    position_only = path in ("sdpa+bias", "sdpa+toeplitz") and not meta.content_bias
-    if position_only and device.type == "cuda" and settings.flex and not dropout and can_flex():
-        return "flex"
-    if path == "sdpa+toeplitz":
-        if device.type == "cpu" and settings.toeplitz and can_toeplitz():
-            return path
-        path = "sdpa+bias"
-    if length > settings.long_threshold:
-        return "explicit-blocked" if path == "explicit" else "sdpa-blocked"
-    return path
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -315,21 +271,24 @@ def clipped(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
 def blocked(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall, value_side: bool = False) -> Tensor:
     """``sdpa-blocked``: one block of query rows at a time; never builds an L×L tensor.
 
-    A causal model's block at rows [s, e) only needs keys [0, e), so later keys are not visited.
+    A causal model's block at rows [s, e) only needs keys [0, e), so later keys are not visited; with
+    a local window w only keys [s − w + 1, e + w − 1) (causal: [s − w + 1, e)).
     ``value_side`` computes each block's weights explicitly for the value-side term instead.
     """
     B, H, T, _ = q.shape
-    rows = block_rows(ctx.settings, B, H, T)
+    w = ctx.window
+    rows = block_rows(ctx.settings, B, H, T if w is None else min(T, 2 * w))
     pos_b = as_batched(ctx.pos)  # (B', T)
     kpm_all = ctx.key_padding_mask
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     outs = []
     for s in range(0, T, rows):
         e = min(T, s + rows)
-        ke = e if ctx.causal else T  # keys a causal block can see
-        kpm = kpm_all[:, :ke] if kpm_all is not None else None
-        args = (q[:, :, s:e], k[:, :, :ke], v[:, :, :ke], pos_b[:, s:e], pos_b[:, :ke], kpm)
-        fn = _BlockFn(ctx, s, value_side)
+        ks = 0 if w is None else max(0, s - w + 1)  # keys the block can see: [ks, ke)
+        ke = e if ctx.causal else (T if w is None else min(T, e + w - 1))
+        kpm = kpm_all[:, ks:ke] if kpm_all is not None else None
+        args = (q[:, :, s:e], k[:, :, ks:ke], v[:, :, ks:ke], pos_b[:, s:e], pos_b[:, ks:ke], kpm)
+        fn = _BlockFn(ctx, s, s - ks, value_side)
         outs.append(checkpoint(fn, *args, use_reentrant=False) if train else fn(*args))  # (B, H, R, Dh)
     return torch.cat(outs, dim=2)  # (B, H, T, Dh)
 
@@ -342,15 +301,16 @@ def explicit_blocked(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Ten
 class _BlockFn:
     """One query block: its bias, its mask and its attention (a callable for checkpointing)."""
 
-    def __init__(self, ctx: AttentionCall, start: int, value_side: bool) -> None:
-        self.ctx, self.start, self.value_side = ctx, start, value_side
+    def __init__(self, ctx: AttentionCall, start: int, offset: int, value_side: bool) -> None:
+        self.ctx, self.start, self.offset, self.value_side = ctx, start, offset, value_side
 
     def __call__(self, qb, kb, vb, q_pos, k_pos, kpm) -> Tensor:
         ctx, R = self.ctx, qb.shape[-2]
         rs = ctx.row_scale
         rs = None if rs is None else rs[:, :, self.start:self.start + R]  # (B', 1, R, 1)
         bias = _scaled(ctx.pe.bias(qb, q_pos, k_pos, k=kb), rs)  # (B', H, R, Tk) or None
-        mask = build_mask(bias, kpm, ctx.causal, R, kb.shape[-2], qb.dtype, qb.device, q_offset=self.start)
+        mask = build_mask(bias, kpm, ctx.causal, R, kb.shape[-2], qb.dtype, qb.device, q_offset=self.offset,
+                          window=ctx.window)
         if self.value_side:
             return _weighted(qb, kb, vb, mask, ctx, q_pos, k_pos, rs)
         return F.scaled_dot_product_attention(_scaled(qb, rs), kb, vb, attn_mask=mask,
@@ -406,6 +366,14 @@ def _weighted(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, ctx: Attenti
 def _scaled(x: Tensor | None, row_scale: Tensor | None) -> Tensor | None:
     """``x`` (…, Tq, ·) with row i multiplied by the temperature s_i; unchanged without one."""
     return x if x is None or row_scale is None else x * row_scale
+
+
+def check_window(window: int | None, name: str = "attention window") -> int | None:
+    """``window`` as given, or :class:`PosencError` (naming it ``name``) unless it is ``None`` or an
+    integer ≥ 1."""
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+        raise PosencError(f"{name} must be an integer >= 1 or null, got {window!r}")
+    return window
 
 
 def block_rows(settings: AttentionSettings, batch: int, heads: int, tk: int) -> int:

@@ -38,20 +38,31 @@ def check_log_scale_len(value: int | None) -> int | None:
 
 
 def length_scale(length: int, train_len: int | None, causal: bool, key_padding_mask: Tensor | None,
-                 like: Tensor) -> Tensor | None:
+                 like: Tensor, window: int | None = None) -> Tensor | None:
     """The log-length temperature s_i = max(1, log n_i / log L0) of each query row, (B', 1, T, 1) in
-    ``like``'s dtype and device; ``None`` when ``train_len`` is ``None`` or T ≤ L0 (every s_i is 1).
+    ``like``'s dtype and device; ``None`` when ``train_len`` is ``None`` or no query attends more than
+    L0 keys (every s_i is 1).
 
-    n_i counts the keys query i attends: its unpadded keys 0..i (causal) or its row's unpadded keys.
+    n_i counts the keys query i attends: its unpadded keys 0..i (causal) or its row's unpadded keys,
+    and with a local ``window`` only those less than ``window`` rows away.
     """
-    if train_len is None or length <= train_len:
+    widest = None if window is None else (window if causal else 2 * window - 1)  # keys a row may see
+    if train_len is None or length <= train_len or (widest is not None and widest <= train_len):
         return None
-    if key_padding_mask is None:
-        n = torch.arange(1, length + 1, device=like.device) if causal else torch.full((length,), length,
-                                                                                  device=like.device)
-        n = n[None]  # (1, T)
-    else:
-        keep = (~key_padding_mask).to(torch.float64)  # (B, T)
-        n = keep.cumsum(-1) if causal else keep.sum(-1, keepdim=True).expand_as(keep)  # (B, T)
-    s = (n.to(torch.float64).clamp(min=1).log() / math.log(train_len)).clamp(min=1.0)
+    keep = (torch.ones(1, length, dtype=torch.float64, device=like.device) if key_padding_mask is None
+            else (~key_padding_mask).to(torch.float64))  # (B', T)
+    n = _keys_seen(keep, causal, window)  # (B', T)
+    s = (n.clamp(min=1).log() / math.log(train_len)).clamp(min=1.0)
     return s.to(like.dtype)[:, None, :, None]  # (B', 1, T, 1)
+
+
+def _keys_seen(keep: Tensor, causal: bool, window: int | None) -> Tensor:
+    """Unpadded keys each row attends, (B', T): a prefix sum over ``keep`` (B', T) read at the ends
+    of the row's key range [i − w + 1, i] (causal) or [i − w + 1, i + w − 1] (w = T without a window)."""
+    T = keep.shape[-1]
+    c = torch.nn.functional.pad(keep.cumsum(-1), (1, 0))  # (B', T + 1): c[j] = unpadded keys before j
+    i = torch.arange(T, device=keep.device)
+    w = T if window is None else window
+    hi = i + 1 if causal else (i + w).clamp(max=T)  # one past the last key
+    lo = (i - w + 1).clamp(min=0)
+    return c[:, hi] - c[:, lo]  # (B', T)

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc import PosencError, PositionalEncoding, as_batched
-from posenc.nn.attention import Attention, AttentionSettings
+from posenc.nn.attention import Attention, check_window
+from posenc.nn.paths import AttentionSettings
 from posenc.nn.share import ForwardShare, share_key
 
 __all__ = ["Block", "Transformer", "length_bucket"]
@@ -84,6 +85,9 @@ class Transformer(nn.Module):
         log_scale_len: L0 of the log-length attention temperature (:mod:`posenc.nn.temperature`):
             a query attending n > L0 keys has its logits multiplied by log n / log L0 in every layer;
             ``None``: off.
+        window: local attention window w of every layer (:mod:`posenc.nn.attention`): query i attends
+            only keys with |i − j| < w; ``None``: all keys. Assigning ``transformer.window`` changes it in
+            every layer (e.g. set to the training length for inference on longer inputs).
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class Transformer(nn.Module):
         clipped: bool = True,
         log_scale_len: int | None = None,
         embedding_dropout: float | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -119,7 +124,7 @@ class Transformer(nn.Module):
         settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped)
         self.drop = nn.Dropout(dropout if embedding_dropout is None else embedding_dropout)
         self.blocks = nn.ModuleList(
-            Block(Attention(d_model, n_heads, pe, dropout, causal, settings, log_scale_len),
+            Block(Attention(d_model, n_heads, pe, dropout, causal, settings, log_scale_len, window),
                   d_ff or 4 * d_model, dropout)
             for _ in range(n_layers)
         )
@@ -133,6 +138,16 @@ class Transformer(nn.Module):
         if name == "pe" and "blocks" in self._modules:
             for block in self.blocks:
                 block.attn.pe = value
+
+    @property
+    def window(self) -> int | None:
+        """The local attention window of every layer (``None``: all keys); assignable."""
+        return self.blocks[0].attn.window
+
+    @window.setter
+    def window(self, value: int | None) -> None:
+        for block in self.blocks:
+            block.attn.window = check_window(value)
 
     def forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Encode ``x`` (B, T, D); outputs at padded positions (mask True) are zero."""

@@ -58,17 +58,17 @@ def test_the_chain_is_scored_per_length_on_the_models_windows(dm):
         assert found[f"baseline/markov_bits_per_base_L{n}"] == pytest.approx(by_hand, rel=1e-12)
 
 
-def tiny_model(context: int | None = None):
+def tiny_model(context: int | None = None, window: int | None = None):
     import torch
 
     from pipelines import DNALanguageModel
 
     torch.manual_seed(0)
     return DNALanguageModel(d_model=16, n_heads=2, n_layers=2, context=context,
-                            pe={"class_path": "posenc.ALiBi"})
+                            pe={"class_path": "posenc.ALiBi"}, attention_window=window)
 
 
-def test_run(dm, tmp: Path, context: int | None) -> dict[str, float]:
+def test_run(dm, tmp: Path, context: int | None, window: int | None = None) -> dict[str, float]:
     import lightning as L
     from lightning.pytorch.loggers import MLFlowLogger
 
@@ -77,7 +77,7 @@ def test_run(dm, tmp: Path, context: int | None) -> dict[str, float]:
     logger = MLFlowLogger("wholewin", tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
     trainer = L.Trainer(logger=logger, callbacks=[MarkovBaselines(max_order=2, progress=False)],
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
-    trainer.test(tiny_model(context), datamodule=dm, verbose=False)
+    trainer.test(tiny_model(context, window), datamodule=dm, verbose=False)
     return logger.run_id
 
 
@@ -136,6 +136,21 @@ def test_study_config_matches_make_train_and_scores_1x_to_64x():
     assert study["trainer"]["max_epochs"] == train["trainer"]["max_epochs"]
     sweep = next(c for c in study["trainer"]["callbacks"] if c["class_path"].endswith("ExtrapolationEval"))
     assert [f * 128 for f in sweep["init_args"]["factors"]] == lengths
+    # make train's model is the study's `window` variant: a local attention window of L0
+    assert train["model"]["init_args"]["attention_window"] == train_data["seq_len"]
+    assert "attention_window" not in study["model"]["init_args"] and sweep["init_args"]["window"] is True
+
+
+def test_the_window_variant_scores_the_same_weights_with_a_window_of_l0(dm):
+    from pipelines.eval.extrapolation import TRAINED, WINDOW, evaluate
+
+    result = evaluate(tiny_model(), dm, lengths=LENGTHS, window=True)
+    trained, local = result.by_length(TRAINED), result.by_length(WINDOW)
+    assert local[32] == pytest.approx(trained[32], rel=1e-6)  # within L0 the window changes nothing
+    assert all(local[n] != pytest.approx(trained[n], rel=1e-6) for n in LENGTHS[1:])
+    windowed = evaluate(tiny_model(window=32), dm, lengths=LENGTHS, window=True)
+    assert windowed.variants == [TRAINED]  # a model with its own window: no second pass
+    assert windowed.by_length(TRAINED) == pytest.approx(local, rel=1e-6)
 
 
 @pytest.mark.slow  # a real (tiny) `make train`: fit, test, console table, figure artifact
@@ -180,3 +195,18 @@ def test_compare_report_shows_the_chain_per_length_and_draws_the_whole_window_fi
     assert "| best Markov chain (same windows) | — | 1.9390 | 1.9384 |" in md
     assert "markov_best_L128" not in md and set(others(cmp)) == {"markov_best"}
     readable_png(whole_window_figure(cmp, tmp_path / "whole_windows.png"))
+
+
+def test_a_local_attention_window_changes_only_windows_longer_than_it(dm, tmp_path):
+    """attention_window = L0: the same weights score the same at L0 and differently beyond it, under
+    the same keys; the table says each query reads only its window."""
+    client = store_client(tmp_path)
+    full = client.get_run(test_run(dm, tmp_path, None)).data.metrics
+    run_id = test_run(dm, tmp_path, None, window=32)
+    local = client.get_run(run_id).data.metrics
+    w = "test/bits_per_base_whole_L"
+    assert local[f"{w}32"] == pytest.approx(full[f"{w}32"], rel=1e-6)
+    for n in LENGTHS[1:]:
+        assert local[f"{w}{n}"] != pytest.approx(full[f"{w}{n}"], rel=1e-6)
+    title = log_run_lengths(client, run_id, 32, 32).splitlines()[0]
+    assert "each query attending its 32 nearest tokens" in title

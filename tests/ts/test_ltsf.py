@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from datamodules.timeseries.ltsf import (
     ETT_HOURLY_BORDERS,
@@ -146,37 +147,79 @@ train: {max_epochs: 1, patience: 1, batch_size: 64, samples_per_epoch: 64}
 """
 
 
-def run_benchmark(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    data = write_tiny_ett(tmp_path / "tiny.csv")
-    (tmp_path / "tiny.yaml").write_text(TINY_MODEL)
+def run_benchmark(tmp_path: Path, *extra: str, data: Path | None = None,
+                  models: tuple[str, ...] = (TINY_MODEL,)) -> subprocess.CompletedProcess:
+    data = data or write_tiny_ett(tmp_path / "tiny.csv")
+    configs = []
+    for i, text in enumerate(models):
+        configs.append(tmp_path / f"model{i}.yaml")
+        configs[-1].write_text(text)
     cmd = [sys.executable, "-m", "pipelines.eval.ltsf", "--data", str(data), "--lookback", "32",
-           "--horizons", "8", "--seeds", "0", "--configs", str(tmp_path / "tiny.yaml"),
+           "--horizons", "8", "--seeds", "0", "--configs", *map(str, configs),
            "--out", str(tmp_path / "out"), "--threads", "1", *extra]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
 
 
-@pytest.mark.slow
-def test_benchmark_command_logs_every_child_with_units(tmp_path):
+def benchmark_runs(tmp_path: Path) -> tuple[object, list, object]:
+    """(parent run, its children, client) of the ``posenc-ltsf`` experiment in tmp_path's store."""
     import mlflow
 
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("posenc-ltsf").experiment_id])
+    parent = [r for r in runs if r.data.tags.get("posenc.ltsf") == "parent"]
+    assert len(parent) == 1
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
+    return parent[0], children, client
+
+
+@pytest.mark.slow
+def test_benchmark_command_logs_every_child_with_units(tmp_path):
     done = run_benchmark(tmp_path, "--baselines", "naive", "ridge")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = pd.read_csv(tmp_path / "out" / "results.csv")
     assert list(rows.model) == ["naive", "ridge", "tiny"]
     assert (rows.n_test_windows == 2880 - 8 + 1).all()
     assert rows["test/mse_scaled"].notna().all() and rows["val/mse_scaled"].notna().all()
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("posenc-ltsf")
-    runs = client.search_runs([exp.experiment_id])
-    parent = [r for r in runs if r.data.tags.get("posenc.ltsf") == "parent"]
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
-    assert len(parent) == 1 and len(children) == 3
+    _, children, _ = benchmark_runs(tmp_path)
+    assert len(children) == 3
     for child in children:
         units = {"test/mse_scaled", "test/mae_scaled", "val/mse_scaled", "time/cpu_s"}
         assert units <= set(child.data.metrics)
     assert "| tiny |" in (tmp_path / "out" / "summary.md").read_text()
+
+
+TINY_WARM = TINY_MODEL.replace("name: tiny", "name: tiny_warm").replace(
+    "samples_per_epoch: 64}", "samples_per_epoch: 64, linear_warm_start: true}")
+
+
+@pytest.mark.slow
+def test_etth1_children_are_nested_runs_of_the_sweep_runner(tmp_path):
+    data = ETTH1.resolve()
+    etth1()  # skips when the shared file is absent
+    done = run_benchmark(tmp_path, "--baselines", "ridge", data=data, models=(TINY_MODEL, TINY_WARM))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = pd.read_csv(tmp_path / "out" / "results.csv").set_index("model")
+    parent, children, client = benchmark_runs(tmp_path)
+    by_model = {c.data.tags["posenc.ltsf.model"]: c for c in children}
+    assert sorted(by_model) == ["ridge", "tiny", "tiny_warm"]
+    for name, child in by_model.items():
+        tags = child.data.tags
+        assert child.info.status == "FINISHED" and child.info.run_name == f"{name}-H8-seed0"
+        assert (tags["posenc.ltsf.horizon"], tags["posenc.ltsf.seed"], tags["posenc.ltsf.complete"]) == (
+            "8", "0", "true")
+        assert child.data.metrics["test/mse_scaled"] == rows.loc[name, "test/mse_scaled"]
+        assert tags["posenc.ltsf.chosen"] == rows.loc[name, "chosen"]
+    for name in ("tiny", "tiny_warm"):  # trained by train_run: its key, and the Lightning CLI's config
+        child = by_model[name]
+        assert len(child.data.tags["posenc.ltsf.key"]) == 16
+        config = yaml.safe_load(Path(client.download_artifacts(child.info.run_id, "config.yaml",
+                                                                 str(tmp_path))).read_text())
+        assert config["data"]["init_args"]["path"] == str(data) and config["seed_everything"] == 0
+        assert Path(child.data.tags["posenc.ltsf.checkpoint"]).is_file()
+    assert "linear_alpha=" in rows.loc["tiny_warm", "chosen"]
+    assert "posenc.ltsf.key" not in by_model["ridge"].data.tags  # a baseline is fitted, not trained
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -226,14 +269,13 @@ def test_lightgbm_forecasts_every_window_recursively():
 
 
 def test_raw_linear_path_starts_as_the_ridge_baseline():
-    from pipelines.eval.ltsf_models import build_model, forecast, ridge_run, warm_start
+    from pipelines.eval.ltsf_models import forecast, ridge_run, warm_start
+    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
 
     data = small_protocol()
     data.values = data.values + np.random.default_rng(0).normal(0, 0.1, data.values.shape)  # not exact
-    init = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "linear_path": True,
-            "linear_input": "raw", "revin_affine": False, "pe": None}
-    model = build_model({"model": {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster",
-                                   "init_args": init}}, 2, 48, 8)
+    model = PatchTSTForecaster(lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=1,
+                               d_ff=32, linear_path=True, linear_input="raw", revin_affine=False, pe=None)
     warm_start(model, data, 48, 8)
     xv, yv = data.windows("val", 48, 8)
     ridge = ridge_run(data, 48, 8, seed=0)
@@ -241,20 +283,44 @@ def test_raw_linear_path_starts_as_the_ridge_baseline():
     assert start == pytest.approx(ridge.val["mse_scaled"], rel=1e-4)
 
 
-def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val():
-    from pipelines.eval.ltsf_models import TRAIN_DEFAULTS, build_model, fit_neural, forecast, warm_start
+def small_csv(path: Path, n_channels: int = 2) -> Path:
+    """:func:`small_protocol`'s series as an hourly CSV file."""
+    t = np.arange(1000)[:, None]
+    raw = np.sin(2 * np.pi * t / 24) * (1 + np.arange(n_channels)) + 0.05 * np.cos(2 * np.pi * t / 7)
+    frame = pd.DataFrame(raw, columns=[f"c{i}" for i in range(n_channels)])
+    frame.insert(0, "date", pd.date_range("2016-07-01", periods=1000, freq="h").strftime("%Y-%m-%d %H:%M:%S"))
+    frame.to_csv(path, index=False)
+    return path
 
-    data = small_protocol()
-    train = {**TRAIN_DEFAULTS, "max_epochs": 1, "batch_size": 32, "samples_per_epoch": 64,
-             "linear_warm_start": True}
-    init = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "linear_path": True,
-            "revin_affine": False, "lr": 0.01, "pe": None}
-    model_spec = {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster", "init_args": init}
-    config = {"name": "tiny", "train": train, "model": model_spec}
-    model = build_model(config, 2, 48, 8)
-    chosen = warm_start(model, data, 48, 8)
-    xv, yv = data.windows("val", 48, 8)
-    assert scaled_errors(forecast(model, xv), yv)["mse_scaled"] < 1e-3  # the linear forecast, exact here
-    assert chosen["linear_alpha"] > 0 and not model.lookback_linear.weight.requires_grad
-    result = fit_neural(config, data, 48, 8, seed=0)
-    assert result.val["mse_scaled"] <= result.params["val_at_start"] + 1e-9
+
+def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path):
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from datamodules.timeseries.ltsf_data import LTSFDataModule
+    from pipelines.eval.ltsf_fit import LTSFProtocol
+    from pipelines.eval.ltsf_models import forecast
+    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
+
+    dm = LTSFDataModule(str(small_csv(tmp_path / "small.csv")), lookback=48, horizon=8,
+                        borders=(600, 800, 1000), batch_size=32, samples_per_epoch=64)
+    L.seed_everything(0)
+    model = PatchTSTForecaster(lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=2,
+                               d_ff=32, linear_path=True, revin_affine=False, lr=0.01, pe=None,
+                               plot_examples=0)
+    protocol = LTSFProtocol(linear_warm_start=True)
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
+                        callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val/loss"), protocol])
+    trainer.fit(model, datamodule=dm)
+    start, result = protocol.start, protocol.result
+    assert start["val_at_start"] < 1e-3  # the linear forecast, exact here
+    assert start["linear_alpha"] > 0 and not model.lookback_linear.weight.requires_grad
+    assert result["metrics"]["val/mse_scaled"] <= start["val_at_start"] + 1e-9
+    assert result["metrics"]["test/mse_scaled"] == scaled_errors(
+        forecast(model, dm.data.windows("test", 48, 8)[0]), dm.data.windows("test", 48, 8)[1])["mse_scaled"]
+    assert "kept" in result["chosen"]  # the exact start is not beaten: the run's checkpoint is the start
+    best = trainer.checkpoint_callback.best_model_path
+    assert Path(best).name == "warm_start.ckpt"
+    state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())

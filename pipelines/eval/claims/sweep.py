@@ -3,8 +3,9 @@
 A *condition* is a scheme (a ``configs/posenc`` name, a scheme YAML or an inline spec) with optional
 model/data overrides. For tasks with a length sweep (DNA LM, forecaster) the metric per length comes
 from :class:`pipelines.ExtrapolationEval`; for the others (segmentation) from the task's own per-length
-test pass. Retained gain (:func:`pipelines.eval.statistics.retained_gain`) is against the task's trivial
-baseline on the same test data (Markov order 0 for the LM, seasonal naive for the forecaster).
+test pass. Retained gain (:meth:`Measured.retained_guarded`, :func:`pipelines.eval.verdicts.retained`:
+a ratio of mean gains, undefined below the guard) is against the task's trivial baseline on the same
+test data (Markov order 0 for the LM, seasonal naive for the forecaster).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.eval.claims.judge import Judgement, Key, Primary, judge_stats, power_text
 from pipelines.eval.extrapolation import TRAINED, adapter_for
-from pipelines.eval.statistics import Estimate, call, paired_difference, retained_gain
+from pipelines.eval.statistics import Estimate, call, paired_difference
 from pipelines.eval.verdicts import PairedStat, Retained, gain, paired, power, retained
 
 
@@ -89,15 +90,6 @@ class Measured:
 
     def at(self, cond: str, length: int) -> Estimate:
         return est(self.values[cond][length])
-
-    def retained(self, cond: str, length: int) -> list[float]:
-        """Per-seed retained gain at ``length`` (NaN where undefined or without a gain at L0)."""
-        if self.baseline is None:
-            return [math.nan] * len(self.seeds)
-        return [
-            retained_gain(m, m0, self.baseline, self.higher_is_better)
-            for m, m0 in zip(self.values[cond][length], self.values[cond][self.train_length], strict=True)
-        ]
 
     def diff(self, a: str, b: str, length: int) -> Estimate:
         """Paired (same seed) ``a − b`` at ``length``; NaN estimate when either is undefined."""

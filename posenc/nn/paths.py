@@ -1,0 +1,75 @@
+"""Which attention kernel a call runs: :func:`choose_path` on the scheme's metadata and the settings
+(:class:`AttentionSettings`), under conditions only the call can check (asked lazily). The kernels
+themselves and the per-call conditions are in :mod:`posenc.nn.attention`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from posenc.base import SchemeMeta
+
+
+@dataclass(frozen=True)
+class AttentionSettings:
+    """How the attention runs (not what it computes: every path gives the same result).
+
+    Attributes:
+        long_threshold: lengths above this use the query-blocked paths for biased schemes.
+        block_elements: bias elements (B'·H·R·Tk) per query block; sets the rows R per block.
+        flex: use FlexAttention for position-only biases on CUDA.
+        toeplitz: read translation-invariant biases as a view of a distance table (CPU).
+        clipped: run clipped relative schemes through the fused kernel where allowed (CPU).
+    """
+
+    long_threshold: int = 4096
+    block_elements: int = 1 << 25
+    flex: bool = True
+    toeplitz: bool = True
+    clipped: bool = True
+
+
+
+
+def _yes() -> bool:
+    return True
+
+
+def choose_path(
+    meta: SchemeMeta,
+    length: int,
+    device: torch.device,
+    settings: AttentionSettings,
+    dropout: float = 0.0,
+    *,
+    can_flex: Callable[[], bool] = _yes,
+    can_toeplitz: Callable[[], bool] = _yes,
+    can_clip: Callable[[], bool] = _yes,
+) -> str:
+    """The attention path for a scheme's metadata at key length ``length`` on ``device``.
+
+    FlexAttention is skipped under attention dropout (its ``score_mod`` has no dropout).
+
+    Args:
+        can_flex: whether this call may use FlexAttention (asked only if it would otherwise).
+        can_toeplitz: whether this call's input allows the Toeplitz view (asked likewise; it may
+            read the positions, so a device sync is spent only where the view is in question).
+        can_clip: whether this call's input allows the ``clipped`` path (asked likewise).
+    """
+    path = meta.attention_path  # explicit | sdpa+toeplitz | sdpa+bias | sdpa-fused
+    if path == "sdpa-fused":
+        return path
+    if meta.clipped_relative and device.type == "cpu" and settings.clipped and not dropout and can_clip():
+        return "clipped"
+    position_only = path in ("sdpa+bias", "sdpa+toeplitz") and not meta.content_bias
+    if position_only and device.type == "cuda" and settings.flex and not dropout and can_flex():
+        return "flex"
+    if path == "sdpa+toeplitz":
+        if device.type == "cpu" and settings.toeplitz and can_toeplitz():
+            return path
+        path = "sdpa+bias"
+    if length > settings.long_threshold:
+        return "explicit-blocked" if path == "explicit" else "sdpa-blocked"
+    return path
