@@ -129,16 +129,19 @@ def test_study_config_matches_make_train_and_scores_1x_to_64x():
     lengths = [128 * 2**i for i in range(7)]
     data, train_data = (flatten(c["data"]["init_args"], DNADataModule) for c in (study, train))
     assert data["eval_lengths"] == train_data["eval_lengths"] == lengths
-    for key in ("d_model", "n_heads", "n_layers", "lr", "warmup_steps"):
-        assert study["model"]["init_args"][key] == train["model"]["init_args"][key], key
+    for group in ("net", "optim"):
+        study_group, train_group = (c["model"]["init_args"][group] for c in (study, train))
+        for key, value in study_group.items():
+            assert train_group[key] == value, key
     for key in ("seq_len", "batch_size", "samples_per_epoch", "split", "eval_tokens"):
         assert data[key] == train_data[key], key
     assert study["trainer"]["max_epochs"] == train["trainer"]["max_epochs"]
     sweep = next(c for c in study["trainer"]["callbacks"] if c["class_path"].endswith("ExtrapolationEval"))
     assert [f * 128 for f in sweep["init_args"]["factors"]] == lengths
     # make train's model is the study's `window` variant: a local attention window of L0
-    assert train["model"]["init_args"]["attention_window"] == train_data["seq_len"]
-    assert "attention_window" not in study["model"]["init_args"] and sweep["init_args"]["window"] is True
+    assert train["model"]["init_args"]["net"]["attention_window"] == train_data["seq_len"]
+    assert "attention_window" not in study["model"]["init_args"]["net"]
+    assert sweep["init_args"]["window"] is True
 
 
 def test_the_window_variant_scores_the_same_weights_with_a_window_of_l0(dm):
