@@ -71,22 +71,70 @@ def test_estimate_is_within_a_factor_of_three_of_a_measured_training_step(pe, ba
 
 
 FIT = "import sys; from pipelines.cli import main; main(sys.argv[1:])"
+HUGE_SEQ_LEN = ["--data.init_args.seq_len=200000", "--data.init_args.batch_size=64"]
+
+# Both refusals in ONE fresh interpreter (each fresh one costs ~10 CPU s of imports): the fit CLI,
+# then predict on a checkpoint claiming a huge width. Per phase: its exit status and the peak RSS so
+# far; a marker line on stderr between the phases' output.
+REFUSALS = """
+import json, os, resource, sys
+from pipelines.cli import main as fit
+from pipelines.inference.predict import main as predict
+
+def phase(name, main, argv):
+    sys.stderr.flush()
+    os.write(2, f"\\n@@ {name}\\n".encode())
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    sys.stderr.flush()
+    return {"code": code, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+ckpt, fasta, out, *extra = sys.argv[1:]
+fit_phase = phase("fit", fit, ["fit", "--config", "tiny.yaml", *extra])
+predict_phase = phase("predict", predict, ["--ckpt", ckpt, "--input", fasta, "--output", out,
+                                           "--device", "cpu"])
+print(json.dumps({"fit": fit_phase, "predict": predict_phase}))
+"""
 
 
-@pytest.mark.parametrize("extra", [
-    ["--data.init_args.seq_len=200000", "--data.init_args.batch_size=64"],
-    # the same check through the batch size: another fresh interpreter (~10 CPU s of imports) → slow
-    pytest.param(["--data.init_args.batch_size=300000", "--data.init_args.seq_len=512"],
-                 marks=pytest.mark.slow)])
-def test_a_fit_that_cannot_fit_in_memory_is_refused_before_anything_is_allocated(tmp_path, extra):
-    tiny_setup(tmp_path)
-    code, _, err, peak = _python(FIT, "fit", "--config", "tiny.yaml", *extra, cwd=tmp_path,
-                                 env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    """``(folder, {"fit" | "predict": {"code", "err", "peak"}})`` of the REFUSALS interpreter."""
+    tmp = tmp_path_factory.mktemp("refused")
+    tiny_setup(tmp)
+    ckpt = _tiny_checkpoint(tmp / "huge.ckpt", d_model=65536, n_heads=8)
+    write_fasta(tmp / "x.fa", n=200)
+    code, out, err, _ = _python(REFUSALS, str(ckpt), str(tmp / "x.fa"), str(tmp / "out.tsv"), *HUGE_SEQ_LEN,
+                                cwd=tmp, env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"})
+    assert code == 0, err[-3000:]
+    phases = json.loads(out.splitlines()[-1])
+    _, fit_err, predict_err = err.split("\n@@ ")
+    phases["fit"]["err"], phases["predict"]["err"] = fit_err, predict_err
+    return tmp, phases
+
+
+def _assert_fit_refused(tmp: Path, code: int, err: str, peak: int) -> None:
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err[-3000:]
     assert "needs ~" in errors[0] and "GB available: lower data.batch_size, data.seq_len" in errors[0]
     assert peak < 1500 * MB  # the interpreter, torch and Lightning: nothing of the model or its batch
-    assert not runs(tmp_path)[1]  # no MLflow run was started
+    assert not runs(tmp)[1]  # no MLflow run was started
+
+
+def test_a_fit_that_cannot_fit_in_memory_is_refused_before_anything_is_allocated(refused):
+    tmp, phases = refused
+    _assert_fit_refused(tmp, phases["fit"]["code"], phases["fit"]["err"], phases["fit"]["peak"])
+
+
+@pytest.mark.slow  # the same check through the batch size: another fresh interpreter (~10 CPU s of imports)
+def test_a_fit_refused_through_its_batch_size(tmp_path):
+    tiny_setup(tmp_path)
+    code, _, err, peak = _python(FIT, "fit", "--config", "tiny.yaml", "--data.init_args.batch_size=300000",
+                                 "--data.init_args.seq_len=512", cwd=tmp_path,
+                                 env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    _assert_fit_refused(tmp_path, code, err, peak)
 
 
 def _tiny_checkpoint(path: Path, **override) -> Path:
@@ -102,15 +150,13 @@ def _tiny_checkpoint(path: Path, **override) -> Path:
     return path
 
 
-def test_a_checkpoint_claiming_a_huge_width_is_refused_before_its_model_is_built(tmp_path):
-    ckpt = _tiny_checkpoint(tmp_path / "huge.ckpt", d_model=65536, n_heads=8)
-    write_fasta(tmp_path / "x.fa", n=200)
-    code, _, err, peak = _python("from pipelines.inference.predict import main; raise SystemExit(main())",
-                                 "--ckpt", str(ckpt), "--input", str(tmp_path / "x.fa"),
-                                 "--output", str(tmp_path / "out.tsv"), "--device", "cpu")
+def test_a_checkpoint_claiming_a_huge_width_is_refused_before_its_model_is_built(refused):
+    """Its peak is the interpreter's after both phases: the refused fit's too, so at least as strict."""
+    tmp, phases = refused
+    code, err, peak = phases["predict"]["code"], phases["predict"]["err"], phases["predict"]["peak"]
     assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err[-3000:]
     assert "d_model 65536" in err and "needs ~" in err and "GB available" in err
-    assert peak < 1500 * MB and not (tmp_path / "out.tsv").exists()
+    assert peak < 1500 * MB and not (tmp / "out.tsv").exists()
 
 
 # ----------------------------------------------------------------------------------- streaming
