@@ -62,8 +62,9 @@ figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train ru
 test: $(STAMP) ## Run the fast test suite (what CI runs) on 2 workers, slowest 15 tests listed
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(ARGS)
 
-smoke: $(STAMP) ## Quick wiring check (about 30 s): every module imports, every scheme runs, one tiny fit
-	$(PY) -m pytest -q -m smoke tests/test_smoke.py $(ARGS)
+# smoke: one torch thread, as in make test's workers (on tiny ops a second thread mostly spins)
+smoke: $(STAMP) ## Quick end-to-end check (< 30 s): every module imports, one tiny fit, predict from it
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m smoke tests/test_smoke.py $(ARGS)
 
 test-all: $(STAMP) ## Run every test, slow ones included
 	$(PY) -m pytest -q -m "slow or not slow" $(ARGS)

@@ -111,6 +111,15 @@ def dm_kwargs(path: Path, **over) -> dict:
     return nest(TimeSeriesDataModule, kw)
 
 
+def ts_cli_args(csv: Path) -> list[str]:
+    """CLI overrides that shrink configs/ts_forecast.yaml to :func:`seasonal_frame`'s CSV and a tiny model."""
+    return [f"--data.path={csv}", "--data.time_col=when", "--data.target_cols=[load]",
+            "--data.covariate_cols=[temp]", "--data.timezone=null", "--data.lookback=24", "--data.horizon=6",
+            "--data.patch_len=4", "--data.eval_stride=8", "--data.batch_size=16",
+            "--data.samples_per_epoch=64",
+            "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=1"]
+
+
 def flat_dm(cls: type, **flat):
     """A datamodule built from flat settings of before its typed groups (:func:`datamodules.legacy.nest`)."""
     from datamodules.legacy import nest

@@ -199,7 +199,7 @@ def parents_and_children(tmp: Path):
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
-    """Default seeds for alibi, rope and a scheme the task cannot build; then rope again with 4 seeds."""
+    """Default seeds for alibi, rope and a scheme the task cannot build (6 tiny children)."""
     from pipelines.eval.compare import main
 
     tmp = tmp_path_factory.mktemp("compare")
@@ -209,8 +209,17 @@ def compared(tmp_path_factory):
         "class_path": "posenc.Learned", "init_args": {"max_len": 0}}}}}))
     with workdir_with_store(tmp):
         main(compare_args(tmp, "--schemes", "alibi", "rope", str(broken), "--out", "first"))
-        main(compare_args(tmp, "--schemes", "rope", "--seeds", "0", "1", "2", "3", "--out", "second"))
     return tmp
+
+
+@pytest.fixture(scope="module")
+def compared_again(compared):
+    """Then rope again with 4 seeds, in the same store (one more child)."""
+    from pipelines.eval.compare import main
+
+    with workdir_with_store(compared):
+        main(compare_args(compared, "--schemes", "rope", "--seeds", "0", "1", "2", "3", "--out", "second"))
+    return compared
 
 
 def test_compare_runs_three_paired_seeds_by_default_and_shows_ci_and_calls(compared):
@@ -247,7 +256,10 @@ def test_compare_runs_three_paired_seeds_by_default_and_shows_ci_and_calls(compa
     assert "broken: Learned max_len must be a positive integer" in skipped
 
 
-def test_more_seeds_train_only_the_new_ones(compared):
+@pytest.mark.slow  # one more tiny child and a second report (~6 CPU s); fast twin: test_sweep's
+# test_a_second_call_with_the_same_key_reuses_the_finished_child (the reuse the comparison relies on)
+def test_more_seeds_train_only_the_new_ones(compared_again):
+    compared = compared_again
     c, parents, children = parents_and_children(compared)
     second = parents[1].info.run_id
     trained = sorted(r.data.tags["posenc.compare.seed"] for r in children

@@ -93,19 +93,6 @@ def test_learned_past_max_len_is_recorded_undefined(tmp_path):
     assert "test/bits_per_base_L128" not in run.data.metrics
 
 
-def test_select_context_skips_contexts_the_encoding_does_not_define(tmp_path):
-    """Learned (64 rows) cannot read whole 256-base windows: SelectContext scores only the chunked
-    contexts and chooses one; the test then defines every length through it in sliding chunks,
-    while the whole windows past the table stay undefined (the extrapolation score)."""
-    cli = run_cli(tmp_path, "--config", str(ROOT / "configs/posenc/learned.yaml"),
-                  "--model.init_args.pe.init_args.max_len=64",
-                  "--trainer.callbacks+=pipelines.tasks.lm.SelectContext")
-    select = next(c for c in cli.trainer.callbacks if type(c).__name__ == "SelectContext")
-    assert None not in select.scores and select.chosen in (32, 64)
-    assert cli.model.undefined_lengths == [128, 256]
-    assert sorted(cli.model.sliding_results()) == [32, 64, 128, 256]
-
-
 def test_markov_baselines():
     rng = np.random.default_rng(0)
     uniform = rng.integers(0, 4, 50_000).astype(np.uint8)

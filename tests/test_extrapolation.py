@@ -232,12 +232,23 @@ def test_sweep_matches_the_models_own_test_pass(rope_run):
 
 
 def test_learned_pe_past_max_len_is_undefined_not_a_crash(tmp_path):
+    """Learned (64 rows) past its table, in one fit: the sweep marks 128 undefined; SelectContext
+    cannot read whole 256-base windows, so it scores only the chunked contexts and chooses one; the
+    test pass then defines every length through it in sliding chunks, while the whole windows past
+    the table stay undefined (the extrapolation score)."""
     cli = fit(
         tmp_path,
         "learned",
         "--model.init_args.pe.init_args.max_len=64",
         "--trainer.callbacks.init_args.factors=[1,2,4]",
+        "--trainer.callbacks+=pipelines.tasks.lm.SelectContext",
+        "--data.init_args.eval_lengths=[32,64,128,256]",
+        "--test_after_fit=true",
     )
+    select = next(c for c in cli.trainer.callbacks if type(c).__name__ == "SelectContext")
+    assert None not in select.scores and select.chosen in (32, 64)
+    assert cli.model.undefined_lengths == [128, 256]
+    assert sorted(cli.model.sliding_results()) == [32, 64, 128, 256]
     res = sweep(cli)
     assert res.undefined() == [128]
     assert [c.status for c in res.cells] == ["ok", "ok", "undefined"]

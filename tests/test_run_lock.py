@@ -116,6 +116,38 @@ def _wait_for(pattern: str, tmp: Path, proc: subprocess.Popen, timeout: float = 
     raise AssertionError(f"no {pattern} after {timeout} s")
 
 
+def test_a_fit_is_refused_while_a_live_process_holds_its_runs_lock(tmp_path, monkeypatch, capsys):
+    """The fast twin of the next test: a fit stopped at step 1 leaves its run directory (run.json);
+    a live process (a sleeper) holds its lock; the same command stops with one line naming the
+    MLflow run and the process, and changes nothing."""
+    tiny_setup(tmp_path)
+    args = ["fit", "--config", "tiny.yaml", "--trainer.callbacks+=tests.toy.faults.FailAtStep",
+            "--trainer.callbacks.step=1"]
+    monkeypatch.setenv("POSENC_FAULT", "1")
+    with pytest.raises(RuntimeError, match="injected fault"):
+        run_cli_in(tmp_path, args)
+    monkeypatch.delenv("POSENC_FAULT")
+    (run_json,) = (tmp_path / "outputs/runs").glob("*/run.json")
+    run_id = json.loads(run_json.read_text())["run_id"]
+    holder = _sleeper()
+    try:
+        lock = _write_lock(run_json.parent, holder.pid, ticks=int(
+            Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]))
+        held = lock.read_text()
+        capsys.readouterr()
+        code, _ = run_cli_in(tmp_path, args)
+        err = capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and len(errors) == 1, err[-3000:]
+    assert f"MLflow run {run_id}" in errors[0] and f"process {holder.pid}" in errors[0]
+    assert lock.read_text() == held and len(runs(tmp_path)[1]) == 1
+
+
+@pytest.mark.slow  # a real training in a fresh interpreter (~20 CPU s); fast twins: the test above (the
+# CLI's one line for a live lock) and test_faults' in-process SIGTERM (the handler stops the step: KILLED)
 def test_a_second_fit_never_enters_a_live_run_and_sigterm_stops_it_mid_step_as_killed(tmp_path, capsys):
     """A real training (its step 5 takes minutes) holds the lock: the same command in another process
     (this test's own: the CLI in-process, so that only the first pays a fresh interpreter's imports)

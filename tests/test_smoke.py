@@ -1,20 +1,33 @@
-"""Smoke (``make smoke``, also part of ``make test``): is everything wired? Every module of posenc/,
-datamodules/ and pipelines/ imports; every scheme builds from its config and runs a forward through the
-tiny Transformer; one tiny fit goes through the CLI into an MLflow sqlite store and writes a checkpoint."""
+"""Smoke: is everything wired? ``make smoke`` runs the tests marked ``smoke`` (install, train, predict
+end to end): every module of posenc/, datamodules/ and pipelines/ imports; one tiny fit goes through
+the CLI into an MLflow sqlite store and writes a checkpoint that ``predict`` scores a FASTA with.
+``make test`` runs the whole file, so also: every scheme builds from its config and runs a forward
+through the tiny Transformer."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from posenc import all_schemes, build_encoding
 from posenc.base import public_class_path
-from tests.helpers import ROOT, SCHEME_SPECS, D, H, run_cli_in, runs, tiny_setup
+from tests.helpers import (
+    ROOT,
+    SCHEME_SPECS,
+    D,
+    H,
+    random_bases,
+    run_cli_in,
+    runs,
+    tiny_setup,
+    workdir_with_store,
+    write_fasta,
+)
 
-pytestmark = pytest.mark.smoke
 PACKAGES = ("posenc", "datamodules", "pipelines")
 T = 32
 
@@ -29,6 +42,7 @@ def module_names() -> list[str]:
     return names
 
 
+@pytest.mark.smoke
 def test_every_module_imports():
     names = module_names()
     assert {"posenc", "datamodules", "pipelines", "pipelines.cli", "posenc.nn.attention"} <= set(names)
@@ -41,7 +55,7 @@ def test_every_module_imports():
     assert failed == {}
 
 
-@pytest.mark.parametrize("cls", all_schemes(), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", all_schemes(), ids=lambda c: c.__name__)  # make test, not make smoke
 def test_every_scheme_builds_and_runs_a_forward(cls):
     from posenc.nn import Transformer
 
@@ -58,8 +72,14 @@ def test_every_scheme_builds_and_runs_a_forward(cls):
     assert y.shape == (2, t, D) and torch.isfinite(y).all()
 
 
-def test_one_tiny_fit(tmp_path: Path):
-    """d_model 16, 2 heads, 2 layers, T 32, 3 steps of a RoPE DNA LM on a synthetic FASTA."""
+@pytest.mark.smoke
+def test_one_tiny_fit_then_predict(tmp_path: Path):
+    """d_model 16, 2 heads, 2 layers, T 32, 3 steps of a RoPE DNA LM on a synthetic FASTA; then the
+    predict command scores a new FASTA from the checkpoint (one row per base, finite bits)."""
+    import pandas as pd
+
+    from pipelines.inference.predict import main as predict
+
     tiny_setup(tmp_path)
     code, cli = run_cli_in(tmp_path, ["fit", "--config", "tiny.yaml", "--trainer.max_epochs=1",
                                       "--data.init_args.samples_per_epoch=24", "--test_after_fit=false"])
@@ -67,4 +87,12 @@ def test_one_tiny_fit(tmp_path: Path):
     _, (run,) = runs(tmp_path)
     assert run.info.status == "FINISHED"
     assert torch.isfinite(torch.tensor(run.data.metrics["val/bits_per_base"]))
-    assert (tmp_path / cli.trainer.checkpoint_callback.best_model_path).is_file()  # relative to cwd
+    ckpt = tmp_path / cli.trainer.checkpoint_callback.best_model_path  # relative to cwd
+    assert ckpt.is_file()
+    new = write_fasta(tmp_path / "new.fa", {"a": random_bases(100, 1), "b": random_bases(40, 2)})
+    with workdir_with_store(tmp_path):
+        code = predict(["--ckpt", str(ckpt), "--input", str(new), "--output", "bits.tsv", "--no_progress"])
+    assert code == 0
+    table = pd.read_csv(tmp_path / "bits.tsv", sep="\t")
+    assert len(table) == 140 and table["bits"].notna().sum() == 138  # each record's first base: unscored
+    assert np.isfinite(table["bits"].dropna()).all()

@@ -1,5 +1,6 @@
-"""The forecasting configs through the real CLI: a smoke fit into a tmp sqlite MLflow store, bad
-input as one ``error:`` line with exit status 2, and every scheme config layered on ts_forecast.yaml."""
+"""The forecasting configs through the real CLI: a smoke fit into a tmp sqlite MLflow store and bad
+input as one ``error:`` line with exit status 2 (every scheme config layered on ts_forecast.yaml:
+tests/ts/test_ts_configs.py)."""
 
 from __future__ import annotations
 
@@ -11,24 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-import yaml
 
-from tests.helpers import run_cli_in, seasonal_frame, write_csv
+from tests.helpers import run_cli_in, seasonal_frame, ts_cli_args, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = ROOT / "configs" / "ts_forecast.yaml"
-PERIODIC = ROOT / "configs" / "ts_forecast_periodic_rope.yaml"
-SCHEMES = sorted((ROOT / "configs" / "posenc").glob("*.yaml"))
-
-
-def small(csv: Path) -> list[str]:
-    """Overrides that shrink the default config to the toy hourly CSV and a tiny model."""
-    return [f"--data.path={csv}", "--data.time_col=when", "--data.target_cols=[load]",
-            "--data.covariate_cols=[temp]", "--data.timezone=null", "--data.lookback=24", "--data.horizon=6",
-            "--data.patch_len=4", "--data.eval_stride=8", "--data.batch_size=16",
-            "--data.samples_per_epoch=64",
-            "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=1"]
 
 
 def run_main(tmp: Path, args: list[str]) -> int:
@@ -41,7 +29,7 @@ def test_smoke_fit_logs_metrics_baselines_lookbacks_and_the_figure(tmp_path):
     import mlflow
 
     csv = write_csv(tmp_path / "load.csv", seasonal_frame())
-    args = ["fit", "--config", str(TS), *small(csv), "--trainer.max_epochs=1",
+    args = ["fit", "--config", str(TS), *ts_cli_args(csv), "--trainer.max_epochs=1",
             "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
             "--trainer.enable_progress_bar=false"]
     assert run_main(tmp_path, args) == 0
@@ -129,59 +117,8 @@ def test_a_users_hourly_file_through_make_train_prints_step_and_period(tmp_path)
 def test_bad_input_exits_2_with_one_error_line(tmp_path, capsys, mutate, extra, message):
     df = seasonal_frame()
     csv = write_csv(tmp_path / "load.csv", mutate(df) if mutate else df)
-    code = run_main(tmp_path, ["fit", "--config", str(TS), *small(csv), *extra])
+    code = run_main(tmp_path, ["fit", "--config", str(TS), *ts_cli_args(csv), *extra])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith(message) and "Traceback" not in "\n".join(err)
     assert not (tmp_path / "outputs").exists()  # nothing half-written
-
-
-def instantiate(tmp: Path, *configs: Path, extra: tuple[str, ...] = ()):
-    from pipelines.cli import make_cli
-
-    csv = tmp / "load.csv"
-    if not csv.exists():
-        write_csv(csv, seasonal_frame())
-    args = [a for c in configs for a in ("--config", str(c))]
-    return make_cli([*args, *small(csv), "--trainer.logger=false", "--trainer.enable_progress_bar=false",
-                     *extra], run=False)
-
-
-@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda p: p.stem)
-def test_every_scheme_config_layers_on_ts_forecast(tmp_path, scheme):
-    cli = instantiate(tmp_path, TS, scheme)
-    model, dm = cli.model, cli.datamodule
-    assert model.pe.spec()["class_path"] == yaml.safe_load(scheme.read_text())["model"]["init_args"]["pe"][
-        "class_path"]
-    batch = next(iter(dm.test_dataloader()[0]))
-    model.eval()
-    with torch.no_grad():
-        assert torch.isfinite(model.predict_batch(batch)).all()
-
-
-def test_periodic_rope_config_pins_the_calendar_cycles():
-    from datamodules import TimeSeriesDataModule
-    from datamodules.legacy import flatten
-
-    doc, base = yaml.safe_load(PERIODIC.read_text()), yaml.safe_load(TS.read_text())
-    data = flatten(doc["data"]["init_args"], TimeSeriesDataModule)
-    assert data["periods"] == "calendar"  # 48 and 336 steps on half-hourly vic_elec, 24 and 168 hourly
-    assert doc["model"]["init_args"]["pe"]["class_path"] == "posenc.PeriodicRoPE"
-    # the rest is the default config: only the encoding, the periods and the patch length differ
-    for key in ("periods", "patch_len"):
-        data.pop(key)
-    base_data = flatten(base["data"]["init_args"], TimeSeriesDataModule)
-    base_data.pop("patch_len"), base_data.pop("periods")
-    assert data == base_data
-    doc["model"]["init_args"].pop("pe"), base["model"]["init_args"].pop("pe")
-    assert doc["model"] == base["model"] and doc["trainer"] == base["trainer"]
-
-
-def test_periodic_rope_config_instantiates_with_token_periods(tmp_path):
-    cli = instantiate(tmp_path, PERIODIC, extra=("--data.patch_len=4",))  # hourly toy data: calendar cycles
-    assert cli.datamodule.periods == [24.0, 168.0] and cli.model.pe.periods == [6.0, 42.0]
-    cli = instantiate(tmp_path, PERIODIC, extra=("--data.patch_len=4", "--data.periods=[24,96]"))
-    assert cli.model.pe.periods == [6.0, 24.0]  # steps ÷ patch_len: positions count patches
-    cli = instantiate(tmp_path, PERIODIC, extra=("--data.patch_len=2", "--data.periods=estimate",
-                                                 "--data.lookback=96", "--data.eval_lookbacks=[96]"))
-    assert cli.datamodule.periods == [24.0, 96.0] and cli.model.pe.periods == [12.0, 48.0]
