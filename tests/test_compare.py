@@ -247,7 +247,9 @@ def test_compare_runs_three_paired_seeds_by_default_and_shows_ci_and_calls(compa
     assert ("Skipped (the task cannot run them): `broken`: Learned max_len must be a positive integer, "
             "got 0") in md
     table = pd.read_csv(compared / "first" / "comparison.csv")
-    assert list(table.scheme) == ["alibi", "rope", "rope+pi", "rope+ntk", "rope+dynamic_ntk", "rope+yarn"]
+    # the study config's variants: every scheme with a local window of L0, RoPE with PI / NTK / YaRN
+    assert list(table.scheme) == ["alibi", "alibi+window", "rope", "rope+pi", "rope+ntk", "rope+yarn",
+                                  "rope+window"]
     assert table[["mean_L32", "lo_L32", "hi_L32", "mean_L64"]].notna().all().all()
     assert (table.lo_L32 < table.mean_L32).all() and (table.mean_L32 < table.hi_L32).all()
     steps = [m.step for m in c.get_metric_history(first, "rope/yarn/bits_per_base_by_length")]
