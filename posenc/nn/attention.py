@@ -277,7 +277,7 @@ def blocked(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall, value_side: boo
     """
     B, H, T, _ = q.shape
     w = ctx.window
-    rows = block_rows(ctx.settings, B, H, T if w is None else min(T, 2 * w))
+    rows = block_rows(ctx.settings, B, H, T) if w is None else min(block_rows(ctx.settings, B, H, 2 * w), w)
     pos_b = as_batched(ctx.pos)  # (B', T)
     kpm_all = ctx.key_padding_mask
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))

@@ -30,7 +30,7 @@ from tests.helpers import (
 FAST = {"PositionalEncoding", "RoPE", "ALiBi", "T5Bias", "DeBERTa", "ShawRelative"}
 CASES = [pytest.param(c, id=c.__name__, marks=() if c.__name__ in FAST else pytest.mark.slow)
          for c in biased_schemes() + other_schemes()]
-W = 7  # ATTN_T = 40 rows: blocks of 16 rows (BLOCKED) reach keys 6 rows back; the default blocks are whole
+W = 7  # ATTN_T = 40 rows in blocks of at most W rows, each block reaching keys W − 1 rows before it
 
 
 def model(pe, causal, window, log_scale_len=None, **kw) -> Transformer:
