@@ -241,17 +241,14 @@ def rope_variant_specs(pe: PositionalEncoding, scale: float, train_positions: in
 
 
 @contextmanager
-def local_window(module: Any, window: int | None) -> Iterator[None]:
-    """Temporarily give ``module``'s backbone the local attention window ``window``; ``None``: as is."""
-    if window is None:
-        yield
-        return
-    old = module.backbone.window
-    module.backbone.window = window
+def backbone_set(module: Any, name: str, value: Any) -> Iterator[None]:
+    """Temporarily set ``module.backbone.<name>`` (e.g. its encoding ``pe`` or attention ``window``)."""
+    old = getattr(module.backbone, name)
+    setattr(module.backbone, name, value)
     try:
         yield
     finally:
-        module.backbone.window = old
+        setattr(module.backbone, name, old)
 
 
 @contextmanager
@@ -263,11 +260,8 @@ def swapped_encoding(module: Any, spec: dict | None) -> Iterator[None]:
     old = module.backbone.pe
     new = build_encoding(spec, old.d_model, old.n_heads).to(module.device)
     new.load_state_dict(old.state_dict())
-    module.backbone.pe = new
-    try:
+    with backbone_set(module, "pe", new):
         yield
-    finally:
-        module.backbone.pe = old
 
 
 def init_args(hparams: Any) -> dict[str, Any]:
@@ -392,7 +386,7 @@ def evaluate(
                 with swapped_encoding(module, spec):
                     result.cells.append(score_loader(module, adapter, name, length, loader, max_batches))
             if window and module.backbone.window is None:
-                with local_window(module, adapter.n_positions(module, train)):
+                with backbone_set(module, "window", adapter.n_positions(module, train)):
                     result.cells.append(score_loader(module, adapter, WINDOW, length, loader, max_batches))
     finally:
         module.train(was_training)

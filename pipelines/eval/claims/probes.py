@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pipelines.eval.claims.base import ClaimResult, Experiment, md_table
-from pipelines.eval.extrapolation import adapter_for, length_loaders, score_loader
+from pipelines.eval.extrapolation import adapter_for, backbone_set, length_loaders, score_loader
 from posenc import PositionalEncoding, PositionOutOfRange, RoPE, SchemeMeta
 from posenc.diagnostics import attention_weights
 from posenc.rotary import rope_angles, rotate_with_tables, rotation_tables
@@ -119,16 +118,6 @@ class MismatchedKeys(PositionalEncoding):
         return q, rotate_with_tables(k, *tables, self.rope.layout)  # (B, H, T, Dh)
 
 
-@contextmanager
-def swapped(model: Any, pe: PositionalEncoding) -> Iterator[None]:
-    old = model.backbone.pe
-    model.backbone.pe = pe
-    try:
-        yield
-    finally:
-        model.backbone.pe = old
-
-
 class PhaseMismatch(Experiment):
     """Args: task, scheme (RoPE), seed, eps (mismatches), length (test length), buckets (position edges)."""
 
@@ -160,7 +149,7 @@ class PhaseMismatch(Experiment):
         freqs = rope.scaled_frequencies().double().numpy()
         for eps in self.eps:
             probe = MismatchedKeys(rope.d_model, rope.n_heads, rope=rope, eps=eps)
-            with swapped(model, probe), torch.inference_mode():
+            with backbone_set(model, "pe", probe), torch.inference_mode():
                 res = score_loader(
                     model, adapter, f"eps={eps}", self.length, loader, ctx.max_batches(self.batches)
                 )
