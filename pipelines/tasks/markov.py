@@ -117,6 +117,7 @@ class InterpolatedMarkov:
     """
 
     GRID = 2.0 ** np.arange(-2, 15)  # β candidates of the leave-one-out fit
+    DENSE_MAX_ORDER = 9  # dense count tables up to here: 4^10 pairs, 8 MB at order 9 (4^13 = 0.5 GB at 12)
 
     def __init__(self, max_order: int = MAX_ORDER, concentration: float | None = None) -> None:
         _check_order(max_order)
@@ -125,6 +126,7 @@ class InterpolatedMarkov:
         self.max_order, self.concentration = max_order, concentration
         self.order = max_order  # the order used by :meth:`bits_per_base` unless told otherwise
         self.tables: list[tuple[np.ndarray, ...]] = []  # per order: pair keys, pair n, ctx keys, ctx n
+        self._dense: list[tuple[np.ndarray, np.ndarray]] = []  # per order ≤ DENSE_MAX_ORDER: n(c), n(c, x)
         self.betas = np.zeros(0)
 
     def fit(self, segments: list[np.ndarray], progress: bool | None = None) -> InterpolatedMarkov:
@@ -132,7 +134,7 @@ class InterpolatedMarkov:
         β per order. ``progress``: a bar on stderr (``None``: only on a terminal)."""
         from tqdm.auto import tqdm
 
-        self.tables, betas, loo = [], [], np.full(0, 0.25)
+        self.tables, betas, loo, self._dense = [], [], np.full(0, 0.25), []
         for k in tqdm(range(self.max_order + 1), desc="Markov chain orders", unit="order",
                       disable=None if progress is None else not progress, file=sys.stderr, leave=False):
             parts = [_context_codes(seg, k) for seg in segments]
@@ -161,6 +163,22 @@ class InterpolatedMarkov:
                 best, best_ll = float(beta), ll
         return best, (pair_n - 1 + best * parent) / (n_c - 1 + best)
 
+    def _counts(self, k: int, ctx: np.ndarray, pair: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Training counts n(c) and n(c, x) of order k for context codes ``ctx`` and pair codes
+        ``pair`` (0 where unseen). Orders ≤ :attr:`DENSE_MAX_ORDER` index a dense copy of the sparse
+        table (built on first use: same values, several times faster than a sorted search)."""
+        pair_keys, pair_n, ctx_keys, ctx_n = self.tables[k]
+        if k > self.DENSE_MAX_ORDER:
+            return self._lookup(ctx_keys, ctx, ctx_n), self._lookup(pair_keys, pair, pair_n)
+        while len(self._dense) <= k:
+            j = len(self._dense)
+            pk, pn, ck, cn = self.tables[j]
+            by_ctx, by_pair = np.zeros(4**j), np.zeros(4 ** (j + 1))  # (4^j,), (4^(j+1),)
+            by_ctx[ck], by_pair[pk] = cn, pn
+            self._dense.append((by_ctx, by_pair))
+        by_ctx, by_pair = self._dense[k]
+        return by_ctx[ctx], by_pair[pair]
+
     @staticmethod
     def _lookup(keys: np.ndarray, query: np.ndarray, values: np.ndarray) -> np.ndarray:
         """values[i] where keys[i] == query, else 0 (keys sorted)."""
@@ -187,9 +205,7 @@ class InterpolatedMarkov:
         for k in range(order + 1):
             if k:
                 ctx = ctx + codes[:, order - k] * 4 ** (k - 1)  # add the k-th base back
-            pair, pair_n, cks, ctx_n = self.tables[k]
-            n_c = self._lookup(cks, ctx, ctx_n)  # 0 for an unseen context: p_k = p_{k−1}
-            n_cx = self._lookup(pair, ctx * 4 + target, pair_n)
+            n_c, n_cx = self._counts(k, ctx, ctx * 4 + target)  # 0 for an unseen context: p_k = p_{k−1}
             beta = self.betas[k]
             prob = np.where(use >= k, (n_cx + beta * prob) / (n_c + beta), prob)  # fewer usable bases: stop
             rows[k] = prob
@@ -229,6 +245,28 @@ class InterpolatedMarkov:
             total += -np.log2(p[:, ok]).sum(axis=1)
             count += int(ok.sum())
         return total / max(count, 1)
+
+    def bits_by_window(self, segments: list[np.ndarray], windows: list[int],
+                       order: int | None = None) -> dict[int, float]:
+        """:meth:`bits_per_base` with ``window`` = each of ``windows`` (the same numbers), from one
+        pass over the chain's levels: a base at offset c < ``order`` in its window takes level c of
+        the unwindowed pass (the chain stops there, as a capped context does), every other base the
+        full order."""
+        order = self.order if order is None else order
+        totals, counts = dict.fromkeys(windows, 0.0), dict.fromkeys(windows, 0)
+        for seg in segments:
+            seg = np.asarray(seg)
+            levels = self.level_probs(seg, None, order)  # (K+1, n)
+            offset, cols = np.arange(len(seg)), np.arange(len(seg))  # (n,), (n,)
+            for w in windows:
+                cap = np.where(offset % w == 0, w, offset % w)  # base i·w ends window i−1
+                p = levels[np.minimum(cap, order), cols]  # (n,)
+                p[0] = np.nan  # the first base of a segment is context only
+                p[(len(seg) - 1) // w * w + 1 :] = np.nan  # past the last whole window
+                ok = np.isfinite(p)
+                totals[w] += float(-np.log2(p[ok]).sum())
+                counts[w] += int(ok.sum())
+        return {w: totals[w] / max(counts[w], 1) for w in windows}
 
     def select_order(self, segments: list[np.ndarray]) -> tuple[int, dict[int, float]]:
         """Choose the order on held-out ``segments`` by the one-standard-error rule (Breiman et al.,
@@ -292,8 +330,8 @@ class MarkovBaselines(L.Callback):
         out.update({f"baseline/markov{k}_bits_per_base": float(fixed[k]) for k in self.orders})
         tok = dm.tokenizer
         if tok.k == 1 and tok.stride == 1 and getattr(dm, "next_token", False):
-            for n in dm.eval_lengths:
-                out[f"baseline/markov_bits_per_base_L{n}"] = chain.bits_per_base(test, window=n)
+            by_length = chain.bits_by_window(test, list(dm.eval_lengths))
+            out.update({f"baseline/markov_bits_per_base_L{n}": v for n, v in by_length.items()})
         return out
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

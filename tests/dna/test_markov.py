@@ -86,6 +86,27 @@ def test_window_scoring_matches_scoring_each_window():
     assert chain.bits_per_base([test], order=5) == pytest.approx(float(-np.log2(full).mean()), rel=1e-12)
 
 
+def test_every_window_length_in_one_pass_matches_scoring_each_window():
+    seq = markov_sequence(3, 30_000, seed=4)
+    seq[[15_100, 15_333, 17_000]] = 4  # N bases break contexts inside windows
+    chain = InterpolatedMarkov(6).fit([seq[:15_000]])
+    test = [seq[15_000 : 15_000 + 16 * 128 + 1], seq[20_000:20_050]]  # the second: shorter than 64
+    windows = [4, 16, 64, 128]
+    for order in (0, 3, 6):
+        fast = chain.bits_by_window(test, windows, order=order)
+        for w in windows:
+            assert fast[w] == pytest.approx(chain.bits_per_base(test, order=order, window=w), rel=1e-12)
+
+
+def test_dense_count_tables_give_the_sparse_tables_numbers():
+    seq = markov_sequence(3, 20_000, seed=5)
+    chain = InterpolatedMarkov(6).fit([seq[:15_000]])
+    dense = chain.level_probs(seq[15_000:])  # orders ≤ DENSE_MAX_ORDER read dense copies
+    chain.DENSE_MAX_ORDER, chain._dense = -1, []  # every order through the sorted search
+    sparse = chain.level_probs(seq[15_000:])
+    np.testing.assert_array_equal(dense, sparse)
+
+
 def test_n_breaks_contexts_and_is_never_scored():
     seq = np.array([0, 1, 4, 2, 3, 0, 1, 2], dtype=np.uint8)
     chain = InterpolatedMarkov(2).fit([seq])
