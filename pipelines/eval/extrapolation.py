@@ -50,7 +50,6 @@ from torch import Tensor
 
 from datamodules.progress import progress
 from pipelines.eval.splits import SPLIT_WORDS, check_split, split_loaders, with_lengths
-from pipelines.eval.splits import length_loaders as length_loaders  # re-exported (claims)
 from pipelines.eval.statistics import retained_gain, retained_ratio
 from pipelines.eval.verdicts import point_guard
 from pipelines.tasks.base import TaskAdapter
