@@ -97,6 +97,14 @@ def test_tasks_without_validation_windows_refuse_the_val_split(tmp_path):
     with pytest.raises(PosencError, match=r"^evaluate --split val: task 'dna_lm' \(SyntheticLMDataModule\) "
                                           r"has no per-length validation windows"):
         evaluate(model, dm, factors=[1, 2], split="val")
+    # a genome whose validation region (400 bases) is shorter than the longest window (513): said, not skipped
+    short = flat_dm(DNADataModule, fasta=str(write_fasta(tmp_path / "g.fa", n=8000)), seq_len=32,
+                    split=(0.8, 0.05, 0.15), eval_lengths=[32, 512], eval_tokens=512, cache_dir=None)
+    lm = DNALanguageModel(vocab_size=short.vocab_size, pad_id=short.pad_id, **TINY)
+    assert evaluate(lm, short, lengths=[32, 512], variants=[], max_batches=1).lengths == [32, 512]  # test
+    why = r"^evaluate --split val: every length is scored on blocks of the longest \(512 tokens\) and the "
+    with pytest.raises(PosencError, match=why + "validation split has none that fit"):
+        evaluate(lm, short, lengths=[32, 512], split="val")
 
 
 def test_val_results_are_logged_and_written_under_their_own_names(lm, tmp_path):

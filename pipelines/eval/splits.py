@@ -67,4 +67,6 @@ def split_loaders(dm: Any, adapter: TaskAdapter, lengths: list[int], split: str)
     try:
         return [(n, dm.eval_dataloader(split, n)) for n in lengths]
     except PosencError as exc:
-        raise PosencError(f"evaluate --split {split} (longest length {max(lengths)}): {exc}") from None
+        raise PosencError(f"evaluate --split {split}: every length is scored on blocks of the longest "
+                          f"({max(lengths)} tokens) and the {SPLIT_WORDS[split]} split has none that fit "
+                          f"({exc}); use shorter --factors or --lengths") from None
