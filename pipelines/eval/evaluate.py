@@ -4,12 +4,16 @@ Usage::
 
     python -m pipelines.eval.evaluate outputs/.../best.ckpt [--config configs/dna_lm.yaml]
     python -m pipelines.eval.evaluate <mlflow-run-id> --factors 1 2 4 8 16
-    make evaluate CKPT=<checkpoint path or run id> [CONFIG=...]
+    python -m pipelines.eval.evaluate <checkpoint or run id> --split val   # choose on validation
+    make evaluate CKPT=<checkpoint path or run id> [CONFIG=...] [ARGS="--split val --window"]
 
 The checkpoint is found by :mod:`pipelines.inference.resolve` (a path, a run id, ``runs:/`` or
 ``models:/`` URIs). When the source names a run, its ``config.yaml`` supplies the datamodule and the
 results are logged into that run; a checkpoint path gets a new run ``<Model>-<Scheme>-extrapolation``.
-See :mod:`pipelines.eval.extrapolation` for what is measured.
+See :mod:`pipelines.eval.extrapolation` for what is measured. ``--split val`` scores the validation
+windows instead of the test windows (:mod:`pipelines.eval.splits`), to choose a variant or scheme on
+validation before reading test once: its metrics, tags and artifacts go under ``val/extrapolation/``
+(the test sweep's under ``extrapolation/``), its files under ``outputs/extrapolation/<name>-val``.
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ from pipelines.eval.extrapolation import (
     check_factors,
     check_lengths,
     evaluate,
-    init_args,
 )
-from pipelines.eval.report import format_table, log_to_mlflow, save_all
+from pipelines.eval.report import format_table, log_to_mlflow, prefix, save_all
+from pipelines.eval.splits import SPLITS, init_args
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
@@ -215,13 +219,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="also report the relative-tolerance ratio (e.g. 0.05: every length within 5%% of the 1× metric)",
     )
-    p.add_argument("--max-batches", type=int, default=None, help="test batches per length (default all)")
+    p.add_argument("--split", choices=SPLITS, default="test",
+                   help="whose windows score every length: test (default) or val, the validation split "
+                        "(to choose a variant/scheme before reading test once; DNA LMs only); val results "
+                        "are logged under val/extrapolation/… (test: extrapolation/…)")
+    p.add_argument("--max-batches", type=int, default=None, help="batches per length (default all)")
     p.add_argument("--window", action="store_true",
                    help="also score with a local attention window of the training length (variant 'window')")
     p.add_argument("--baselines", action="store_true",
                    help="also score the task's baselines (the best Markov chain, ridge; can be slow)")
     p.add_argument(
-        "--out", default=None, help="folder for tables and figure (default outputs/extrapolation/<name>)"
+        "--out", default=None,
+        help="folder for tables and figure (default outputs/extrapolation/<name>; --split val: <name>-val)",
     )
     p.add_argument("--no-mlflow", action="store_true", help="write files only, log nothing to MLflow")
     p.add_argument("--experiment", default="posenc", help="MLflow experiment for checkpoint-path runs")
@@ -245,9 +254,9 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     module, dm = build_from_checkpoint(ckpt, config, args.ckpt)
     result = evaluate(
         module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches, args.retain,
-        args.baselines, args.window,
+        args.baselines, args.window, args.split,
     )
-    name = run_id or stem
+    name = (run_id or stem) + ("" if args.split == "test" else f"-{args.split}")
     out = Path(args.out or Path("outputs") / "extrapolation" / name)
     files = save_all(result, out)
     print(format_table(result))
@@ -256,14 +265,14 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
         if run_id is None:
             run_id = client.create_run(
                 experiment_id(client, args.experiment),
-                run_name=f"{type(module).__name__}-{result.scheme}-extrapolation",
+                run_name=f"{type(module).__name__}-{result.scheme}-{prefix(result).replace('/', '-')}",
                 tags={"posenc.checkpoint": scrub_text(str(Path(args.ckpt).resolve()))},
             ).info.run_id
             log_to_mlflow(result, client, run_id)
             client.set_terminated(run_id)
         else:
             log_to_mlflow(result, client, run_id)
-        print(f"MLflow run {run_id} in {client.tracking_uri}")
+        print(f"MLflow run {run_id} in {client.tracking_uri} (keys {prefix(result)}/…)")
         print(f"see it: make ui, then {run_url(client.get_run(run_id).info.experiment_id, run_id)}")
     return result
 

@@ -5,6 +5,9 @@ context tokens; time series: lookback steps), every length over the same test da
 records the task metric and a per-position curve (DNA LM: bits of the next base at each position of
 the window; forecaster: squared error at each forecast step). Lengths a scheme does not define
 (:class:`~posenc.PositionOutOfRange`, e.g. learned PE past ``max_len``) are recorded as undefined.
+With ``split="val"`` the same sweep scores validation windows instead (every length over the same
+validation bases, baselines on them too; :mod:`pipelines.eval.splits`), so that a variant or
+scheme can be chosen on validation and read once on test.
 
 For RoPE-family schemes (any :class:`~posenc.RoPE` subclass) the same weights are also scored with
 the catalogue's inference-time scalings, one curve each: position interpolation (``pi``, Chen et
@@ -45,8 +48,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from datamodules.legacy import nest
 from datamodules.progress import progress
+from pipelines.eval.splits import SPLIT_WORDS, check_split, split_loaders, with_lengths
 from pipelines.eval.statistics import retained_gain, retained_ratio
 from pipelines.eval.verdicts import point_guard
 from pipelines.tasks.base import TaskAdapter
@@ -143,6 +146,7 @@ class Extrapolation:
     trivial_name: str = ""
     baselines: dict[str, float] = field(default_factory=dict)  # other reference values (no model)
     trivial_blocks: np.ndarray | None = None  # the trivial baseline's (K, 2) on the same blocks
+    split: str = "test"  # whose windows were scored: "test", or "val" (pipelines.eval.splits)
 
     @property
     def variants(self) -> list[str]:
@@ -264,28 +268,6 @@ def swapped_encoding(module: Any, spec: dict | None) -> Iterator[None]:
         yield
 
 
-def init_args(hparams: Any) -> dict[str, Any]:
-    """Saved datamodule hyperparameters as constructor arguments (without LightningCLI's ``_class_path``)."""
-    return {k: v for k, v in dict(hparams or {}).items() if not k.startswith("_")}
-
-
-def with_lengths(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> Any:
-    """``dm``, or a copy rebuilt from its hyperparameters with ``lengths`` as its test lengths when
-    they differ (the datamodules make every test length cover the same test data)."""
-    if list(getattr(dm, adapter.length_key)) == lengths:
-        return dm
-    return type(dm)(**nest(type(dm), {**init_args(dm.hparams), adapter.length_key: lengths}))
-
-
-def length_loaders(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> list[tuple[int, Any]]:
-    """(length, test loader) pairs over the same test data."""
-    return [
-        (n, loader)
-        for n, loader in zip(getattr(dm, adapter.length_key), dm.test_dataloader(), strict=True)
-        if n in lengths
-    ]
-
-
 def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, Tensor):
         return batch.to(device)
@@ -342,6 +324,24 @@ def check_factors(factors: Sequence[float]) -> list[float]:
     return out
 
 
+def score_length(module: Any, adapter: TaskAdapter, length: int, loader: Any, train: int,
+                 variants: Sequence[str] | None, window: bool, max_batches: int | None) -> list[LengthResult]:
+    """The cells of one length: the scheme as trained, its RoPE variants in ``variants`` (``None``:
+    all) and, with ``window``, the local window of the training length (unless the model has one)."""
+    scale = adapter.n_positions(module, length) / adapter.n_positions(module, train)
+    specs = {TRAINED: None, **rope_variant_specs(module.pe, scale, adapter.n_positions(module, train))}
+    cells = []
+    for name, spec in specs.items():
+        if name != TRAINED and variants is not None and name not in variants:
+            continue
+        with swapped_encoding(module, spec):
+            cells.append(score_loader(module, adapter, name, length, loader, max_batches))
+    if window and module.backbone.window is None:
+        with backbone_set(module, "window", adapter.n_positions(module, train)):
+            cells.append(score_loader(module, adapter, WINDOW, length, loader, max_batches))
+    return cells
+
+
 @torch.inference_mode()
 def evaluate(
     module: Any,
@@ -354,14 +354,19 @@ def evaluate(
     retain: float = 0.9,
     baselines: bool = False,
     window: bool = False,
+    split: str = "test",
 ) -> Extrapolation:
-    """Score ``module`` on ``dm``'s test split at every length, as trained and (RoPE family) with
-    every inference-time variant in ``variants`` (default: all of :data:`ROPE_VARIANTS`), and the
-    task's trivial baseline on the same test data; with ``baselines``, also its reference baselines
-    (``TaskAdapter.baselines``: e.g. the best interpolated Markov chain, ridge — these can take minutes);
-    with ``window``, also with a local attention window of the training length (variant :data:`WINDOW`;
-    skipped when the model already has a window)."""
+    """Score ``module`` on whole windows of ``dm``'s ``split`` (``"test"``, or ``"val"``: the
+    validation windows, :mod:`pipelines.eval.splits`) at every length, as trained and (RoPE family)
+    with every inference-time variant in ``variants`` (default: all of :data:`ROPE_VARIANTS`), and
+    the task's trivial baseline on the same bases of that split; with ``baselines``, also its
+    reference baselines (``TaskAdapter.baselines``: e.g. the best interpolated Markov chain, ridge —
+    these can take minutes; the chain's order is chosen on the validation region, so with
+    ``split="val"`` that choice has seen the bases it is scored on); with ``window``, also with a
+    local attention window of the training length (variant :data:`WINDOW`; skipped when the model
+    already has a window). A task that cannot score ``split`` is a one-line :class:`PosencError`."""
     adapter = adapter_for(module)
+    check_split(module.task_name, adapter, dm, split)
     train = adapter.train_length(dm)
     todo = resolve_lengths(train, factors, lengths)
     unknown = set(variants or ()) - set(ROPE_VARIANTS)
@@ -369,25 +374,16 @@ def evaluate(
         raise PosencError(f"unknown RoPE variant(s) {sorted(unknown)}; choose from {sorted(ROPE_VARIANTS)}")
     result = Extrapolation(module.task_name, adapter.metric, adapter.higher_is_better, train,
                            adapter.length_unit, adapter.position_label, type(module.pe).__name__,
-                           tolerance=tolerance, retain=retain, trivial_name=adapter.trivial_name)
+                           tolerance=tolerance, retain=retain, trivial_name=adapter.trivial_name, split=split)
     dm = with_lengths(dm, adapter, todo)
-    result.trivial = adapter.trivial_baseline(dm)
-    result.baselines = adapter.baselines(dm) if baselines else {}
+    loaders = split_loaders(dm, adapter, todo, split)  # before the baselines: a too short split fails here
+    result.trivial = adapter.trivial_baseline(dm, split)
+    result.baselines = adapter.baselines(dm, split) if baselines else {}
     was_training = module.training
     module.eval()
     try:
-        for length, loader in progress(length_loaders(dm, adapter, todo), "scoring lengths", unit="length"):
-            scale = adapter.n_positions(module, length) / adapter.n_positions(module, train)
-            variant_specs = rope_variant_specs(module.pe, scale, adapter.n_positions(module, train))
-            specs = {TRAINED: None, **variant_specs}
-            for name, spec in specs.items():
-                if name != TRAINED and variants is not None and name not in variants:
-                    continue
-                with swapped_encoding(module, spec):
-                    result.cells.append(score_loader(module, adapter, name, length, loader, max_batches))
-            if window and module.backbone.window is None:
-                with backbone_set(module, "window", adapter.n_positions(module, train)):
-                    result.cells.append(score_loader(module, adapter, WINDOW, length, loader, max_batches))
+        for n, loader in progress(loaders, f"scoring lengths ({SPLIT_WORDS[split]})", unit="length"):
+            result.cells += score_length(module, adapter, n, loader, train, variants, window, max_batches)
     finally:
         module.train(was_training)
     return result

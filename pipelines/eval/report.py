@@ -12,14 +12,20 @@ from typing import Any
 import numpy as np
 
 from pipelines.eval.extrapolation import TRAINED, Extrapolation
+from pipelines.eval.splits import SPLIT_WORDS
 
-PREFIX = "extrapolation"
-ARTIFACT_DIR = "extrapolation"
+PREFIX = "extrapolation"  # a sweep of the test split (what ``make compare`` reads)
+
+
+def prefix(result: Extrapolation) -> str:
+    """Where a sweep's keys, tags and artifacts go: ``extrapolation`` for the test split,
+    ``val/extrapolation`` for the validation split (never mixed with the test sweep's)."""
+    return PREFIX if result.split == "test" else f"{result.split}/{PREFIX}"
 
 
 def metric_key(result: Extrapolation, variant: str, name: str) -> str:
-    """``extrapolation/<name>`` for the scheme as trained, ``extrapolation/<variant>/<name>`` else."""
-    return f"{PREFIX}/{name}" if variant == TRAINED else f"{PREFIX}/{variant}/{name}"
+    """``<prefix>/<name>`` for the scheme as trained, ``<prefix>/<variant>/<name>`` else (:func:`prefix`)."""
+    return f"{prefix(result)}/{name}" if variant == TRAINED else f"{prefix(result)}/{variant}/{name}"
 
 
 def mlflow_metrics(result: Extrapolation) -> list[tuple[str, float, int]]:
@@ -36,8 +42,8 @@ def mlflow_metrics(result: Extrapolation) -> list[tuple[str, float, int]]:
         for name, value in result.summary(variant).items():
             out.append((metric_key(result, variant, name), float(value), 0))
     if result.trivial is not None:
-        out.append((f"{PREFIX}/trivial_baseline", float(result.trivial), 0))
-    out.extend((f"{PREFIX}/baseline/{k}", float(v), 0) for k, v in result.baselines.items())
+        out.append((f"{prefix(result)}/trivial_baseline", float(result.trivial), 0))
+    out.extend((f"{prefix(result)}/baseline/{k}", float(v), 0) for k, v in result.baselines.items())
     return out
 
 
@@ -45,15 +51,17 @@ def mlflow_tags(result: Extrapolation) -> dict[str, str]:
     """What a reader of the run (``make compare`` among them) needs to interpret its metrics: the
     task, metric, direction, training and tested lengths, the trivial baseline's name, and per
     variant the undefined lengths and why there is no ratio (``none`` when there is one)."""
+    at = prefix(result)
     tags = {
-        f"{PREFIX}/task": result.task,
-        f"{PREFIX}/metric": result.metric,
-        f"{PREFIX}/higher_is_better": str(result.higher_is_better).lower(),
-        f"{PREFIX}/train_length": str(result.train_length),
-        f"{PREFIX}/lengths": ",".join(map(str, result.lengths)),
-        f"{PREFIX}/length_unit": result.length_unit,
-        f"{PREFIX}/position_label": result.position_label,
-        f"{PREFIX}/trivial": result.trivial_name or "none",
+        f"{at}/task": result.task,
+        f"{at}/metric": result.metric,
+        f"{at}/higher_is_better": str(result.higher_is_better).lower(),
+        f"{at}/train_length": str(result.train_length),
+        f"{at}/lengths": ",".join(map(str, result.lengths)),
+        f"{at}/length_unit": result.length_unit,
+        f"{at}/position_label": result.position_label,
+        f"{at}/trivial": result.trivial_name or "none",
+        f"{at}/split": result.split,
     }
     for variant in result.variants:
         bad = result.undefined(variant)
@@ -63,18 +71,18 @@ def mlflow_tags(result: Extrapolation) -> dict[str, str]:
 
 
 def write_tables(result: Extrapolation, folder: Path) -> list[Path]:
-    """``results.csv`` (variant, length, metric, status), ``per_position.csv`` and ``summary.json``."""
+    """``results.csv`` (variant, length, metric, status, split), ``per_position.csv`` and ``summary.json``."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = folder / "results.csv"
     with rows.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["variant", "length", "factor", result.metric, "retained_gain", "status"])
+        w.writerow(["variant", "length", "factor", result.metric, "retained_gain", "status", "split"])
         gains = {v: result.retained(v) for v in result.variants}
         for c in result.cells:
             gain = gains[c.variant].get(c.length)
             metric = "" if c.metric is None else f"{c.metric:.6g}"
             w.writerow([c.variant, c.length, c.length / result.train_length, metric,
-                        "" if gain is None else f"{gain:.6g}", c.status])
+                        "" if gain is None else f"{gain:.6g}", c.status, result.split])
     curves = folder / "per_position.csv"
     with curves.open("w", newline="") as fh:
         w = csv.writer(fh)
@@ -111,7 +119,7 @@ def summary_dict(result: Extrapolation) -> dict[str, Any]:
     """Everything of ``summary.json``: the setup, the baselines, and per variant the summary, the
     metric and retained gain per length and the undefined lengths."""
     return {
-        "task": result.task, "scheme": result.scheme, "metric": result.metric,
+        "task": result.task, "scheme": result.scheme, "split": result.split, "metric": result.metric,
         "higher_is_better": result.higher_is_better, "train_length": result.train_length,
         "tolerance": result.tolerance, "retain": result.retain,
         "trivial_baseline": {"name": result.trivial_name, "value": result.trivial},
@@ -171,7 +179,7 @@ def figure(result: Extrapolation, bins: int = 64):
     ax.set_xscale("log", base=2)
     ax.set_xlabel(f"test length ({result.length_unit}; dotted = training length)")
     ax.set_ylabel(f"{result.metric} ({'higher' if result.higher_is_better else 'lower'} is better)")
-    ax.set_title(f"{result.task}: {result.scheme}", fontsize=10)
+    ax.set_title(f"{result.task}: {result.scheme} ({SPLIT_WORDS[result.split]} split)", fontsize=10)
     ax.legend(fontsize=7)
     per_pos = {c.length: c.curve for c in result.cells if c.variant == TRAINED and c.curve is not None}
     _curves(axes[1], per_pos, bins, "length", result)
@@ -220,14 +228,16 @@ def log_to_mlflow(result: Extrapolation, client: Any, run_id: str) -> None:
         client.set_tag(run_id, key, value)
     with tempfile.TemporaryDirectory() as tmp:
         save_all(result, Path(tmp))
-        client.log_artifacts(run_id, tmp, ARTIFACT_DIR)
+        client.log_artifacts(run_id, tmp, prefix(result))
 
 
 def format_table(result: Extrapolation) -> str:
-    """Plain-text table: one row per variant, one column per length (metric, then retained gain in
-    brackets), then the extrapolation ratio; a line on the trivial baseline."""
+    """Plain-text table under a title naming the split: one row per variant, one column per length
+    (metric, then retained gain in brackets), then the extrapolation ratio; a line on the trivial
+    baseline."""
     head = ["variant", *[f"L={n}" for n in result.lengths], "ratio"]
-    lines = [" ".join(f"{h:>18}" for h in head)]
+    title = f"{result.task} {result.scheme}: whole windows of the {SPLIT_WORDS[result.split]} split"
+    lines = [title, " ".join(f"{h:>18}" for h in head)]
     for variant in result.variants:
         values, gains = result.by_length(variant), result.retained(variant)
         cells = [

@@ -48,6 +48,9 @@ class TaskAdapter:
     length_key = "eval_lengths"  # datamodule argument listing the test lengths
     length_unit = "tokens"
     position_label = "position in window"
+    #: splits whose windows the sweep can score at every length (``pipelines.eval.splits``): "val"
+    #: only where the datamodule has ``eval_dataloader("val", n)`` and the baselines below take it
+    splits: tuple[str, ...] = ("test",)
 
     def train_length(self, dm: Any) -> int:
         raise NotImplementedError
@@ -69,16 +72,18 @@ class TaskAdapter:
         over batches (AUROC) override this and return arrays from :meth:`score`."""
         return self.finish(sum(p[0] for p in parts), sum(p[1] for p in parts))
 
-    def baselines(self, dm: Any) -> dict[str, float]:
-        """Reference values of the metric on the same test data (no model), e.g. a Markov chain."""
+    def baselines(self, dm: Any, split: str = "test") -> dict[str, float]:
+        """Reference values of the metric on the same data of ``split`` (one of :attr:`splits`; no
+        model), e.g. a Markov chain."""
         return {}
 
     #: what :meth:`trivial_baseline` is, in words (e.g. "order-0 Markov")
     trivial_name = ""
 
-    def trivial_baseline(self, dm: Any) -> float | None:
-        """The metric of a trivial predictor on the same test data, the zero of *retained gain*
-        (``pipelines.eval.statistics.retained_gain``); ``None``: the task defines none."""
+    def trivial_baseline(self, dm: Any, split: str = "test") -> float | None:
+        """The metric of a trivial predictor on the same data of ``split`` (one of :attr:`splits`),
+        the zero of *retained gain* (``pipelines.eval.statistics.retained_gain``); ``None``: the task
+        defines none."""
         return None
 
     def finish_curve(self, total: Tensor, count: Tensor) -> np.ndarray:

@@ -48,7 +48,7 @@ class ClassifyAdapter(TaskAdapter):
         labels = torch.cat([p[1] for p in parts])  # (N,)
         return float(multiclass_auroc(probs, labels, probs.shape[1], average="macro"))
 
-    def trivial_baseline(self, dm: Any) -> float:
+    def trivial_baseline(self, dm: Any, split: str = "test") -> float:
         return 0.5
 
 

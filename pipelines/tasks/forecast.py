@@ -55,7 +55,7 @@ class ForecastAdapter(TaskAdapter):
         count = m.sum(dim=(0, 2)).double()  # (H,)
         return float(per_step.sum()), float(count.sum()), per_step.cpu(), count.cpu()
 
-    def baselines(self, dm: Any) -> dict[str, float]:
+    def baselines(self, dm: Any, split: str = "test") -> dict[str, float]:
         from pipelines.tasks.forecast_baselines import ForecastBaselines
 
         found = ForecastBaselines().compute(dm)  # same test windows at every lookback
@@ -63,7 +63,7 @@ class ForecastAdapter(TaskAdapter):
 
     trivial_name = "seasonal naive"
 
-    def trivial_baseline(self, dm: Any) -> float:
+    def trivial_baseline(self, dm: Any, split: str = "test") -> float:
         """MSE of the seasonal-naive forecast on the test windows (period as :class:`ForecastBaselines`)."""
         from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors, seasonal_naive
 

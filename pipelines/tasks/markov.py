@@ -320,11 +320,13 @@ class MarkovBaselines(L.Callback):
         self.results: dict[str, float] = {}
         self.val_curve: dict[int, float] = {}
 
-    def compute(self, dm) -> dict[str, float]:
-        """Fit, choose the order on validation and score the test bases of datamodule ``dm``."""
+    def compute(self, dm, split: str = "test") -> dict[str, float]:
+        """Fit, choose the order on validation and score the evaluated bases of ``split`` of datamodule
+        ``dm`` (default the test bases; ``"val"``: the validation bases of
+        ``eval_dataloader("val", n)``, which the order choice has seen — the whole validation region)."""
         chain = InterpolatedMarkov(self.max_order).fit(dm.region_codes("train"), self.progress)
         best, self.val_curve = chain.select_order(dm.region_codes("val"))
-        test = dm.region_codes("test", dm.eval_span)  # the span the model was tested on
+        test = dm.region_codes(split, dm.eval_span)  # the span the model was scored on
         fixed = chain.bits_by_order(test)
         out = {"baseline/markov_order": float(best), "baseline/markov_bits_per_base": float(fixed[best])}
         out.update({f"baseline/markov{k}_bits_per_base": float(fixed[k]) for k in self.orders})

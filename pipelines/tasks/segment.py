@@ -38,7 +38,7 @@ class SegmentAdapter(TaskAdapter):
         per_pos = ((pred == labels).double() * keep).sum(0)  # (T,) correct calls
         return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
 
-    def trivial_baseline(self, dm: Any) -> float:
+    def trivial_baseline(self, dm: Any, split: str = "test") -> float:
         train = np.concatenate([np.asarray(dm.labels[a:b]) for a, b in dm.regions["train"]])
         majority = int(np.bincount(train).argmax())
         hits = total = 0

@@ -26,7 +26,8 @@ from pipelines.eval.claims.judge import Primary, judge_stats, power_over, power_
 from pipelines.eval.claims.order import CAUSAL
 from pipelines.eval.claims.sweep import Sweep
 from pipelines.eval.claims.trained import primary_verdict
-from pipelines.eval.extrapolation import adapter_for, length_loaders, score_loader, with_lengths
+from pipelines.eval.extrapolation import adapter_for, score_loader
+from pipelines.eval.splits import length_loaders, with_lengths
 from pipelines.eval.verdicts import paired
 
 

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pipelines.eval.claims.base import ClaimResult, Experiment, md_table
-from pipelines.eval.extrapolation import adapter_for, backbone_set, length_loaders, score_loader
+from pipelines.eval.extrapolation import adapter_for, backbone_set, score_loader
+from pipelines.eval.splits import length_loaders
 from posenc import PositionalEncoding, PositionOutOfRange, RoPE, SchemeMeta
 from posenc.diagnostics import attention_weights
 from posenc.rotary import rope_angles, rotate_with_tables, rotation_tables
