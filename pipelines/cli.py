@@ -21,6 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from datamodules.legacy import data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
+from pipelines.ckpt_config import checkpoint_model
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
@@ -133,9 +134,22 @@ class PosencCLI(LightningCLI):
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
         check_local_checkpoint(ckpt_path)
         if ckpt_path and Path(str(ckpt_path)).is_file():
-            hparams = read_checkpoint(str(ckpt_path)).get("hyper_parameters")
-            check_class_paths(hparams or {}, f"ckpt_path {ckpt_path}")
+            ckpt = read_checkpoint(str(ckpt_path))
+            check_class_paths(ckpt.get("hyper_parameters") or {}, f"ckpt_path {ckpt_path}")
+            if self._parse_task_ckpt(sub, ckpt, f"ckpt_path {ckpt_path}"):
+                return
         super()._parse_ckpt_path()
+
+    def _parse_task_ckpt(self, sub: str, ckpt: dict[str, Any], source: str) -> bool:
+        """Parse a task checkpoint's hyperparameters over the config as the model section, given as
+        ``{class_path, init_args}`` of its task (:mod:`pipelines.ckpt_config`: what the checkpoint
+        decides, what the config does); ``False``: no task on either side, left to Lightning."""
+        configured = model_class(getattr(self.config[sub].get("model"), "class_path", None))
+        model = checkpoint_model(ckpt, configured, source)
+        if model is None:
+            return False
+        self.config = self.parser.parse_object({sub: {"model": model}}, self.config)
+        return True
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config.get(self.subcommand, self.config)
