@@ -86,8 +86,8 @@ def checkpoint_model(ckpt: dict[str, Any], configured: type | None, source: str)
     return {"class_path": class_path_of(cls), "init_args": checkpoint_init_args(cls, hparams)}
 
 
-_SIZE = re.compile(r"size mismatch for ([\w.]+): copying a param with shape (\S+) from checkpoint, "
-                   r"the shape in current model is (\S+)")
+_SIZE = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\((\[[^\]]*\])\) from "
+                   r"checkpoint, the shape in current model is torch\.Size\((\[[^\]]*\])\)")
 
 
 def weights_mismatch(exc: BaseException, ckpt_path: Any) -> str | None:

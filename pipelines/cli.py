@@ -21,7 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from datamodules.legacy import data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
-from pipelines.ckpt_config import checkpoint_model
+from pipelines.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
@@ -105,11 +105,17 @@ class PosencCLI(LightningCLI):
     @staticmethod
     def _weights_only(method: Any, kwargs: dict[str, Any]) -> Any:
         """Run a Trainer method with its ``ckpt_path`` (a resume checkpoint included) loaded with an
-        explicit ``weights_only=True``; a checkpoint that refuses is one line, not a traceback."""
+        explicit ``weights_only=True``; a checkpoint that refuses, or whose weights do not fit the model
+        built (data linked to other sizes), is one line, not a traceback."""
         try:
             return method(**kwargs, weights_only=True)
         except pickle.UnpicklingError as exc:
             raise PosencError(unsafe_checkpoint(kwargs.get("ckpt_path"), exc)) from None
+        except RuntimeError as exc:  # weights that do not fit the model the config built: one line
+            message = weights_mismatch(exc, kwargs.get("ckpt_path"))
+            if message is None:
+                raise
+            raise PosencError(message) from None
 
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
         self.command = command or command_line(kwargs.get("args"))
