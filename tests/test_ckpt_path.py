@@ -162,8 +162,8 @@ def test_a_legacy_flat_forecaster_tests_with_its_flat_config(tmp_path):
 # ------------------------------------------------------------------------------- every task
 DNA_TINY = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
             "--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
-            "--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256",
             "--data.init_args.eval_lengths=[32,64]"]
+WINDOWS = ["--data.init_args.samples_per_epoch=16", "--data.init_args.eval_tokens=256"]  # not classify's
 
 
 def task_args(tmp: Path, task: str) -> list[str]:
@@ -173,7 +173,8 @@ def task_args(tmp: Path, task: str) -> list[str]:
         model = {"forecaster": "pipelines.Forecaster",
                  "patchtst": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster",
                  "dlinear": "pipelines.tasks.forecast_linear.DLinearForecaster"}[task]
-        return ["--config", str(ROOT / "configs/ts_forecast.yaml"), f"--model={model}", *ts_cli_args(csv)]
+        return ["--config", str(ROOT / "configs/ts_forecast.yaml"), f"--model={model}", *ts_cli_args(csv),
+                "--model.init_args.output.linear_path=false"]  # the ridge path of the Forecaster
     fasta = write_fasta(tmp / "g.fa", {"chr1": random_bases(6000)})
     if task == "classify":
         write_fasta(tmp / "s.fa", {f"s{i}": random_bases(80, i) for i in range(12)})
@@ -183,9 +184,9 @@ def task_args(tmp: Path, task: str) -> list[str]:
     elif task == "segment":
         gff = write_gff(tmp / "a.gff", [("chr1", 101, 3100, "+", 0), ("chr1", 3201, 5800, "-", 0)])
         data = [f"--data.init_args.fasta={fasta}", f"--data.init_args.annotation={gff}",
-                "--data.init_args.gap=0"]
+                "--data.init_args.gap=0", *WINDOWS]
     else:
-        data = [f"--data.init_args.fasta={fasta}"]
+        data = [f"--data.init_args.fasta={fasta}", *WINDOWS]
     return ["--config", str(ROOT / f"configs/dna_{task}.yaml"), *DNA_TINY, *data]
 
 
