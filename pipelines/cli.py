@@ -154,7 +154,14 @@ class PosencCLI(LightningCLI):
         model = checkpoint_model(ckpt, configured, source)
         if model is None:
             return False
-        self.config = self.parser.parse_object({sub: {"model": model}}, self.config)
+        try:
+            self.config = self.parser.parse_object({sub: {"model": model}}, self.config)
+        except Exception as exc:  # a key this code does not know (a newer checkpoint's): name the file
+            message = user_error(exc)
+            if message is None:
+                raise
+            raise PosencError(f"{source}: saved hyperparameters do not fit {model['class_path']}: "
+                              f"{message}") from None
         return True
 
     def before_instantiate_classes(self) -> None:

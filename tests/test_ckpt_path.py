@@ -124,6 +124,18 @@ def test_a_checkpoint_of_another_task_is_one_line_and_nothing_runs(tmp_path, cap
     assert runs(tmp_path)[1] == []  # refused while parsing: no MLflow run
 
 
+def test_a_saved_key_this_code_does_not_know_is_one_line_naming_the_checkpoint(tmp_path, capsys):
+    ckpt = saved_lm(tmp_path)
+    saved = torch.load(ckpt, weights_only=True)
+    saved["hyper_parameters"]["net"]["n_layerz"] = 3
+    torch.save(saved, ckpt)
+    code, _ = run_cli_in(tmp_path, ["validate", "--config", "tiny.yaml", "--ckpt_path", ckpt])
+    assert code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: ckpt_path {ckpt}: saved hyperparameters do not fit ")
+    assert "n_layerz" in line
+
+
 @pytest.mark.slow
 def test_data_that_does_not_fit_the_checkpoint_is_one_line(tmp_path, capsys):
     """kmer 2 links a vocabulary of 19 tokens to the model; the checkpoint's embedding has 7."""
