@@ -31,8 +31,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from datamodules.legacy import group_default, groups_of, regroup
+from datamodules.legacy import flatten, group_default, groups_of, regroup
 from pipelines.tasks.base import TASKS
+from pipelines.tasks.resources import check_checkpoint
 from posenc import PosencError
 
 #: groups taken from the config even when the checkpoint saved them (see the module docstring)
@@ -78,11 +79,17 @@ def checkpoint_init_args(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
 
 def checkpoint_model(ckpt: dict[str, Any], configured: type | None, source: str) -> dict[str, Any] | None:
     """The model section (``{class_path, init_args}``) that ``ckpt``'s hyperparameters give; ``None``
-    when neither the config's model nor the checkpoint is a task (left to Lightning)."""
+    when neither the config's model nor the checkpoint is a task (left to Lightning). A model whose
+    weights alone cannot fit in memory is refused before it is built (as ``load_model`` does).
+
+    Raises:
+        PosencError: another task than the config's, or a model too large for this machine.
+    """
     cls = task_for(ckpt, configured, source)
     hparams = dict(ckpt.get("hyper_parameters") or {})
     if cls is None or not hparams:
         return None
+    check_checkpoint(flatten(hparams, cls), source)
     return {"class_path": class_path_of(cls), "init_args": checkpoint_init_args(cls, hparams)}
 
 

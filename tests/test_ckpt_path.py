@@ -136,6 +136,18 @@ def test_a_saved_key_this_code_does_not_know_is_one_line_naming_the_checkpoint(t
     assert "n_layerz" in line
 
 
+def test_a_checkpoint_claiming_a_huge_width_is_refused_before_its_model_is_built(tmp_path, capsys):
+    ckpt = saved_lm(tmp_path)
+    saved = torch.load(ckpt, weights_only=True)
+    saved["hyper_parameters"]["net"]["d_model"] = 2**20
+    torch.save(saved, ckpt)
+    code, _ = run_cli_in(tmp_path, ["test", "--config", "tiny.yaml", "--ckpt_path", ckpt])
+    assert code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"ckpt_path {ckpt}: the model (d_model 1048576" in line
+    assert "cannot be loaded on this machine" in line
+
+
 @pytest.mark.slow
 def test_data_that_does_not_fit_the_checkpoint_is_one_line(tmp_path, capsys):
     """kmer 2 links a vocabulary of 19 tokens to the model; the checkpoint's embedding has 7."""
