@@ -12,7 +12,8 @@ parsed as they are, jsonargparse tries them against ``LightningModule`` and refu
 What the checkpoint decides and what the config (and command line) still decides:
 
 * **the task class**: the config's ``model.class_path``; the checkpoint's ``posenc_task`` must be the
-  same task, else one line naming both (a config whose model is no task takes the checkpoint's);
+  same task, else one line naming both. (Lightning lets a saved ``_class_path`` replace the config's
+  class; here the config's callbacks and data are made for its task, so another task is refused.)
 * **the architecture**: every hyperparameter the checkpoint saved overrides the config's model section,
   the command line's ``--model.*`` included (Lightning's order). A group the checkpoint gives is taken
   whole: a field it lacks (saved before the field existed, or a flat checkpoint of before the groups)
@@ -44,24 +45,24 @@ def class_path_of(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def task_for(ckpt: dict[str, Any], configured: type | None, source: str) -> type | None:
-    """The task class the checkpoint's hyperparameters are parsed for: ``configured`` (the task class
-    the config's model names, or ``None``) when the checkpoint's ``posenc_task`` agrees, the
-    checkpoint's own task when the config names none; ``None``: neither is a task.
+def task_for(ckpt: dict[str, Any], configured: type | None, class_path: str, source: str) -> type | None:
+    """The task class the checkpoint's hyperparameters are parsed for: ``configured``, the task the
+    config's ``model.class_path`` (``class_path``) names, when the checkpoint's ``posenc_task`` is the
+    same task or missing; ``None`` when neither is a task (left to Lightning).
 
     Raises:
-        PosencError: the checkpoint's task is not the config's (one line naming both).
+        PosencError: the checkpoint's task is not the config's model (one line naming both).
     """
     saved = ckpt.get("posenc_task")
-    if configured is not None:
-        if saved and saved != configured.task_name:
-            theirs = TASKS.get(saved)
-            named = f"{class_path_of(theirs)} ({saved!r})" if theirs else repr(saved)
-            raise PosencError(f"{source}: the checkpoint is a {named} model, the config's model is "
-                              f"{class_path_of(configured)} ({configured.task_name!r}); set "
-                              "model.class_path to the checkpoint's class")
+    if configured is None and not saved:
+        return None
+    if configured is not None and saved in (None, "", configured.task_name):
         return configured
-    return TASKS.get(saved) if saved else None
+    theirs = TASKS.get(saved)
+    named = f"{class_path_of(theirs)} ({saved!r})" if theirs else repr(saved)
+    mine = f"{class_path_of(configured)} ({configured.task_name!r})" if configured else class_path
+    raise PosencError(f"{source}: the checkpoint is a {named} model, the config's model is {mine}; "
+                      "set model.class_path to the checkpoint's class")
 
 
 def checkpoint_init_args(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +78,8 @@ def checkpoint_init_args(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def checkpoint_model(ckpt: dict[str, Any], configured: type | None, source: str) -> dict[str, Any] | None:
+def checkpoint_model(ckpt: dict[str, Any], configured: type | None, class_path: str,
+                     source: str) -> dict[str, Any] | None:
     """The model section (``{class_path, init_args}``) that ``ckpt``'s hyperparameters give; ``None``
     when neither the config's model nor the checkpoint is a task (left to Lightning). A model whose
     weights alone cannot fit in memory is refused before it is built (as ``load_model`` does).
@@ -85,7 +87,7 @@ def checkpoint_model(ckpt: dict[str, Any], configured: type | None, source: str)
     Raises:
         PosencError: another task than the config's, or a model too large for this machine.
     """
-    cls = task_for(ckpt, configured, source)
+    cls = task_for(ckpt, configured, class_path, source)
     hparams = dict(ckpt.get("hyper_parameters") or {})
     if cls is None or not hparams:
         return None

@@ -150,8 +150,8 @@ class PosencCLI(LightningCLI):
         """Parse a task checkpoint's hyperparameters over the config as the model section, given as
         ``{class_path, init_args}`` of its task (:mod:`pipelines.ckpt_config`: what the checkpoint
         decides, what the config does); ``False``: no task on either side, left to Lightning."""
-        configured = model_class(getattr(self.config[sub].get("model"), "class_path", None))
-        model = checkpoint_model(ckpt, configured, source)
+        class_path = str(getattr(self.config[sub].get("model"), "class_path", None))
+        model = checkpoint_model(ckpt, model_class(class_path), class_path, source)
         if model is None:
             return False
         try:
