@@ -135,7 +135,8 @@ class PosencCLI(LightningCLI):
         """Lightning reads a given ``ckpt_path``'s hyperparameters into the config (right after parsing,
         before any hook): first the path must be a local file, it must load weights-only (one line
         if not) and every class path in its hyperparameters must be trusted, since the config parser
-        imports what they name."""
+        imports what they name. A task's checkpoint is then parsed as its task's model section
+        (:meth:`_parse_task_ckpt`), anything else as Lightning does."""
         sub = self.config.get("subcommand")
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
         check_local_checkpoint(ckpt_path)
