@@ -21,6 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from datamodules.legacy import data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
+from pipelines.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
@@ -104,11 +105,17 @@ class PosencCLI(LightningCLI):
     @staticmethod
     def _weights_only(method: Any, kwargs: dict[str, Any]) -> Any:
         """Run a Trainer method with its ``ckpt_path`` (a resume checkpoint included) loaded with an
-        explicit ``weights_only=True``; a checkpoint that refuses is one line, not a traceback."""
+        explicit ``weights_only=True``; a checkpoint that refuses, or whose weights do not fit the model
+        built (data linked to other sizes), is one line, not a traceback."""
         try:
             return method(**kwargs, weights_only=True)
         except pickle.UnpicklingError as exc:
             raise PosencError(unsafe_checkpoint(kwargs.get("ckpt_path"), exc)) from None
+        except RuntimeError as exc:  # weights that do not fit the model the config built: one line
+            message = weights_mismatch(exc, kwargs.get("ckpt_path"))
+            if message is None:
+                raise
+            raise PosencError(message) from None
 
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
         self.command = command or command_line(kwargs.get("args"))
@@ -128,14 +135,35 @@ class PosencCLI(LightningCLI):
         """Lightning reads a given ``ckpt_path``'s hyperparameters into the config (right after parsing,
         before any hook): first the path must be a local file, it must load weights-only (one line
         if not) and every class path in its hyperparameters must be trusted, since the config parser
-        imports what they name."""
+        imports what they name. A task's checkpoint is then parsed as its task's model section
+        (:meth:`_parse_task_ckpt`), anything else as Lightning does."""
         sub = self.config.get("subcommand")
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
         check_local_checkpoint(ckpt_path)
         if ckpt_path and Path(str(ckpt_path)).is_file():
-            hparams = read_checkpoint(str(ckpt_path)).get("hyper_parameters")
-            check_class_paths(hparams or {}, f"ckpt_path {ckpt_path}")
+            ckpt = read_checkpoint(str(ckpt_path))
+            check_class_paths(ckpt.get("hyper_parameters") or {}, f"ckpt_path {ckpt_path}")
+            if self._parse_task_ckpt(sub, ckpt, f"ckpt_path {ckpt_path}"):
+                return
         super()._parse_ckpt_path()
+
+    def _parse_task_ckpt(self, sub: str, ckpt: dict[str, Any], source: str) -> bool:
+        """Parse a task checkpoint's hyperparameters over the config as the model section, given as
+        ``{class_path, init_args}`` of its task (:mod:`pipelines.ckpt_config`: what the checkpoint
+        decides, what the config does); ``False``: no task on either side, left to Lightning."""
+        class_path = str(getattr(self.config[sub].get("model"), "class_path", None))
+        model = checkpoint_model(ckpt, model_class(class_path), class_path, source)
+        if model is None:
+            return False
+        try:
+            self.config = self.parser.parse_object({sub: {"model": model}}, self.config)
+        except Exception as exc:  # a key this code does not know (a newer checkpoint's): name the file
+            message = user_error(exc)
+            if message is None:
+                raise
+            raise PosencError(f"{source}: saved hyperparameters do not fit {model['class_path']}: "
+                              f"{message}") from None
+        return True
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config.get(self.subcommand, self.config)
