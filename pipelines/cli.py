@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from datamodules.legacy import data_class, flatten, translate_args
+from datamodules.legacy import SAFE_LOADER, data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
@@ -140,6 +141,18 @@ class PosencCLI(LightningCLI):
         elif isinstance(args, list | tuple):
             args = translate_flat([str(a) for a in args])
         super().parse_arguments(parser, args)
+
+    def _dump_config(self) -> None:
+        """Lightning's dump of the parsed config (the model's and datamodule's hyperparameters), without
+        validating it a second time (parsing did; the text is the same) and read back with libyaml:
+        ~0.12 → ~0.04 CPU s a run."""
+        if hasattr(self, "config_dump"):
+            return
+        text = self.parser.dump(self.config, skip_link_targets=False, skip_none=False, format="yaml",
+                                skip_validation=True)
+        self.config_dump = yaml.load(text, Loader=SAFE_LOADER)
+        if "subcommand" in self.config:
+            self.config_dump = self.config_dump[self.config.subcommand]
 
     def _parse_ckpt_path(self) -> None:
         """Lightning reads a given ``ckpt_path``'s hyperparameters into the config (right after parsing,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import pipelines.cli
-from tests.helpers import run_cli_in, tiny_setup
+from tests.helpers import run_cli_in, tiny_setup, workdir_with_store
 
 ARGS = ["--config", "tiny.yaml", "--model.init_args.d_model=32", "--data.init_args.seq_len=64",
         "--config", "alibi.yaml", "--print_config"]
@@ -50,3 +50,20 @@ def test_named_subcommand_is_only_the_first_argument():
     assert pipelines.cli.named_subcommand(("predict",)) == "predict"
     for args in (["--config", "fit"], ["--help"], ["fitt"], [], None, {"fit": {}}):
         assert pipelines.cli.named_subcommand(args) is None, args
+
+
+def test_the_hyperparameters_dump_is_lightnings_and_the_logged_config_unchanged(tmp_path):
+    """PosencCLI._dump_config skips a second validation and reads back with libyaml: the same
+    hyperparameters as Lightning's own; the config logged to MLflow is the same text unvalidated."""
+    from pipelines.cli import LightningCLI, make_cli
+
+    tiny_setup(tmp_path)
+    with workdir_with_store(tmp_path):
+        cli = make_cli(["--config", "tiny.yaml", "--model.init_args.d_model=32"], run=False)
+    ours = cli.config_dump
+    assert ours["model"]["init_args"]["net"]["d_model"] == 32 and cli.model.hparams["net"]["d_model"] == 32
+    del cli.config_dump
+    LightningCLI._dump_config(cli)
+    assert cli.config_dump == ours
+    text = cli.parser.dump(cli.config, skip_none=False, skip_validation=True)
+    assert text == cli.parser.dump(cli.config, skip_none=False) and "d_model: 32" in text
