@@ -148,6 +148,11 @@ def _section_key(section: str) -> re.Pattern:
     return re.compile(rf"--{section}\.(?:init_args\.)?([A-Za-z_]\w*)(=.*)?", re.S)
 
 
+# libyaml's safe loader where PyYAML has it (jsonargparse reads configs with it too): the pure-Python one
+# made reading a run's configs here a tenth of an in-process CLI run's parse (also pipelines.cli's dump)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_config(value: str) -> tuple[Any, bool]:
     """A ``--config`` value's YAML document and whether it came from a file."""
     path = Path(value)
@@ -156,7 +161,7 @@ def _load_config(value: str) -> tuple[Any, bool]:
     except OSError:  # a YAML string too long or odd for a file name
         is_file = False
     try:
-        return yaml.safe_load(path.read_text() if is_file else value), is_file
+        return yaml.load(path.read_text() if is_file else value, Loader=SAFE_LOADER), is_file
     except (OSError, yaml.YAMLError):
         return None, is_file
 

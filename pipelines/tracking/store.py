@@ -48,7 +48,8 @@ class LogConfigToMLflow(SaveConfigCallback):
     def save_config(self, trainer, pl_module, stage: str) -> None:
         from pipelines.tasks.base import mlflow_loggers  # the store module stays light (server checks)
 
-        text = scrub_config(self.parser.dump(self.config, skip_none=False))
+        # the parsed config (validated when it was parsed: the same text, without a second validation)
+        text = scrub_config(self.parser.dump(self.config, skip_none=False, skip_validation=True))
         for logger in mlflow_loggers(trainer):
             logger.experiment.log_text(logger.run_id, text, "config.yaml")
             scrub_run_tags(logger.experiment, logger.run_id)  # MLflow's source path, the user's tags
