@@ -20,6 +20,8 @@ endif
 # The machines here set PYTHONDONTWRITEBYTECODE=1 and pip runs with --no-compile: unset it for our
 # commands so .pyc files get written once, lazily, instead of every process recompiling torch/lightning.
 unexport PYTHONDONTWRITEBYTECODE
+# No network at run time: MLflow's usage telemetry off for every command (the UI server included).
+export MLFLOW_DISABLE_TELEMETRY ?= true
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help

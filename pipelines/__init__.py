@@ -7,7 +7,13 @@ resume), ``bench``. The
 names below are public API: configs, checkpoints and registered MLflow models name them by these paths.
 """
 
-from pipelines.eval.evaluate import ExtrapolationEval
+import os
+
+# No network at run time: MLflow 3's usage telemetry sends events to a remote host from a background
+# thread unless switched off (a user who wants it sets MLFLOW_DISABLE_TELEMETRY=false).
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from pipelines.eval.evaluate import ExtrapolationEval  # noqa: E402
 from pipelines.inference import load_model
 from pipelines.tasks.base import TaskModule
 from pipelines.tasks.classify import ClassifyBaselines, KmerBaseline, SequenceClassifier
