@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from posenc import PosencError
-from tests.helpers import flat_dm, run_cli_in, runs, tiny_setup, write_fasta
+from tests.helpers import flat_dm, migrated_store, run_cli_in, runs, tiny_setup, write_fasta
 
 Case = Callable[[Path], object]
 ACGT = "".join(np.random.default_rng(1).choice(list("ACGT"), size=600))
@@ -170,7 +170,8 @@ def tiny_checkpoint(tmp: Path, task: str = "dna_lm", **override) -> Path:
 def load(tmp: Path, path: Path, task: str | None = None):
     from pipelines.inference import load_model
 
-    return load_model(path, "cpu", task=task, tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    store = migrated_store(tmp / "mlflow.db")  # a missing path is looked up as a run id: no migrations
+    return load_model(path, "cpu", task=task, tracking_uri=f"sqlite:///{store}")
 
 
 def _truncated(tmp: Path):
