@@ -64,11 +64,10 @@ compare: $(STAMP) ## Train CONFIG per scheme in SCHEMES="..." and seed in SEEDS 
 figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train runs (DNA LM, forecaster)
 	$(PY) -m pipelines.eval.figures --out docs/figures $(ARGS)
 
-# -n 2: two pytest-xdist workers (one torch thread each, tests/conftest.py); --dist loadgroup keeps a
-# file marked xdist_group (those with module-scoped trained fixtures) on one worker and spreads every
-# other test one by one, so the two workers end together; --durations: where time goes.
+# -n 2: two pytest-xdist workers (one torch thread each, tests/conftest.py); --dist loadfile keeps a
+# file's tests, and so its module-scoped trained fixtures, on one worker; --durations: where time goes.
 test: $(STAMP) ## Run the fast test suite (what CI runs) on 2 workers, slowest 15 tests listed
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(ARGS)
 
 # smoke: one torch thread, as in make test's workers (on tiny ops a second thread mostly spins)
 smoke: $(STAMP) ## Quick end-to-end check (< 30 s): every module imports, one tiny fit, predict from it

@@ -27,8 +27,6 @@ from tests.helpers import (
     write_gff,
 )
 
-pytestmark = pytest.mark.xdist_group("test_ckpt_path")  # one worker builds its module fixture
-
 LEGACY_LM = next((ROOT / "tests/fixtures/legacy/mlruns/1").glob("13cdc5a0*/artifacts/best/best.ckpt"))
 LEGACY_FLAT = ROOT / "tests" / "fixtures" / "legacy_flat"
 

@@ -16,8 +16,6 @@ from pipelines.eval.compare_runs import ChildRun, TaskInfo
 from pipelines.eval.extrapolation import TRAINED
 from tests.helpers import store_client, workdir_with_store, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_compare")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[1]
 T975_DF2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)  # Student t, 2 degrees of freedom, closed form
 

@@ -17,8 +17,6 @@ from datamodules.progress import MAX_LINES, LineProgress, progress, progress_bar
 from pipelines import console
 from tests.helpers import random_bases, workdir_with_store, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_console")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
         "--trainer.max_epochs=1", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=2",

@@ -28,8 +28,6 @@ import torch
 from datamodules.sampling import EpochSampler, ShardSampler, draw_epoch, eval_shard
 from posenc import PosencError
 
-pytestmark = pytest.mark.xdist_group("test_ddp")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[1]
 
 

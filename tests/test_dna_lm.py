@@ -11,8 +11,6 @@ import torch
 from pipelines.tasks.markov import MarkovModel
 from tests.helpers import store_client, workdir_with_store, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_dna_lm")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",

@@ -21,8 +21,6 @@ from pipelines.eval.extrapolation import (
 from posenc import PosencError
 from tests.helpers import ROOT, flat_dm, store_client, workdir_with_store, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_extrapolation")  # one worker builds its module fixture
-
 TINY = [
     "--model.init_args.d_model=16",
     "--model.init_args.n_heads=2",

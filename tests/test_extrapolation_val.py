@@ -17,8 +17,6 @@ from pipelines.eval.extrapolation import evaluate
 from posenc import PosencError
 from tests.helpers import flat_dm, runs, workdir_with_store, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_extrapolation_val")  # one worker builds its module fixture
-
 LENGTHS = [32, 64, 128]
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "pe": {"class_path": "posenc.RoPE"}}
 

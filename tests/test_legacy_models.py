@@ -18,8 +18,6 @@ import pytest
 
 from pipelines import load_model
 
-pytestmark = pytest.mark.xdist_group("test_legacy_models")  # one worker builds its module fixture
-
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy"
 OLD_ROOT = "/tmp/posenc-legacy-root"
 

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("test_postgres")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[1]
 LOGIN = ("posenc-admin", "pg-test-5e0d93b1")  # the tracking server's admin, created on its first start
 

@@ -14,8 +14,6 @@ from pipelines.inference import load_model
 from pipelines.inference.resolve import resolve
 from tests.helpers import random_bases, workdir_with_store, write_fasta, write_gff
 
-pytestmark = pytest.mark.xdist_group("test_predict")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",

@@ -15,8 +15,6 @@ import pytest
 
 from tests.helpers import ROOT, migrated_store, runs, tiny_setup, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_resources")  # one worker builds its module fixture
-
 MB = 1 << 20
 
 

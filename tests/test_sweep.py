@@ -11,8 +11,6 @@ import torch
 from pipelines.eval.sweep import TrainingFailed, config_key, read_layers, seed_overlay, train_run
 from tests.helpers import store_client, tiny_setup, workdir_with_store
 
-pytestmark = pytest.mark.xdist_group("test_sweep")  # one worker builds its module fixture
-
 EXPERIMENT = "sweep-test"
 NS = "posenc.test"
 #: the tiny DNA LM cut to one short epoch: seconds per run

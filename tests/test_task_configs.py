@@ -14,8 +14,6 @@ import yaml
 import posenc
 from tests.helpers import workdir_with_store
 
-pytestmark = pytest.mark.xdist_group("test_task_configs")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 TOP = sorted(CONFIGS.glob("*.yaml"))

@@ -15,8 +15,6 @@ from datamodules.legacy import flatten
 from pipelines.eval.whole_window import FIGURE, format_lengths, length_figure, log_run_lengths, read_lengths
 from tests.helpers import flat_dm, readable_png, store_client, workdir_with_store, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_whole_windows")  # one worker builds its module fixture
-
 ROOT = Path(__file__).resolve().parents[2]
 LENGTHS = [32, 64, 128, 256]
 

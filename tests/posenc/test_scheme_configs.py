@@ -18,8 +18,6 @@ from pipelines.cli import PosencCLI
 from posenc.base import public_class_path
 from tests.helpers import ROOT, write_fasta
 
-pytestmark = pytest.mark.xdist_group("test_scheme_configs")  # one worker builds its module fixture
-
 SCHEME_YAMLS = sorted((ROOT / "configs" / "posenc").glob("*.yaml"))
 
 
