@@ -224,23 +224,17 @@ class InterpolatedMarkov:
         bases at stride L sees them: each segment is cut into such windows, the first base of each
         segment is not scored and a base sees only the bases of its own window before it."""
         order = self.order if order is None else order
-        return float(self.bits_by_order(segments, window, order)[order])
+        if window is not None:
+            return self.bits_by_window(segments, [window], order)[window]
+        return float(self.bits_by_order(segments, order)[order])
 
-    def bits_by_order(self, segments: list[np.ndarray], window: int | None = None,
-                      max_order: int | None = None) -> np.ndarray:
-        """Bits/base (K+1,) of the chains of order 0..K (default :attr:`max_order`) in one pass."""
+    def bits_by_order(self, segments: list[np.ndarray], max_order: int | None = None) -> np.ndarray:
+        """Bits/base (K+1,) of the chains of order 0..K (default :attr:`max_order`) in one pass, every
+        base with all the bases before it in its segment (up to the order)."""
         max_order = self.max_order if max_order is None else max_order
         total, count = np.zeros(max_order + 1), 0
         for seg in segments:
-            seg = np.asarray(seg)
-            cap = None
-            if window is not None:
-                offset = np.arange(len(seg)) % window  # (n,) offset within its window's targets
-                cap = np.where(offset == 0, window, offset)  # base i·L is the last target of window i−1
-            p = self.level_probs(seg, cap, max_order)  # (K+1, n)
-            if window is not None:
-                p[:, 0] = np.nan  # the first base of a segment is context only
-                p[:, (len(seg) - 1) // window * window + 1 :] = np.nan  # past the last whole window
+            p = self.level_probs(np.asarray(seg), None, max_order)  # (K+1, n)
             ok = np.isfinite(p[0])
             total += -np.log2(p[:, ok]).sum(axis=1)
             count += int(ok.sum())
