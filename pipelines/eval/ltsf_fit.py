@@ -103,6 +103,16 @@ class LTSFProtocol(Callback):
         return out
 
 
+def log_interval(train: dict[str, Any], default: int = 50) -> int:
+    """Lightning's ``log_every_n_steps``: its default, or the steps of one epoch when an epoch is
+    shorter (2,048 windows in batches of 128: 16 steps), so every epoch logs its training loss and
+    Lightning has nothing to warn about."""
+    if not train.get("samples_per_epoch"):
+        return default
+    steps = -(-int(train["samples_per_epoch"]) // int(train["batch_size"]))  # ceil
+    return max(1, min(default, steps))
+
+
 def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
                time_col: str = "date", test: bool = True, test_lookbacks: tuple[int, ...] = ()) -> dict:
     """The LightningCLI config that trains a benchmark model config
@@ -128,6 +138,7 @@ def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon:
             "path": str(Path(data).resolve()), "time_col": time_col, "lookback": lookback, "horizon": horizon,
             "batch_size": int(train["batch_size"]), "samples_per_epoch": train["samples_per_epoch"]}},
         "trainer": {"max_epochs": int(train["max_epochs"]), "accelerator": "cpu", "devices": 1,
+                    "log_every_n_steps": log_interval(train),
                     "num_sanity_val_steps": 0, "gradient_clip_val": train["gradient_clip_val"],
                     "enable_model_summary": False, "callbacks": callbacks},
         "test_after_fit": False, "resume": False, "register": {"register": False}, "progress": False,

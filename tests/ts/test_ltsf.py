@@ -324,3 +324,12 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
     assert Path(best).name == "warm_start.ckpt"
     state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_short_budget_epochs_log_every_epoch_without_lightnings_warning():
+    from pipelines.eval.ltsf_fit import log_interval
+
+    assert log_interval({"samples_per_epoch": 2048, "batch_size": 128}) == 16  # the budget configs' epochs
+    assert log_interval({"samples_per_epoch": 100, "batch_size": 128}) == 1
+    assert log_interval({"samples_per_epoch": None, "batch_size": 128}) == 50  # every window: long epochs
+    assert log_interval({"samples_per_epoch": 64_000, "batch_size": 32}) == 50
