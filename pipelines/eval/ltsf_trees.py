@@ -72,7 +72,7 @@ def lightgbm_run(data: LTSFData, lookback: int, horizon: int, seed: int, threads
         model = lgb.LGBMRegressor(n_estimators=1000, learning_rate=0.05, num_leaves=31, min_child_samples=50,
                                   subsample=0.8, subsample_freq=1, colsample_bytree=0.8, random_state=seed,
                                   n_jobs=threads, verbose=-1)
-        model.fit(xt, yt, eval_set=[(xv, yv)], callbacks=[lgb.early_stopping(50, verbose=False)])
+        model.fit(xt, yt, eval_X=xv, eval_y=yv, callbacks=[lgb.early_stopping(50, verbose=False)])  # 4.7 API
         val_x, val_y = data.windows("val", lookback, horizon)
         val = scaled_errors(_recursive(model, val_x, horizon), val_y)
         pred = _recursive(model, data.windows("test", lookback, horizon)[0], horizon)
