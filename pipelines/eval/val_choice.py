@@ -116,10 +116,10 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, str] | None:
     args = parse_args(argv)
     scores, metric = read_runs(args.folders)
     chosen = choose(scores, args.select, args.min_seeds, args.higher_is_better)
-    rule = (f"Chosen on validation: {' + '.join(chosen) if chosen else 'none (no configuration has '}"
-            f"{'' if chosen else f'{args.min_seeds} seeds and every selection length)'} — the lowest "
-            f"mean {metric} over lengths {' '.join(map(str, args.select))} among configurations with "
-            f"≥ {args.min_seeds} seeds.")
+    pick = (" + ".join(chosen) if chosen
+            else f"none (no configuration has {args.min_seeds} seeds and every selection length)")
+    rule = (f"Chosen on validation: {pick} — the lowest mean {metric} over lengths "
+            f"{' '.join(map(str, args.select))} among configurations with ≥ {args.min_seeds} seeds.")
     text = table(scores, metric, chosen) + "\n" + rule + "\n"
     print(text)
     if args.out is not None:

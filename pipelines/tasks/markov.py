@@ -251,10 +251,10 @@ class InterpolatedMarkov:
         for seg in segments:
             seg = np.asarray(seg)
             levels = self.level_probs(seg, None, order)  # (K+1, n)
-            offset, cols = np.arange(len(seg)), np.arange(len(seg))  # (n,), (n,)
+            t = np.arange(len(seg))  # (n,) position in the segment
             for w in windows:
-                cap = np.where(offset % w == 0, w, offset % w)  # base i·w ends window i−1
-                p = levels[np.minimum(cap, order), cols]  # (n,)
+                cap = np.where(t % w == 0, w, t % w)  # context bases in its window; base i·w ends window i−1
+                p = levels[np.minimum(cap, order), t]  # (n,)
                 p[0] = np.nan  # the first base of a segment is context only
                 p[(len(seg) - 1) // w * w + 1 :] = np.nan  # past the last whole window
                 ok = np.isfinite(p)
