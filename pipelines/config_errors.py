@@ -1,0 +1,45 @@
+"""A config mistake as one line: the project's own error, or the dotted config key jsonargparse
+complained about and its innermost reason (what the CLI prints instead of a traceback)."""
+
+from __future__ import annotations
+
+import re
+from argparse import ArgumentError
+
+from pipelines.tracking.failure import exception_chain
+from posenc import PosencError
+
+
+def user_error(exc: BaseException) -> str | None:
+    """One line for a user mistake (a :class:`PosencError` or a config error), else ``None``.
+
+    jsonargparse nests the real reason several exceptions deep: report the project's own error
+    if there is one, otherwise the dotted config key and the innermost reason.
+    """
+    chain = list(exception_chain(exc))
+    for e in chain:
+        if isinstance(e, PosencError):
+            return str(e)
+    if not any(isinstance(e, ArgumentError) for e in chain):
+        return None
+    keys: list[str] = []
+    for e in chain:
+        m = re.match(r'Parser key "([^"]+)"', str(e))
+        if m and m.group(1) not in keys:
+            keys.append(m.group(1))
+    reason = str(chain[-1]).strip().splitlines()[0]
+    if not keys:
+        return reason
+    unknown = re.match(r"(?:unrecognized arguments: --|Option ')([\w.]+)", reason)
+    if unknown:  # a key of no group or class: named in full, like the others
+        keys, reason = [*keys, unknown.group(1)], "unknown key"
+    return f"{config_key(keys)}: {reason}"
+
+
+def config_key(keys: list[str]) -> str:
+    """The dotted key a config writes for jsonargparse's nested parser keys: ``["model", "net.d_model"]``
+    → ``model.init_args.net.d_model`` (the model and the datamodule are given as class + init_args)."""
+    head, rest = keys[0], ".".join(keys[1:])
+    if head in ("model", "data") and rest and not rest.startswith(("init_args", "class_path")):
+        rest = f"init_args.{rest}"
+    return f"{head}.{rest}" if rest else head
