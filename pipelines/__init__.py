@@ -13,8 +13,7 @@ import os
 # thread unless switched off (a user who wants it sets MLFLOW_DISABLE_TELEMETRY=false).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from pipelines.eval.evaluate import ExtrapolationEval  # noqa: E402
-from pipelines.inference import load_model
+from pipelines.inference import load_model  # noqa: E402
 from pipelines.tasks.base import TaskModule
 from pipelines.tasks.classify import ClassifyBaselines, KmerBaseline, SequenceClassifier
 from pipelines.tasks.forecast import Forecaster
@@ -29,6 +28,17 @@ from posenc.registry import trust_modules
 #: trusts only posenc and torch)
 PROJECT_MODULES = ("pipelines", "datamodules", "lightning")
 trust_modules(*PROJECT_MODULES)
+
+
+def __getattr__(name: str) -> type:
+    """``pipelines.ExtrapolationEval``, imported on first use: the package must not import the
+    ``python -m pipelines.eval.evaluate`` entry point itself (runpy would warn that it was imported
+    before it ran)."""
+    if name == "ExtrapolationEval":
+        from pipelines.eval.evaluate import ExtrapolationEval
+
+        return ExtrapolationEval
+    raise AttributeError(f"module 'pipelines' has no attribute {name!r}")
 
 __all__ = [
     "TaskModule",                                                      # what every task shares

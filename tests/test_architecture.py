@@ -296,3 +296,54 @@ def test_test_modules_share_helpers_only_through_helpers_and_conftest():
         if found := reached_test_modules(path.read_text(), module):
             reaches[module] = sorted(found)
     assert reaches == {}
+
+
+
+def import_time_imports(source: str) -> set[str]:
+    """The modules a file imports when it is imported: top-level statements (inside ``if``/``try``
+    too), not function bodies and not ``if TYPE_CHECKING:`` blocks."""
+    found: set[str] = set()
+    pending = list(ast.parse(source).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            pending += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            pending += node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body]
+    return found
+
+
+def imported_with(package: str, sources: dict[str, str]) -> set[str]:
+    """Every project module that ``import <package>`` loads (its ancestors' ``__init__`` included);
+    ``sources``: module name → source text."""
+    def with_parents(name: str) -> list[str]:
+        parts = name.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+    todo, seen = with_parents(package), set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in sources:
+            continue
+        seen.add(name)
+        for target in import_time_imports(sources[name]):
+            todo += with_parents(target)
+    return seen
+
+
+def test_no_entry_point_is_imported_by_its_own_package():
+    """``python -m a.b.c`` warns (runpy's RuntimeWarning) when importing ``a.b`` already imported
+    ``a.b.c``; so no package's import pulls in one of its ``__main__``-guarded modules."""
+    sources = {m: p.read_text() for m, p in modules().items()}
+    entry = [m for m, text in sources.items() if "." in m and any(
+        isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in ast.parse(text).body)]
+    assert "pipelines.eval.evaluate" in entry
+    assert [m for m in entry if m in imported_with(m.rpartition(".")[0], sources)] == []
+    # the finder sees one: the import the package had before it became lazy
+    bad = {**sources, "pipelines": "from pipelines.eval.evaluate import ExtrapolationEval\n"}
+    assert "pipelines.eval.evaluate" in imported_with("pipelines.eval", bad)
