@@ -22,6 +22,16 @@ def pytest_configure(config: pytest.Config) -> None:
         from tests.timing import CpuTimes
 
         config.pluginmanager.register(CpuTimes(os.environ["POSENC_TEST_TIMES"]), "posenc-test-times")
+    if getattr(config.option, "dist", "no") == "loadfile":  # files in our order, not by their test count
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist the costliest files first (``tests.timing.FIRST``: the suite ends on short ones)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.timing import costliest_first
+
+        costliest_first(items)
 
 
 @pytest.fixture(autouse=True)

@@ -193,10 +193,11 @@ def run_cli_in(tmp: Path, args: list[str], migrated: bool = True) -> tuple[int, 
 
 
 def store_client(tmp: Path, db: str = "mlflow.db"):
-    """An MLflow client on the sqlite store ``tmp/db``."""
+    """An MLflow client on the sqlite store ``tmp/db`` (where there is none yet, a migrated empty one,
+    :func:`migrated_store`: opening a client creates the store either way)."""
     import mlflow
 
-    return mlflow.MlflowClient(f"sqlite:///{tmp / db}")
+    return mlflow.MlflowClient(f"sqlite:///{migrated_store(tmp / db)}")
 
 
 def runs(tmp: Path, db: str = "mlflow.db"):

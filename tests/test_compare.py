@@ -199,7 +199,9 @@ def parents_and_children(tmp: Path):
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
-    """Default seeds for alibi, rope and a scheme the task cannot build (6 tiny children)."""
+    """Default seeds for alibi, rope and a scheme the task cannot build (6 tiny children), whose sweeps
+    skip ``extrapolation.png`` (``POSENC_FIGURES=0``: ~1 CPU s each; test_extrapolation checks the
+    figure); the comparison's own figures are drawn."""
     from pipelines.eval.compare import main
 
     tmp = tmp_path_factory.mktemp("compare")
@@ -207,7 +209,8 @@ def compared(tmp_path_factory):
     broken = tmp / "broken.yaml"
     broken.write_text(yaml.safe_dump({"model": {"init_args": {"pe": {
         "class_path": "posenc.Learned", "init_args": {"max_len": 0}}}}}))
-    with workdir_with_store(tmp):
+    with workdir_with_store(tmp), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("POSENC_FIGURES", "0")
         main(compare_args(tmp, "--schemes", "alibi", "rope", str(broken), "--out", "first"))
     return tmp
 

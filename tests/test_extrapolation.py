@@ -123,6 +123,18 @@ def test_retained_gain_is_logged_per_length_next_to_the_metric():
     assert tags["extrapolation/undefined_lengths"] == "80" and tags["extrapolation/no_ratio"] == "none"
 
 
+def test_posenc_figures_0_writes_the_tables_but_no_figure(tmp_path, monkeypatch):
+    """What the comparison and claims tests' children run with (the figure itself: the rope run's
+    artifacts below, drawn by default)."""
+    from pipelines.eval.report import save_all, write_tables
+
+    monkeypatch.setenv("POSENC_FIGURES", "0")
+    files = save_all(toy_result(), tmp_path / "off")
+    tables = [p.name for p in write_tables(toy_result(), tmp_path / "tables")]
+    assert [p.name for p in files] == tables and "results.csv" in tables
+    assert sorted(p.name for p in (tmp_path / "off").iterdir()) == sorted(tables)  # no extrapolation.png
+
+
 @pytest.mark.parametrize("bad", [[], [64, 32], [32, 32], [0, 32]])
 def test_lengths_must_increase(bad):
     with pytest.raises(PosencError, match="strictly increasing"):

@@ -40,6 +40,39 @@ class CpuTimes:
             fh.write(f"{item.nodeid}\t{time.perf_counter() - wall:.3f}\t{_cpu() - cpu:.3f}\n")
 
 
+#: The costliest test files, costliest first (CPU s in tests, ``python -m tests.timing`` on the fast suite,
+#: 2026-11-26: ~21 down to ~5). Under pytest-xdist (``make test``: ``--dist loadfile``, a whole file per
+#: worker) they are handed out first, every other file after them in collection order, so the suite
+#: ends on short files with both workers busy; by default xdist hands out files by their number of
+#: tests, which put a few long files with few tests (the memory interpreter, the compare fixture) last,
+#: one worker running them while the other waited. A stale list costs balance only, never a test.
+FIRST = (
+    "tests/dna/test_tasks.py",
+    "tests/test_resources.py",
+    "tests/ts/test_ts_configs.py",
+    "tests/posenc/test_scheme_configs.py",
+    "tests/test_attention_paths.py",
+    "tests/test_bad_inputs.py",
+    "tests/test_task_configs.py",
+    "tests/test_compare.py",
+    "tests/test_architecture.py",
+    "tests/test_claims.py",
+    "tests/test_faults.py",
+    "tests/ts/test_ts_cli.py",
+    "tests/test_extrapolation.py",
+    "tests/dna/test_whole_windows.py",
+    "tests/test_inference.py",
+    "tests/test_run_lock.py",
+)
+
+
+def costliest_first(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` in place: the files of :data:`FIRST` in its order, then the rest as collected
+    (a stable sort: each file's tests stay together and in their order)."""
+    rank = {path: i for i, path in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))
+
+
 def summary(prefix: str, top: int = 25) -> str:
     """Wall and CPU seconds summed by test file, biggest CPU first, then the ``top`` tests by CPU."""
     rows = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -204,11 +205,21 @@ def _curves(ax, curves: dict[Any, np.ndarray], bins: int, label: str, result: Ex
     ax.legend(fontsize=7)
 
 
+def figures_on() -> bool:
+    """``False`` when ``POSENC_FIGURES=0``: sweeps write their tables and metrics but no
+    ``extrapolation.png`` (drawing it costs ~1 CPU s, more than a tiny child's training; the test
+    suite's comparisons of many tiny children skip it)."""
+    return os.environ.get("POSENC_FIGURES", "1") != "0"
+
+
 def save_all(result: Extrapolation, folder: Path) -> list[Path]:
-    """Write the tables and ``extrapolation.png`` into ``folder``; returns the files."""
+    """Write the tables and ``extrapolation.png`` (unless :func:`figures_on` says not) into ``folder``;
+    returns the files."""
     import matplotlib.pyplot as plt
 
     files = write_tables(result, folder)
+    if not figures_on():
+        return files
     fig = figure(result)
     png = folder / "extrapolation.png"
     fig.savefig(png, dpi=110)
