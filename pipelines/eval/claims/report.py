@@ -71,7 +71,7 @@ def holds_cell(r: ClaimResult) -> str:
 
 def summary_table(
     results: list[ClaimResult], wall: float, cpu: float, smoke: bool, factor: float = 1.0, threads: int = 1,
-    quick: bool = False,
+    quick: bool = False, jobs: int = 1,
 ) -> str:
     """One row per claim — its power, its primary comparison (Holm-adjusted), its verdict, command
     and wall / CPU seconds — then the suite's totals."""
@@ -86,7 +86,8 @@ def summary_table(
         for r in results
     ]
     note = (
-        f"\nSuite: {len(results)} experiment(s), {threads} torch thread(s), wall {wall:.0f} s, "
+        f"\nSuite: {len(results)} experiment(s), {threads} torch thread(s), {jobs} worker process(es), "
+        f"wall {wall:.0f} s, "
         f"CPU {cpu:.0f} s (idle estimate CPU / {factor} = {cpu / factor:.0f} s)"
         + (" — SMOKE RUN: tiny budgets, the numbers mean nothing" if smoke else "")
         + (f" — QUICK RUN: {QUICK_SEEDS} seeds instead of {len(CLAIM_SEEDS)}, verdicts provisional"

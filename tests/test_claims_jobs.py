@@ -1,0 +1,102 @@
+"""``python -m pipelines.eval.claims --jobs N`` and ``--plan``: children trained in worker processes
+give the same table as one process; the cost plan counts every experiment's children before training."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.helpers import workdir_with_store
+
+TINY = "{model: {init_args: {net: {d_model: 16, n_heads: 2}}}, data: {init_args: {eval_lengths: [32, 64]}}}"
+
+
+def _configs(folder):
+    """Two tiny experiments on the retrieval LM; the second shares its ``none`` children with the first."""
+    folder.mkdir()
+    head = ("class_path: pipelines.eval.claims.controlled.ControlledComparison\ninit_args:\n"
+            "  claim_text: a tiny claim\n  task: configs/experiments/tasks/copy_lm.yaml\n"
+            "  metric: bits_per_base\n  higher_is_better: false\n  seeds: [0, 1]\n  control: none\n")
+    (folder / "first.yaml").write_text(
+        "claim: '1'\nprimary: {a: rope, b: none}\n" + head
+        + f"  conditions:\n    rope: {{scheme: rope, overrides: {TINY}}}\n"
+        f"    none: {{scheme: none, overrides: {TINY}}}\n")
+    (folder / "second.yaml").write_text(
+        "claim: '2'\nprimary: {a: sinusoidal, b: none}\n" + head
+        + f"  conditions:\n    sinusoidal: {{scheme: sinusoidal, overrides: {TINY}}}\n"
+        f"    none: {{scheme: none, overrides: {TINY}}}\n")
+    return folder
+
+
+def _run(tmp_path, jobs: int):
+    """Run both experiments under ``--smoke`` with ``jobs`` workers in a store of their own; returns
+    (the table without its time column and totals, each result without times and run ids, child runs)."""
+    import mlflow
+
+    from pipelines.eval.claims.runner import run
+
+    root = tmp_path / f"jobs{jobs}"
+    root.mkdir()
+    folder = _configs(root / "configs")
+    with workdir_with_store(root):
+        results = run(["--configs", str(folder), "--smoke", "--out", "res", "--jobs", str(jobs)])
+        client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("posenc-claims")
+        runs = client.search_runs([exp.experiment_id])
+    table = (root / "res/claims.md").read_text()
+    rows = [re.sub(r"\| [\d.]+ / [\d.]+ \|$", "|", row) for row in table.splitlines() if row.startswith("| ")]
+    saved = []
+    for r in results:
+        d = json.loads((root / "res" / r.name / "result.json").read_text())
+        saved.append({k: v for k, v in d.items() if k not in ("wall_s", "cpu_s", "children")})
+    kids = [r for r in runs if r.data.tags.get("posenc.claims") != "parent"]
+    children = sorted((r.info.run_name, "posenc.claims.trained_in" in r.data.tags,
+                       r.data.metrics.get("val/bits_per_base")) for r in kids)
+    return rows, saved, children
+
+
+@pytest.mark.slow
+def test_two_workers_give_the_table_of_one_process(tmp_path, capfd):
+    one, two = _run(tmp_path, 1), _run(tmp_path, 2)
+    assert "not planned" not in capfd.readouterr().err  # every child was trained by a worker
+    assert two[0] == one[0]  # the table, row for row (time column aside)
+    assert two[1] == one[1]  # every measured number, verdict and detail
+    assert two[2] == one[2]  # the same child runs, the shared ones aliased in the second experiment
+    assert sum(aliased for _, aliased, _ in one[2]) == 2  # "none" at seeds 0 and 1
+    assert all(loss is not None for _, aliased, loss in one[2] if not aliased)
+
+
+def test_plan_counts_children_and_trains_nothing(tmp_path, capsys):
+    from pipelines.eval.claims.runner import run
+
+    folder = _configs(tmp_path / "configs")
+    with workdir_with_store(tmp_path):
+        assert run(["--configs", str(folder), "--plan", "--out", "res"]) == []
+    plan = (tmp_path / "res/plan.md").read_text()
+    assert "| first | 2 × 2 | 4 | 4 |" in plan  # rope and none, seeds 0 and 1: all new
+    assert "| second | 2 × 2 | 4 | 2 |" in plan  # none is the first experiment's: only sinusoidal is new
+    assert "6 children to train" in plan and plan in capsys.readouterr().out
+    assert not (tmp_path / "res/first").exists()  # nothing ran
+
+
+def test_quick_plan_has_fewer_children_than_the_full_one(tmp_path):
+    from pipelines.eval.claims.runner import run
+
+    with workdir_with_store(tmp_path):
+        run(["--plan", "--out", "full"])
+        run(["--plan", "--quick", "--out", "quick"])
+    total = {k: int(re.search(r"(\d+) children to train", (tmp_path / k / "plan.md").read_text())[1])
+             for k in ("full", "quick")}
+    assert 0 < total["quick"] < total["full"]
+
+
+@pytest.mark.parametrize("args, message", [(["--jobs", "0"], "--jobs: expected at least 1, got 0"),
+                                           (["--measure"], "--measure: only with --plan")])
+def test_bad_jobs_options_are_one_line_errors(args, message, capsys):
+    from pipelines.eval.claims.runner import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code != 0 and message in capsys.readouterr().err
