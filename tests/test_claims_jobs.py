@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from tests.helpers import workdir_with_store
 
@@ -100,3 +101,21 @@ def test_bad_jobs_options_are_one_line_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(args)
     assert exc.value.code != 0 and message in capsys.readouterr().err
+
+
+def test_synthetic_windows_are_drawn_once_per_process_and_unchanged(tmp_path):
+    from datamodules.synthetic.datamodule import SyntheticMotifDataModule
+    from pipelines.eval.claims.order_data import OrderDataModule
+
+    with workdir_with_store(tmp_path):
+        order = OrderDataModule(seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64, seed=3)
+    motif = SyntheticMotifDataModule(seq_len=32, batch_size=8, samples_per_epoch=64, eval_samples=64, seed=3)
+    for dm in (order, motif):
+        ds = dm.test_dataloader()[0].dataset
+        first, again = ds[5], dm.test_dataloader()[0].dataset[5]  # a new loader: the memo, not a copy
+        assert first["tokens"] is again["tokens"]
+        fresh = ds._draw(5) if dm is order else ds._draw(5, dm.test_region)
+        assert torch.equal(first["tokens"], fresh["tokens"]) and torch.equal(first["label"], fresh["label"])
+        other = type(dm)(**{**dm.hparams, "seed": 4}) if dm is motif else None
+        if other is not None:  # another seed: other windows
+            assert not torch.equal(other.test_dataloader()[0].dataset[5]["tokens"], first["tokens"])
