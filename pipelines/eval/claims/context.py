@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipelines.eval.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
 from pipelines.eval.evaluate import _merge, load_config
 from pipelines.eval.sweep import TrainedRun, config_key, read_layers, train_run
 from posenc import PosencError
@@ -72,7 +73,6 @@ class Context:
     def seeds(self, seeds: list[int] | None = None) -> list[int]:
         """The seeds to train: ``seeds`` (default :data:`~pipelines.eval.claims.judge.CLAIM_SEEDS`),
         the first three under ``--quick``, the first two under ``--smoke`` (enough for an interval)."""
-        from pipelines.eval.claims.judge import CLAIM_SEEDS, QUICK_SEEDS
 
         chosen = list(CLAIM_SEEDS if seeds is None else seeds)
         return chosen[:2] if self.smoke else chosen[:QUICK_SEEDS] if self.quick else chosen
@@ -86,9 +86,11 @@ class Context:
         under this experiment's parent (picklable: a worker process can train it)."""
         pe = scheme_spec(child.scheme)
         layers = [resolve(child.task)]
-        key = config_key([read_layers(layers), pe, child.overrides, child.test, self.smoke])
+        key = config_key([read_layers(layers), pe, child.overrides, child.test, self.smoke, self.quick])
         overlay = _merge(child.overrides or {}, {} if pe is None else {"model": {"init_args": {"pe": pe}}})
         overlay = _merge(overlay, self._overlay(child.test))
+        if self.quick:  # a fraction of every epoch's training batches (the LR schedule follows)
+            overlay = _merge(overlay, {"trainer": {"limit_train_batches": QUICK_STEPS}})
         if self.smoke:
             overlay = _merge(overlay, SMOKE)
         tags = {f"{NAMESPACE}.experiment": self.name, f"{NAMESPACE}.label": child.label}

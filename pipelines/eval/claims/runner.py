@@ -72,7 +72,14 @@ def read_config(path: Path) -> dict[str, Any]:
         raise PosencError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or "class_path" not in data:
         raise PosencError(f"{path}: expected a mapping with class_path (and init_args, claim)")
+    if not isinstance(data.get("quick", True), bool):
+        raise PosencError(f"{path}: quick must be true or false (false: --quick skips this experiment)")
     return data
+
+
+def quick_skips(configs: dict[str, Path]) -> list[str]:
+    """The experiments ``--quick`` leaves out: those whose config says ``quick: false``."""
+    return [name for name, path in configs.items() if read_config(path).get("quick", True) is False]
 
 
 def build(path: Path) -> Experiment:
@@ -193,7 +200,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--smoke", action="store_true", help="tiny budget: checks the wiring, measures nothing")
     p.add_argument("--quick", action="store_true",
-                   help="fewer seeds (3 instead of 5): a quick look; the table says verdicts are provisional")
+                   help="a quick look: 3 seeds instead of 5, half the training steps, the experiments marked "
+                   "'quick: false' left out; the table says its verdicts are provisional")
     p.add_argument("--out", default=None, help="results folder (default outputs/claims/<UTC time>)")
     p.add_argument("--docs", default=None, help="also write the write-up here (e.g. docs/claims.md)")
     p.add_argument("--configs", default=str(CONFIG_DIR), help="folder of experiment configs")
@@ -231,7 +239,8 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
         for name, path in configs.items():
             print(f"{name:<24} {read_config(path).get('claim', '')}: {build(path).claim}")
         return []
-    names = args.only or list(configs)
+    skipped = quick_skips(configs) if args.quick and not args.only else []
+    names = args.only or [n for n in configs if n not in skipped]
     unknown = [n for n in names if n not in configs]
     if unknown:
         raise PosencError(f"unknown experiment(s) {unknown}; known: {' '.join(configs)}")
@@ -249,7 +258,7 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     results = run_all(planned, [configs[n] for n in names], args.jobs, factor)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0  # the workers have exited: counted
     table = summary_table(results, wall, cpu, args.smoke, factor, args.threads, quick=args.quick,
-                          jobs=args.jobs)
+                          jobs=args.jobs, skipped=skipped)
     (out / "claims.md").write_text(table)
     print(table)
     if args.docs:
