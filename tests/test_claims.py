@@ -114,7 +114,7 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path):
 
     with workdir_with_store(tmp_path):
         results = run(["--only", "aliasing", "padding_leak", "shift_invariance", "--smoke", "--out", "res",
-                       "--docs", "docs/claims.md"])
+                       "--docs", "docs/claims.md", "--jobs", "1"])  # workers: tests/test_claims_jobs.py
         client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
         exp = client.get_experiment_by_name("posenc-claims")
         runs = client.search_runs([exp.experiment_id])

@@ -44,12 +44,18 @@ def _start_worker(threads: int) -> None:
 
 
 class ChildPool:
-    """``jobs`` spawned worker processes (one torch thread each) training planned children."""
+    """``jobs`` spawned worker processes (one torch thread each) training planned children; started
+    with the first child queued (none when nothing is trained)."""
 
     def __init__(self, jobs: int) -> None:
-        self.executor = ProcessPoolExecutor(
-            jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(1,)
-        )
+        self.jobs, self.executor = jobs, None
+
+    def _submit(self, kwargs: dict[str, Any]) -> Any:
+        if self.executor is None:
+            context = multiprocessing.get_context("spawn")
+            self.executor = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_start_worker,
+                                                initargs=(1,))
+        return self.executor.submit(fit_child, kwargs)
 
     def submit(self, planned: Sequence[tuple[Experiment, Context]]) -> int:
         """Queue every new child of ``planned`` (experiment, its context), in run order; returns how
@@ -60,13 +66,14 @@ class ChildPool:
                 key, kwargs = ctx.request(child)
                 if (key, child.seed) in ctx.pool or (key, child.seed) in ctx.cache:
                     continue
-                ctx.pool[key, child.seed] = (ctx.name, self.executor.submit(fit_child, kwargs))
+                ctx.pool[key, child.seed] = (ctx.name, self._submit(kwargs))
                 queued += 1
         return queued
 
     def close(self, cancel: bool = False) -> None:
         """Wait for the workers to finish (``cancel``: drop the children not started yet first)."""
-        self.executor.shutdown(wait=True, cancel_futures=cancel)
+        if self.executor is not None:
+            self.executor.shutdown(wait=True, cancel_futures=cancel)
 
 
 def cost_rows(planned: Sequence[tuple[Experiment, Context]], measure: bool) -> list[dict[str, Any]]:
@@ -104,8 +111,12 @@ def cost_table(rows: Sequence[dict[str, Any]], jobs: int) -> str:
     out = md_table(["experiment", "conditions × seeds", "children", "new (trained)", "CPU s / child",
                     "CPU min"], body)
     wall = total / (0.95 * max(1, jobs)) / 60
+    if not any(math.isfinite(r["cpu_per_child"]) for r in rows):
+        return out + f"\n{children} children to train; --measure shows CPU seconds per child.\n"
     out += (f"\n{children} children to train, {total / 60:.0f} CPU min measured"
             + (f" ({unmeasured} experiment(s) not measured)" if unmeasured else "")
             + f"; predicted wall with --jobs {jobs} on an idle machine ≈ {wall:.0f} min "
-            "(training only; each experiment's own evaluation in the main process overlaps it).\n")
+            "(training only; each experiment's own evaluation in the main process overlaps it). CPU s / "
+            "child is the first new child's, which also draws the task's synthetic windows (later "
+            "children of a seed reuse them).\n")
     return out

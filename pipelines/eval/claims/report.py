@@ -117,7 +117,8 @@ def claims_markdown(
             "primary comparison before the run; every paired call of an experiment is Holm-adjusted "
             "with the others and the verdict reads the primary one's interval; a trained claim whose "
             "power (gain over the trivial baseline at L₀ / half-width of its 95 % interval) is below "
-            "10 is \"inconclusive (underpowered)\" (below: how a verdict is called).\n",
+            "10 is \"inconclusive (underpowered)\" (below: how a verdict is called). Budget, cost plan "
+            "and `--jobs`: [claims_budget.md](claims_budget.md).\n",
             METHOD,
             table,
         ]
