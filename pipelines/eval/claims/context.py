@@ -116,7 +116,7 @@ class Context:
         owner = self.name
         if (key, seed) in self.pool:
             owner, future = self.pool.pop((key, seed))
-            found = future.result()
+            found = taken(future, kwargs["run_name"])
             self.pooled_cpu_s += found.cpu_s if owner == self.name else 0.0
         else:
             if self.workers:  # the experiment's children() missed it: slower, not wrong
@@ -156,6 +156,17 @@ class Context:
         self.client.set_terminated(run)
         self.children.append(run)
         return copy.copy(source)
+
+
+def taken(future: Any, run_name: str) -> TrainedRun:
+    """A worker's run; a worker that died (killed, out of memory) is one line naming the child."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except BrokenProcessPool as exc:
+        raise PosencError(f"training {run_name}: its --jobs worker process died ({exc}); "
+                          "rerun with --jobs 1 to see why") from None
 
 
 def fit_child(kwargs: dict[str, Any]) -> TrainedRun:
