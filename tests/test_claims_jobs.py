@@ -119,3 +119,41 @@ def test_synthetic_windows_are_drawn_once_per_process_and_unchanged(tmp_path):
         other = type(dm)(**{**dm.hparams, "seed": 4}) if dm is motif else None
         if other is not None:  # another seed: other windows
             assert not torch.equal(other.test_dataloader()[0].dataset[5]["tokens"], first["tokens"])
+
+
+def test_a_worker_run_is_its_planners_child_an_alias_elsewhere_and_a_dead_worker_one_line(tmp_path):
+    """The fast twin of the two-worker run: how ``Context.train`` takes a worker's (finished) run."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    import mlflow
+
+    from pipelines.eval.claims.context import EXPERIMENT, Child, Context
+    from pipelines.eval.sweep import TrainedRun
+    from pipelines.tracking.store import experiment_id
+    from posenc import PosencError
+
+    with workdir_with_store(tmp_path) as root:
+        client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+        exp = experiment_id(client, EXPERIMENT)
+        trained = client.create_run(exp, run_name="a:rope:seed0").info.run_id  # what a worker logged
+        client.log_metric(trained, "test/acc", 0.75)
+        shared = Context("", client, exp, "", root)
+        a, b = (Context(n, client, exp, client.create_run(exp, run_name=n).info.run_id, root / n,
+                        cache=shared.cache, pool=shared.pool, workers=True) for n in ("a", "b"))
+        child = Child("configs/experiments/tasks/order.yaml", "rope", 0, "rope")
+        done = Future()
+        done.set_result(TrainedRun(trained, 0, "trained", {"test/acc": 0.75}, cpu_s=12.0))
+        a.pool[a.request(child)[0], 0] = ("a", done)
+        assert a.fit(child).run_id == trained and a.children == [trained] and a.pooled_cpu_s == 12.0
+        assert not a.pool  # taken
+        b.fit(Child(child.task, "rope", 0, "rope again"))  # the same training asked for by b: an alias
+        alias = client.get_run(b.children[0]).data
+        assert alias.tags["posenc.claims.trained_in"] == trained and alias.metrics["test/acc"] == 0.75
+        assert b.pooled_cpu_s == 0.0
+        dead = Future()
+        dead.set_exception(BrokenProcessPool("terminated abruptly"))
+        other = Child(child.task, "alibi", 0, "alibi")
+        a.pool[a.request(other)[0], 0] = ("a", dead)
+        with pytest.raises(PosencError, match="a:alibi:seed0: its --jobs worker process died"):
+            a.fit(other)
