@@ -91,6 +91,19 @@ def test_quick_plan_has_fewer_children_than_the_full_one(tmp_path):
     total = {k: int(re.search(r"(\d+) children to train", (tmp_path / k / "plan.md").read_text())[1])
              for k in ("full", "quick")}
     assert 0 < total["quick"] < total["full"]
+    quick = (tmp_path / "quick/plan.md").read_text()
+    assert "| periodic_lm |" in (tmp_path / "full/plan.md").read_text() and "| periodic_lm |" not in quick
+    assert "| order_task | 6 × 3 |" in quick  # three seeds
+
+
+def test_a_quick_key_that_is_not_a_boolean_is_a_one_line_error(tmp_path):
+    from pipelines.eval.claims.runner import read_config
+    from posenc import PosencError
+
+    path = tmp_path / "x.yaml"
+    path.write_text("claim: '1'\nquick: sometimes\nclass_path: a.B\n")
+    with pytest.raises(PosencError, match="x.yaml: quick must be true or false"):
+        read_config(path)
 
 
 @pytest.mark.parametrize("args, message", [(["--jobs", "0"], "--jobs: expected at least 1, got 0"),
