@@ -3,12 +3,12 @@ sweep runner (:func:`pipelines.eval.sweep.train_run`), logged as a nested MLflow
 experiment's parent run in experiment ``posenc-claims``.
 
 Children are trained in this process (or, with ``--jobs N``, ahead of time in worker processes: see
-:mod:`pipelines.eval.claims.jobs`; :meth:`Context.train` then takes the worker's result), exactly as
-``python -m pipelines.train fit --config <task>
---config <overlay>`` would, with registration, resume checkpoints and model logging off (the
-experiments keep the trained module in memory). Within one suite run a child with the same task,
-scheme, seed and overrides is trained once: later experiments get a run of their own under their
-parent that points to it (tag ``posenc.claims.trained_in``) and carries a copy of its metrics.
+:mod:`pipelines.eval.claims.jobs`; :meth:`Context.train` then takes the worker's result), exactly
+as ``python -m pipelines.train fit --config <task> --config <overlay>`` would, with registration,
+resume checkpoints and model logging off (the experiments keep the trained module in memory). Within
+one suite run a child with the same task, scheme, seed and overrides is trained once: later experiments
+get a run of their own under their parent that points to it (tag ``posenc.claims.trained_in``) and
+carries a copy of its metrics.
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ class Context:
     def seeds(self, seeds: list[int] | None = None) -> list[int]:
         """The seeds to train: ``seeds`` (default :data:`~pipelines.eval.claims.judge.CLAIM_SEEDS`),
         the first three under ``--quick``, the first two under ``--smoke`` (enough for an interval)."""
-
         chosen = list(CLAIM_SEEDS if seeds is None else seeds)
         return chosen[:2] if self.smoke else chosen[:QUICK_SEEDS] if self.quick else chosen
 

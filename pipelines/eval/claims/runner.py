@@ -117,7 +117,8 @@ def open_experiment(
         tags = {"posenc.claims": "parent", "posenc.claims.experiment": name}
         parent = client.create_run(exp_id, run_name=f"claim-{number}-{name}", tags=tags).info.run_id
         config = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else scrub_text(str(path))
-        for key, value in (("config", config), ("smoke", args.smoke), ("quick", args.quick),
+        flags = (("smoke", args.smoke), ("quick", args.quick), ("jobs", args.jobs))
+        for key, value in (("config", config), *flags,
                            ("primary", primary if isinstance(primary, str) else primary.text())):
             client.log_param(parent, key, str(value))
     ctx = Context(name, client, exp_id, parent, out / name, args.smoke, shared.cache, quick=args.quick,
