@@ -135,7 +135,8 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path, monkeypatch):
     configs = smoke_configs(tmp_path / "experiments")
     with workdir_with_store(tmp_path):
         results = run(["--only", "aliasing", "padding_leak", "shift_invariance", "--smoke", "--out", "res",
-                       "--docs", "docs/claims.md", "--configs", str(configs)])
+                       "--docs", "docs/claims.md", "--configs", str(configs),
+                       "--jobs", "1"])  # workers: tests/test_claims_jobs.py
         client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
         exp = client.get_experiment_by_name("posenc-claims")
         runs = client.search_runs([exp.experiment_id])

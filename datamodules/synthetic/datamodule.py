@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.memo import memo_item
 from datamodules.synthetic import generators as gen
 from posenc import PosencError
 
@@ -169,10 +170,16 @@ class _MotifWindows(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         dm = self.dm
-        rng = np.random.default_rng([dm.seed, SALT[self.split], self.length, i])
         region = (
             dm.train_region if self.split == "train" else dm.test_region if self.split == "test" else (0, 1)
         )
+        key = ("motif", dm.seed, SALT[self.split], self.length, i, dm.motif_a.tobytes(), dm.motif_b.tobytes(),
+               dm.distance, dm.negative, dm.label_noise, tuple(region))
+        return dict(memo_item(key, lambda: self._draw(i, region)))  # the same window for every model
+
+    def _draw(self, i: int, region: tuple[float, float]) -> dict[str, torch.Tensor]:
+        dm = self.dm
+        rng = np.random.default_rng([dm.seed, SALT[self.split], self.length, i])
         seq, label = gen.motif_window(
             self.length, dm.motif_a, dm.motif_b, dm.distance, dm.negative, dm.label_noise, rng, region
         )

@@ -52,7 +52,10 @@ class TrainingFailed(PosencError):
 
     def __init__(self, run_name: str, reason: str) -> None:
         super().__init__(f"training {run_name} failed: {reason}")
-        self.reason = reason
+        self.run_name, self.reason = run_name, reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # a worker process sends it back pickled
+        return type(self), (self.run_name, self.reason)
 
 
 @dataclass

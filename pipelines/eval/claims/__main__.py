@@ -1,3 +1,4 @@
 from pipelines.eval.claims.runner import main
 
-main()
+if __name__ == "__main__":  # not when a --jobs worker (spawned) imports this module
+    main()

@@ -33,6 +33,7 @@ import torch
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
+from pipelines.eval.claims.context import Child
 from pipelines.eval.claims.judge import judge_stats, power_over, power_text
 from pipelines.eval.claims.trained import primary_verdict
 from pipelines.eval.evaluate import _merge
@@ -205,6 +206,14 @@ class BandSelectiveHeads(Experiment):
     @property
     def arms(self) -> list[str]:
         return [self.trained, self.control, *self.controls]
+
+    def children(self, ctx) -> list[Child]:
+        out = []
+        for seed in ctx.seeds(self.seeds):
+            out.append(Child(self.task, self.scheme, seed, self.trained, self.overrides))
+            out += [Child(self.task, self.scheme, seed, label, _merge(self.overrides, over))
+                    for label, over in self.controls.items()]
+        return out
 
     def _measure(self, ctx, seed: int) -> dict[str, Any]:
         """Train one seed (and each control); the band statistics of every arm; bits/token."""

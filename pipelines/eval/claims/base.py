@@ -74,6 +74,13 @@ class Experiment:
     def run(self, ctx: Any) -> ClaimResult:
         raise NotImplementedError
 
+    def children(self, ctx: Any) -> list[Any]:
+        """The trainings :meth:`run` asks ``ctx.train`` for, in the order it asks
+        (:class:`~pipelines.eval.claims.context.Child`); ``--jobs N`` trains them ahead in workers
+        (one left out is trained in the main process when asked for, so a miss costs time, not
+        correctness). Default: none."""
+        return []
+
 
 def est(values: Sequence[float]) -> Estimate:
     """:func:`pipelines.eval.statistics.estimate` of the finite values (NaN estimate if none)."""

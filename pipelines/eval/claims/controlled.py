@@ -22,6 +22,7 @@ import torch
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
+from pipelines.eval.claims.context import Child
 from pipelines.eval.claims.judge import Primary, judge_stats, power_over, power_text
 from pipelines.eval.claims.order import CAUSAL
 from pipelines.eval.claims.sweep import Sweep
@@ -142,13 +143,17 @@ class NoPEPositionProbe(Experiment):
     def __init__(self, task: str, seeds: list[int] | None = None, batches: int | None = 8) -> None:
         self.task, self.seeds, self.batches = task, seeds, batches
 
+    def children(self, ctx) -> list[Child]:
+        arms = (("none", None), ("none (causal)", CAUSAL))
+        return [Child(self.task, "none", seed, label, over, test=True)
+                for seed in ctx.seeds(self.seeds) for label, over in arms]
+
     def run(self, ctx) -> ClaimResult:
         r2: dict[str, list[float]] = {"none (causal)": [], "none": []}
-        for seed in ctx.seeds(self.seeds):
-            for label, over in (("none", None), ("none (causal)", CAUSAL)):
-                t = ctx.train(self.task, "none", seed, label, over, test=True)  # shared with claim 1
-                loader = t.datamodule.test_dataloader()[0]
-                r2[label].append(position_r2(t.module, loader, ctx.max_batches(self.batches)))
+        for child in self.children(ctx):
+            t = ctx.fit(child)  # shared with claim 1
+            loader = t.datamodule.test_dataloader()[0]
+            r2[child.label].append(position_r2(t.module, loader, ctx.max_batches(self.batches)))
         L0 = int(t.datamodule.seq_len)
         key = ("none (causal)", "none", L0)
         j = judge_stats(

@@ -9,7 +9,8 @@
 * A trained claim reports its power (gain of the primary's arm ``a`` over the task's trivial
   baseline at L₀ / the half-width of its 95 % interval); below 10 the runner replaces the verdict by
   "inconclusive (underpowered)".
-* Seeds: :data:`CLAIM_SEEDS` unless a config lists others; ``--quick`` keeps :data:`QUICK_SEEDS`.
+* Seeds: :data:`CLAIM_SEEDS` unless a config lists others; ``--quick`` keeps :data:`QUICK_SEEDS` and
+  :data:`QUICK_STEPS` of the training steps.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from posenc import PosencError
 
 CLAIM_SEEDS = (0, 1, 2, 3, 4)  # the claims' default seeds (≥ 5: issue 26)
 QUICK_SEEDS = 3  # seeds kept by --quick (the table says so)
+QUICK_STEPS = 0.5  # the fraction of each child's training steps --quick keeps (trainer.limit_train_batches)
 Key = tuple[str, str, int]  # (a, b, length): the paired difference a − b at length
 
 

@@ -14,6 +14,7 @@ import torch
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
+from pipelines.eval.claims.context import Child
 from pipelines.eval.claims.judge import Primary, judge_stats, power_over, power_text
 from pipelines.eval.verdicts import paired
 
@@ -72,6 +73,10 @@ class OrderTask(Experiment):
             return j, "no", "no primary comparison declared"
         rule = ctx.primary.rule() + f"; and {self.reference} blind to the swap (< 1e-5), else no"
         return j, ctx.primary.verdict(j.primary) if blind else "no", rule
+
+    def children(self, ctx) -> list[Child]:
+        return [Child(self.task, name, seed, scheme, overrides, test=True)
+                for seed in ctx.seeds(self.seeds) for scheme, (name, overrides) in self.runs.items()]
 
     def run(self, ctx) -> ClaimResult:
         acc: dict[str, list[float]] = {s: [] for s in self.schemes}

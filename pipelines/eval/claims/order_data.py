@@ -10,6 +10,8 @@ rejected); windows never cross the train/val/test regions of :func:`split_region
 
 from __future__ import annotations
 
+import hashlib
+
 import lightning as L
 import numpy as np
 import torch
@@ -18,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from datamodules.dna.fasta import split_regions
 from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load_genome
 from datamodules.dna.tokenize import KmerTokenizer
+from datamodules.memo import memo_item
 from datamodules.paths import resolve_path
 from posenc import PosencError
 
@@ -34,6 +37,9 @@ class OrderWindows(Dataset):
         self.codes, self.tok, self.pair, self.seq_len = codes, tok, pair, seq_len
         self.size, self.seed = size, seed
         self.span = tok.n_bases(seq_len)
+        # what a sample depends on besides its index (the region's bases by their digest)
+        digest = hashlib.sha1(codes.tobytes()).hexdigest()
+        self.key = ("order", digest, tok.k, tok.stride, tuple(pair), seq_len, seed)
         if len(codes) < self.span:
             raise PosencError(
                 f"order task: a region of {len(codes)} bases is shorter than one window "
@@ -44,6 +50,9 @@ class OrderWindows(Dataset):
         return self.size
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return dict(memo_item((*self.key, index), lambda: self._draw(index)))  # drawn once per process
+
+    def _draw(self, index: int) -> dict[str, torch.Tensor]:
         rng = np.random.default_rng([self.seed, index])
         for _ in range(1000):
             start = int(rng.integers(0, len(self.codes) - self.span + 1))

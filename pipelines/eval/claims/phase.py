@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
+from pipelines.eval.claims.context import Child
 from pipelines.eval.claims.judge import power_over, power_text
 from pipelines.eval.verdicts import holm_calls, paired
 
@@ -68,11 +69,17 @@ class RelativePhaseMismatch(Experiment):
         self.task, self.scheme, self.near, self.far, self.eps = task, scheme, near, far, list(eps)
         self.primary_eps, self.seeds, self.batches = primary_eps, list(seeds), batches
 
-    def _lost(
-        self, ctx, label: str, distance: int | None, seed: int
-    ) -> tuple[dict[float, float], float, float]:
+    def child(self, seed: int, distance: int | None) -> Child:
+        """The RoPE LM copying from ``distance`` back (None: the task's own distance)."""
+        label = "rope" if distance is None else f"rope copy {distance} back"
         over = None if distance is None else {"data": {"init_args": {"distance": distance}}}
-        t = ctx.train(self.task, self.scheme, seed, label, over, test=True)  # None: the task's own
+        return Child(self.task, self.scheme, seed, label, over, test=True)
+
+    def children(self, ctx) -> list[Child]:
+        return [self.child(seed, d) for seed in ctx.seeds(self.seeds) for d in (self.near, self.far)]
+
+    def _lost(self, ctx, distance: int | None, seed: int) -> tuple[dict[float, float], float, float]:
+        t = ctx.fit(self.child(seed, distance))
         loader = t.datamodule.test_dataloader()[0]
         n = ctx.max_batches(self.batches)
         batches = [b for i, b in enumerate(loader) if n is None or i < n]
@@ -89,7 +96,7 @@ class RelativePhaseMismatch(Experiment):
         trivial = math.nan
         for seed in seeds:
             for side, d in (("near", self.near), ("far", self.far)):
-                got, b0, trivial = self._lost(ctx, "rope" if d is None else f"rope copy {d} back", d, seed)
+                got, b0, trivial = self._lost(ctx, d, seed)
                 at0[side].append(b0)
                 for e in self.eps:
                     lost[side][e].append(got[e])

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pipelines.eval.claims.base import ClaimResult, Experiment, md_table
+from pipelines.eval.claims.context import Child
 from pipelines.eval.extrapolation import adapter_for, backbone_set, score_loader
 from pipelines.eval.splits import length_loaders
 from posenc import PositionalEncoding, PositionOutOfRange, RoPE, SchemeMeta
@@ -235,6 +236,9 @@ class ShiftInvariance(Experiment):
     ) -> None:
         self.task, self.schemes, self.relative, self.offset = task, schemes, list(relative), offset
         self.seed, self.batches, self.tolerance = seed, batches, tolerance
+
+    def children(self, ctx) -> list[Child]:
+        return [Child(self.task, scheme, self.seed, label) for label, scheme in self.schemes.items()]
 
     def run(self, ctx) -> ClaimResult:
         rows, deltas = [], {}

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from pipelines.eval.claims.base import ClaimResult
-from pipelines.eval.claims.judge import CLAIM_SEEDS, QUICK_SEEDS
+from pipelines.eval.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
 
 #: the method section of the write-up (docs/claims.md), regenerated with it
 METHOD = """\
@@ -29,7 +29,9 @@ The rules are code (`pipelines/eval/verdicts.py`, `pipelines/eval/claims/judge.p
    bootstrap (10,000 replicates; seeds and blocks drawn with replacement, the same block draw for every
    seed and arm, blocks kept whole), and the interval used is the **union** of the two (p-value: the
    larger). Every table says which ("Student t over 5 seeds" or "… ∪ seed × block bootstrap (K blocks)").
-   Seeds: 5 by default (`CLAIM_SEEDS`); `ARGS=--quick` uses 3 and the table says the verdicts are provisional.
+   Seeds: 5 by default (`CLAIM_SEEDS`); `ARGS=--quick` uses 3, half the training steps and leaves out the
+   experiments marked `quick: false` (the real-data periodic ones), and the table says its verdicts are
+   provisional.
 3. **Holm–Bonferroni within each experiment.** All paired calls one experiment makes (the primary among
    them) are adjusted together; a difference is *called* only when its Holm-adjusted p is below 0.05, and
    its interval is shown at the level Holm tested it at (1 − 0.05/(m − rank)), so a called difference's
@@ -71,7 +73,7 @@ def holds_cell(r: ClaimResult) -> str:
 
 def summary_table(
     results: list[ClaimResult], wall: float, cpu: float, smoke: bool, factor: float = 1.0, threads: int = 1,
-    quick: bool = False,
+    quick: bool = False, jobs: int = 1, skipped: list[str] | None = None,
 ) -> str:
     """One row per claim — its power, its primary comparison (Holm-adjusted), its verdict, command
     and wall / CPU seconds — then the suite's totals."""
@@ -86,11 +88,13 @@ def summary_table(
         for r in results
     ]
     note = (
-        f"\nSuite: {len(results)} experiment(s), {threads} torch thread(s), wall {wall:.0f} s, "
+        f"\nSuite: {len(results)} experiment(s), {threads} torch thread(s), {jobs} worker process(es), "
+        f"wall {wall:.0f} s, "
         f"CPU {cpu:.0f} s (idle estimate CPU / {factor} = {cpu / factor:.0f} s)"
         + (" — SMOKE RUN: tiny budgets, the numbers mean nothing" if smoke else "")
-        + (f" — QUICK RUN: {QUICK_SEEDS} seeds instead of {len(CLAIM_SEEDS)}, verdicts provisional"
-           if quick else "")
+        + (f" — QUICK RUN: {QUICK_SEEDS} seeds instead of {len(CLAIM_SEEDS)}, {QUICK_STEPS:.0%} of the "
+           "training steps" + (f", not run: {', '.join(skipped)}" if skipped else "")
+           + "; verdicts provisional (an inconclusive one says nothing)" if quick else "")
         + ".\n"
     )
     return head + "\n".join(rows) + "\n" + note
@@ -113,7 +117,8 @@ def claims_markdown(
             "primary comparison before the run; every paired call of an experiment is Holm-adjusted "
             "with the others and the verdict reads the primary one's interval; a trained claim whose "
             "power (gain over the trivial baseline at L₀ / half-width of its 95 % interval) is below "
-            "10 is \"inconclusive (underpowered)\" (below: how a verdict is called).\n",
+            "10 is \"inconclusive (underpowered)\" (below: how a verdict is called). Budget, cost plan "
+            "and `--jobs`: [claims_budget.md](claims_budget.md).\n",
             METHOD,
             table,
         ]

@@ -7,10 +7,13 @@ Usage::
     python -m pipelines.eval.claims --only order_task     # one (or several) by name
     python -m pipelines.eval.claims --smoke               # two training batches per child: a wiring check
     python -m pipelines.eval.claims --docs docs/claims.md # also write the write-up (table + details)
+    python -m pipelines.eval.claims --jobs 2              # children trained by 2 worker processes
+    python -m pipelines.eval.claims --plan [--measure]    # the cost plan: children per experiment
     make experiments [ONLY=order_task]
 
-Each experiment's wall time and process CPU seconds (``resource.getrusage``) are logged on its parent
-run and in the table; an idle 2-core estimate is CPU s / 1.9.
+Each experiment's wall time and CPU seconds (``resource.getrusage`` of this process, plus the CPU seconds
+of its children trained in workers) are logged on its parent run and in the table; an idle 2-core estimate
+is CPU s / 1.9.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from datamodules.scrub import scrub_text
 from pipelines.console import user_errors_exit
 from pipelines.eval.claims.base import ClaimResult, Experiment
 from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
+from pipelines.eval.claims.jobs import MAX_JOBS, ChildPool, cost_rows, cost_table, default_jobs
 from pipelines.eval.claims.judge import parse_primary
 from pipelines.eval.claims.report import claims_markdown, summary_table
 from pipelines.eval.verdicts import gate
@@ -68,7 +72,14 @@ def read_config(path: Path) -> dict[str, Any]:
         raise PosencError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or "class_path" not in data:
         raise PosencError(f"{path}: expected a mapping with class_path (and init_args, claim)")
+    if not isinstance(data.get("quick", True), bool):
+        raise PosencError(f"{path}: quick must be true or false (false: --quick skips this experiment)")
     return data
+
+
+def quick_skips(configs: dict[str, Path]) -> list[str]:
+    """The experiments ``--quick`` leaves out: those whose config says ``quick: false``."""
+    return [name for name, path in configs.items() if read_config(path).get("quick", True) is False]
 
 
 def build(path: Path) -> Experiment:
@@ -92,43 +103,50 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_one(
-    name: str, path: Path, client: Any, exp_id: str, out: Path, smoke: bool, cache: dict, factor: float = 1.0,
-    quick: bool = False,
-) -> ClaimResult:
-    """Run one experiment under its own parent run; wall and CPU seconds logged on the parent; the
-    verdict passed through the power gate (:func:`gated`)."""
+def open_experiment(
+    name: str, path: Path, client: Any, exp_id: str, out: Path, args: argparse.Namespace, shared: Context,
+) -> tuple[Experiment, Context]:
+    """The experiment of ``path`` and its context: a parent run of its own (none under ``--plan``:
+    ``shared.parent`` is used) with the config, flags and declared primary comparison logged on it;
+    ``shared`` gives the suite's child cache and worker pool."""
     experiment = build(path)
     number = str(read_config(path).get("claim", ""))
     primary = parse_primary(read_config(path)["primary"], str(path))
-    parent = client.create_run(
-        exp_id,
-        run_name=f"claim-{number}-{name}",
-        tags={"posenc.claims": "parent", "posenc.claims.experiment": name},
-    ).info.run_id
-    client.log_param(
-        parent, "config", str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else scrub_text(str(path))
-    )
-    client.log_param(parent, "smoke", str(smoke))
-    client.log_param(parent, "quick", str(quick))
-    client.log_param(parent, "primary", primary if isinstance(primary, str) else primary.text())
-    ctx = Context(name, client, exp_id, parent, out / name, smoke, cache, quick=quick, primary=primary)
+    parent = shared.parent
+    if not args.plan:
+        tags = {"posenc.claims": "parent", "posenc.claims.experiment": name}
+        parent = client.create_run(exp_id, run_name=f"claim-{number}-{name}", tags=tags).info.run_id
+        config = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else scrub_text(str(path))
+        flags = (("smoke", args.smoke), ("quick", args.quick), ("jobs", args.jobs))
+        for key, value in (("config", config), *flags,
+                           ("primary", primary if isinstance(primary, str) else primary.text())):
+            client.log_param(parent, key, str(value))
+    ctx = Context(name, client, exp_id, parent, out / name, args.smoke, shared.cache, quick=args.quick,
+                  primary=primary, pool=shared.pool, workers=args.jobs > 1 and not args.plan)
+    return experiment, ctx
+
+
+def run_one(experiment: Experiment, ctx: Context, path: Path, factor: float = 1.0) -> ClaimResult:
+    """Run one experiment under its parent run; wall and CPU seconds (this process's and, with
+    ``--jobs``, its children's in the workers) logged on the parent; the verdict passed through the
+    power gate (:func:`gated`)."""
     ctx.out.mkdir(parents=True, exist_ok=True)
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     try:
         result = experiment.run(ctx)
     except BaseException:
-        client.set_terminated(parent, "FAILED")
+        ctx.client.set_terminated(ctx.parent, "FAILED")
         raise
-    result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    result.name, result.number, result.claim = name, number, experiment.claim
+    result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0 + ctx.pooled_cpu_s
+    result.name, result.claim = ctx.name, experiment.claim
+    result.number = str(read_config(path).get("claim", ""))
     gated(result, experiment)
     note = read_config(path).get("note")
     if note:
         result.details = f"{result.details}\n**Note.** {' '.join(str(note).split())}\n"
-    result.command = f"make experiments ONLY={name}"
+    result.command = f"make experiments ONLY={ctx.name}"
     result.children = [c for c in ctx.children if c]
-    finish(client, parent, ctx, result, factor)
+    finish(ctx.client, ctx.parent, ctx, result, factor)
     return result
 
 
@@ -183,7 +201,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--smoke", action="store_true", help="tiny budget: checks the wiring, measures nothing")
     p.add_argument("--quick", action="store_true",
-                   help="fewer seeds (3 instead of 5): a quick look; the table says verdicts are provisional")
+                   help="a quick look: 3 seeds instead of 5, half the training steps, the experiments marked "
+                   "'quick: false' left out; the table says its verdicts are provisional")
     p.add_argument("--out", default=None, help="results folder (default outputs/claims/<UTC time>)")
     p.add_argument("--docs", default=None, help="also write the write-up here (e.g. docs/claims.md)")
     p.add_argument("--configs", default=str(CONFIG_DIR), help="folder of experiment configs")
@@ -194,8 +213,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="torch threads (default 1: the models are tiny, and on a loaded machine two "
         "spinning threads can be many times slower than one)",
     )
+    p.add_argument("--jobs", type=int, default=default_jobs(),
+                   help=f"worker processes training the children, one torch thread each (default "
+                   f"{default_jobs()}: the CPUs here, at most {MAX_JOBS}; 1: everything in this process)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the cost plan (children per experiment) and exit without training")
+    p.add_argument("--measure", action="store_true",
+                   help="with --plan: train one new child per experiment here and show its CPU seconds")
     p.add_argument("--list", action="store_true", help="list the experiments and exit")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs: expected at least 1, got {args.jobs}")
+    if args.measure and not args.plan:
+        p.error("--measure: only with --plan")
+    return args
 
 
 def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
@@ -209,7 +240,8 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
         for name, path in configs.items():
             print(f"{name:<24} {read_config(path).get('claim', '')}: {build(path).claim}")
         return []
-    names = args.only or list(configs)
+    skipped = quick_skips(configs) if args.quick and not args.only else []
+    names = args.only or [n for n in configs if n not in skipped]
     unknown = [n for n in names if n not in configs]
     if unknown:
         raise PosencError(f"unknown experiment(s) {unknown}; known: {' '.join(configs)}")
@@ -219,19 +251,63 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     out = Path(args.out or Path("outputs") / "claims" / stamp)
     client = mlflow.MlflowClient(tracking_uri())
     exp_id = experiment_id(client, EXPERIMENT)
-    results, cache, wall0, cpu0 = [], {}, time.perf_counter(), cpu_seconds()
-    for name in names:
-        results.append(run_one(name, configs[name], client, exp_id, out, args.smoke, cache,
-                               idle_factor(args.threads), quick=args.quick))
-    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    table = summary_table(results, wall, cpu, args.smoke, idle_factor(args.threads), args.threads,
-                          quick=args.quick)
+    if args.plan:
+        return plan(names, configs, client, exp_id, out, args)
+    shared = Context("", client, exp_id, "", out)
+    planned = [open_experiment(n, configs[n], client, exp_id, out, args, shared) for n in names]
+    wall0, cpu0, factor = time.perf_counter(), cpu_seconds(), idle_factor(max(args.threads, args.jobs))
+    results = run_all(planned, [configs[n] for n in names], args.jobs, factor)
+    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0  # the workers have exited: counted
+    table = summary_table(results, wall, cpu, args.smoke, factor, args.threads, quick=args.quick,
+                          jobs=args.jobs, skipped=skipped)
     (out / "claims.md").write_text(table)
     print(table)
     if args.docs:
         write_docs(Path(args.docs), results, table, out)
     print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {client.tracking_uri})")
     return results
+
+
+def run_all(planned: list[tuple[Experiment, Context]], paths: list[Path], jobs: int,
+            factor: float) -> list[ClaimResult]:
+    """Run the experiments in order, their children trained by ``jobs`` workers when ``jobs`` > 1
+    (queued before the first runs); on a failure the parents not run yet are marked KILLED."""
+    results: list[ClaimResult] = []
+    workers = ChildPool(jobs) if jobs > 1 else None
+    try:
+        if workers is not None:
+            print(f"[claims] {workers.submit(planned)} children queued for {jobs} workers", file=sys.stderr)
+        for (experiment, ctx), path in zip(planned, paths, strict=True):
+            results.append(run_one(experiment, ctx, path, factor))
+    except BaseException:
+        for _, ctx in planned[len(results) + 1:]:
+            ctx.client.set_terminated(ctx.parent, "KILLED")
+        raise
+    finally:
+        if workers is not None:
+            workers.close(cancel=True)
+    return results
+
+
+def plan(names: list[str], configs: dict[str, Path], client: Any, exp_id: str, out: Path,
+         args: argparse.Namespace) -> list[ClaimResult]:
+    """``--plan``: the cost table (``--measure``: one child per experiment trained, under a parent run
+    ``cost-plan``), printed and written to ``<out>/plan.md``; nothing else runs."""
+    parent = ""
+    if args.measure:
+        tags = {"posenc.claims": "cost-plan"}
+        parent = client.create_run(exp_id, run_name="cost-plan", tags=tags).info.run_id
+    shared = Context("", client, exp_id, parent, out)
+    planned = [open_experiment(n, configs[n], client, exp_id, out, args, shared) for n in names]
+    try:
+        table = cost_table(cost_rows(planned, args.measure), args.jobs)
+    finally:
+        if parent:
+            client.set_terminated(parent)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.md").write_text(table)
+    print(table)
+    return []
 
 
 def write_docs(path: Path, results: list[ClaimResult], table: str, out: Path) -> None:

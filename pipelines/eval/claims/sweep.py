@@ -18,6 +18,7 @@ import numpy as np
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
+from pipelines.eval.claims.context import Child
 from pipelines.eval.claims.judge import Judgement, Key, Primary, judge_stats, power_text
 from pipelines.eval.extrapolation import TRAINED, adapter_for
 from pipelines.eval.statistics import Estimate, call, paired_difference
@@ -134,15 +135,8 @@ class Sweep(Experiment):
         m, last = None, None
         seeds = ctx.seeds(self.seeds)
         for seed in seeds:
-            for label, cond in self.conditions.items():
-                t = ctx.train(
-                    self.task,
-                    cond.get("scheme"),
-                    seed,
-                    label,
-                    cond.get("overrides"),
-                    test=self.metric is not None,
-                )
+            for label in self.conditions:
+                t = ctx.fit(self.child(seed, label))
                 values, info = self._values(t)
                 if m is None:
                     m = Measured(info["metric"], info["higher"], info["train"], sorted(values), seeds=seeds)
@@ -156,6 +150,15 @@ class Sweep(Experiment):
             m.trivial_blocks.append(getattr(last.sweep, "trivial_blocks", None))
         m.baseline_name, m.baseline = self._trivial(last)
         return m, last
+
+    def child(self, seed: int, label: str) -> Child:
+        """The training of condition ``label`` at ``seed``."""
+        cond = self.conditions[label]
+        test = self.metric is not None
+        return Child(self.task, cond.get("scheme"), seed, label, cond.get("overrides"), test)
+
+    def children(self, ctx) -> list[Child]:
+        return [self.child(seed, label) for seed in ctx.seeds(self.seeds) for label in self.conditions]
 
     def _trivial(self, t) -> tuple[str, float | None]:
         """The baseline power and retained gain are measured against: the named one, or the task's trivial."""
