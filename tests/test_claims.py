@@ -151,8 +151,24 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path, monkeypatch):
     table = (tmp_path / "res/claims.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| # ")]
     assert "SMOKE RUN" in table and len(rows) == 3  # one row per experiment asked for
+    assert "Run finished " in table and " torch " in table  # when and on what (provenance)
     doc = (tmp_path / "docs/claims.md").read_text()
     assert "## 8. aliasing" in doc and "figures/claims_aliasing.png" in doc
+
+
+def test_provenance_names_the_commit_in_a_checkout_and_none_outside(tmp_path):
+    import subprocess
+
+    from pipelines.eval.claims.report import provenance
+
+    root = Path(__file__).resolve().parents[1]
+    here = provenance()
+    assert here.startswith("Run finished ") and f"torch {torch.__version__}" in here
+    if (root / ".git").exists():
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True).stdout.strip()
+        assert f"commit {sha}" in here
+    assert "commit" not in provenance(tmp_path)  # not a git checkout: no commit claimed
 
 
 @pytest.mark.slow

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+import platform
+import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pipelines.eval.claims.base import ClaimResult
@@ -71,12 +74,43 @@ def holds_cell(r: ClaimResult) -> str:
     return f"**{r.holds}**"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` where there is one), else what ``platform`` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(root: Path | None = None) -> str:
+    """When and where a run finished: UTC time, CPU model and count, torch, and the git commit of
+    ``root`` (``+ uncommitted changes`` when its tree differs; omitted outside a git checkout)."""
+    import torch
+
+    root = root or Path(__file__).resolve().parents[3]
+    git = ["git", "-C", str(root)]
+    try:
+        sha = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+        commit = f", commit {sha}" + (" + uncommitted changes" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"Run finished {when} on {cpu_model()} ({os.cpu_count()} CPUs), torch {torch.__version__}"
+            f"{commit}.")
+
+
 def summary_table(
     results: list[ClaimResult], wall: float, cpu: float, smoke: bool, factor: float = 1.0, threads: int = 1,
-    quick: bool = False, jobs: int = 1, skipped: list[str] | None = None,
+    quick: bool = False, jobs: int = 1, skipped: list[str] | None = None, where: str = "",
 ) -> str:
     """One row per claim — its power, its primary comparison (Holm-adjusted), its verdict, command
-    and wall / CPU seconds — then the suite's totals."""
+    and wall / CPU seconds — then the suite's totals and ``where`` (:func:`provenance`)."""
     head = (
         "| # | claim | setup | measured (mean ± 95 % CI over seeds) | power | primary comparison "
         "(Holm-adjusted) | holds? | command | wall s / CPU s |\n"
@@ -95,7 +129,7 @@ def summary_table(
         + (f" — QUICK RUN: {QUICK_SEEDS} seeds instead of {len(CLAIM_SEEDS)}, {QUICK_STEPS:.0%} of the "
            "training steps" + (f", not run: {', '.join(skipped)}" if skipped else "")
            + "; verdicts provisional (an inconclusive one says nothing)" if quick else "")
-        + ".\n"
+        + "." + (f" {where}" if where else "") + "\n"
     )
     return head + "\n".join(rows) + "\n" + note
 

@@ -38,7 +38,7 @@ from pipelines.eval.claims.base import ClaimResult, Experiment
 from pipelines.eval.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.eval.claims.jobs import MAX_JOBS, ChildPool, cost_rows, cost_table, default_jobs
 from pipelines.eval.claims.judge import parse_primary
-from pipelines.eval.claims.report import claims_markdown, summary_table
+from pipelines.eval.claims.report import claims_markdown, provenance, summary_table
 from pipelines.eval.verdicts import gate
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
@@ -259,7 +259,7 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     results = run_all(planned, [configs[n] for n in names], args.jobs, factor)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0  # the workers have exited: counted
     table = summary_table(results, wall, cpu, args.smoke, factor, args.threads, quick=args.quick,
-                          jobs=args.jobs, skipped=skipped)
+                          jobs=args.jobs, skipped=skipped, where=provenance())
     (out / "claims.md").write_text(table)
     print(table)
     if args.docs:
