@@ -25,7 +25,8 @@ PUBLISHED = {
 def _group(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, int], dict[int, float]]:
     out: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
     for r in rows:
-        out[(r["model"], int(r["horizon"]))][int(r["seed"])] = float(r[key])
+        if r.get(key) not in ("", None):  # a row from a run without that column (merged results)
+            out[(r["model"], int(r["horizon"]))][int(r["seed"])] = float(r[key])
     return out
 
 
@@ -62,6 +63,7 @@ def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) 
     lines += ["", "## CPU seconds per run (mean over seeds; process time, all threads)", "", head, rule]
     lines += [_row(m, cpu, horizons, lambda v: f"{sum(v.values()) / len(v):.0f}") for m in models]
     lines += _paired(mse, models, horizons, args)
+    lines += lookback_lines(rows, args.lookback)
     if skipped:
         lines += ["", "## Skipped", ""] + [f"- {s}" for s in skipped]
     return "\n".join(lines) + "\n"
@@ -91,6 +93,54 @@ def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> lis
             cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return lines if len(lines) > 5 else []
+
+
+def _lookbacks(rows: list[dict[str, Any]]) -> list[int]:
+    """The longer test lookbacks the rows were scored at (``test/mse_scaled_L<n>`` with a number)."""
+    found = set()
+    for r in rows:
+        for k, v in r.items():
+            if k.startswith("test/mse_scaled_L") and v not in ("", None) and math.isfinite(float(v)):
+                found.add(int(k.removeprefix("test/mse_scaled_L")))
+    return sorted(found)
+
+
+def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
+    """Lookback extrapolation (``--test-lookbacks``): per model and horizon, test MSE at the training
+    lookback and each longer one (mean ± 95 % CI over seeds), the paired change from the training
+    lookback, and the retained gain over seasonal naive (the ``naive`` row of that horizon: its forecast
+    reads the last day only, so it is the same at every lookback) — a ratio of mean gains with a paired
+    bootstrap interval, undefined unless the gain at the training lookback is clearly above 0."""
+    from pipelines.eval.bootstrap import Arm
+    from pipelines.eval.verdicts import retained
+
+    longer = _lookbacks(rows)
+    if not longer:
+        return []
+    naive = {int(r["horizon"]): float(r["test/mse_scaled"]) for r in rows if r["model"] == "naive"}
+    lines = ["", f"## Lookback extrapolation: trained at {lookback}, scored at "
+             + ", ".join(map(str, longer)) + " (test MSE, same test windows)", "",
+             "| model | H | " + " | ".join(f"L={n}" for n in [lookback, *longer]) + " | "
+             + " | ".join(f"L={n} − L={lookback} | retained at {n}" for n in longer) + " |",
+             "|---" * (2 + 1 + 3 * len(longer)) + "|"]
+    for (model, h), at_train in sorted(_group(rows, "test/mse_scaled").items(), key=lambda kv: kv[0][1]):
+        curves = {n: _group(rows, f"test/mse_scaled_L{n}").get((model, h), {}) for n in longer}
+        if not any(v and all(math.isfinite(x) for x in v.values()) for v in curves.values()):
+            continue
+        seeds = sorted(at_train)
+        cells = [_cell(at_train)] + [_cell(curves[n]) if curves[n] else "–" for n in longer]
+        for n in longer:
+            xs, x0 = [curves[n].get(s, math.nan) for s in seeds], [at_train[s] for s in seeds]
+            d = paired_difference(xs, x0)
+            cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]" if len(seeds) > 1 else f"{d.mean:+.4f}")
+            if h not in naive or len(seeds) < 2:
+                cells.append("no naive row" if h not in naive else "one seed")
+                continue
+            triv = Arm.from_values([naive[h]] * len(seeds))
+            r = retained(Arm.from_values(xs), Arm.from_values(x0), triv, triv, False, "mse")
+            cells.append(f"{r.mean:.2f} [{r.lo:.2f}, {r.hi:.2f}]" if r.defined else f"undefined: {r.why}")
+        lines.append(f"| {model} | {h} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def figure(rows: list[dict[str, Any]], path: Any) -> None:

@@ -1,0 +1,46 @@
+"""The LTSF summary's lookback-extrapolation table: MSE at the training lookback and longer ones, the
+paired change, and the retained gain over seasonal naive (a ratio of mean gains)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pipelines.eval.ltsf_report import lookback_lines, summary_markdown
+
+
+def rows(model: str, at_train: list[float], at_512: list[float], naive: float = 0.5) -> list[dict]:
+    out = [{"model": "naive", "horizon": "96", "seed": "0", "test/mse_scaled": str(naive)}]  # no L column
+    for seed, (a, b) in enumerate(zip(at_train, at_512, strict=True)):
+        out.append({"model": model, "horizon": "96", "seed": str(seed), "test/mse_scaled": str(a),
+                    "test/mse_scaled_L512": str(b)})
+    return out
+
+
+def cells(lines: list[str], model: str) -> list[str]:
+    row = next(line for line in lines if line.startswith(f"| {model} |"))
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def test_retained_gain_is_the_ratio_of_mean_gains_over_naive():
+    lines = lookback_lines(rows("m", [0.40, 0.42, 0.41], [0.44, 0.45, 0.46]), 336)
+    assert "trained at 336, scored at 512" in lines[1]
+    c = cells(lines, "m")
+    gain_336, gain_512 = 0.5 - 0.41, 0.5 - 0.45  # naive 0.5 minus the model's mean MSE
+    assert c[1] == "96" and float(c[5].split()[0]) == pytest.approx(gain_512 / gain_336, abs=0.005)
+    assert c[4].startswith("+0.0400")  # the paired change 512 − 336
+
+
+def test_retained_gain_is_undefined_when_the_model_does_not_beat_naive():
+    c = cells(lookback_lines(rows("m", [0.52, 0.55, 0.51], [0.6, 0.6, 0.6]), 336), "m")
+    assert c[5].startswith("undefined: gain over the trivial baseline")
+
+
+def test_no_section_without_longer_lookbacks_and_none_without_naive():
+    plain = [r for r in rows("m", [0.4, 0.4], [0.5, 0.5]) if r["model"] == "naive"]
+    assert lookback_lines(plain, 336) == []
+    no_naive = [r for r in rows("m", [0.4, 0.41], [0.5, 0.52]) if r["model"] != "naive"]
+    assert cells(lookback_lines(no_naive, 336), "m")[5] == "no naive row"
+    args = SimpleNamespace(data="x", lookback=336, seeds=[0, 1], configs=["m"])
+    assert "## Lookback extrapolation" in summary_markdown(rows("m", [0.4, 0.41], [0.45, 0.46]), args, [])
