@@ -176,6 +176,45 @@ def figure(rows: list[dict[str, Any]], path: Any) -> None:
     plt.close(fig)
 
 
+def lookback_figure(rows: list[dict[str, Any]], lookback: int, path: Any) -> bool:
+    """Test MSE against the lookback the model reads (trained at ``lookback``), mean and 95 % CI over
+    seeds per model, seasonal naive dashed; one panel per horizon. False (nothing drawn) without
+    ``--test-lookbacks`` columns."""
+    longer = _lookbacks(rows)
+    if not longer:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    horizons = sorted({int(r["horizon"]) for r in rows})
+    curves = {n: _group(rows, f"test/mse_scaled_L{n}") for n in longer}
+    at_train = _group(rows, "test/mse_scaled")
+    fig, axes = plt.subplots(1, len(horizons), figsize=(5.6 * len(horizons), 3.8), squeeze=False)
+    for ax, h in zip(axes[0], horizons, strict=True):
+        for model in dict.fromkeys(r["model"] for r in rows if int(r["horizon"]) == h):
+            pts = [(lookback, at_train.get((model, h)))] + [(n, curves[n].get((model, h))) for n in longer]
+            pts = [(n, estimate(list(v.values()))) for n, v in pts if v]
+            if model == "naive" or len(pts) < 2:
+                continue
+            ax.errorbar([n for n, _ in pts], [e.mean for _, e in pts], marker="o", capsize=3, label=model,
+                        yerr=[[e.mean - e.lo if e.n > 1 else 0 for _, e in pts],
+                              [e.hi - e.mean if e.n > 1 else 0 for _, e in pts]])
+        naive = at_train.get(("naive", h))
+        if naive:
+            ax.axhline(estimate(list(naive.values())).mean, color="k", ls="--", lw=1, label="seasonal naive")
+        ax.axvline(lookback, color="grey", lw=0.8)
+        ax.set_xticks([lookback, *longer], [str(n) for n in [lookback, *longer]])
+        ax.set(xlabel=f"lookback read at test (trained at {lookback})", ylabel="test MSE (scaled)",
+               title=f"H={h}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m pipelines.eval.ltsf_report --results A.csv [B.csv …] --out DIR``: one ``results.csv``,
     ``summary.md`` and ``ltsf.png`` from the results of several benchmark runs (e.g. horizons or seeds
@@ -209,7 +248,9 @@ def main(argv: list[str] | None = None) -> None:
         writer.writerows(merged)
     (out / "summary.md").write_text(summary_markdown(merged, args, []))
     figure(merged, out / "ltsf.png")
-    print(f"files: {out / 'results.csv'} {out / 'summary.md'} {out / 'ltsf.png'}")
+    drawn = lookback_figure(merged, args.lookback, out / "lookbacks.png")
+    extra = f" {out / 'lookbacks.png'}" if drawn else ""
+    print(f"files: {out / 'results.csv'} {out / 'summary.md'} {out / 'ltsf.png'}{extra}")
 
 
 if __name__ == "__main__":

@@ -44,3 +44,12 @@ def test_no_section_without_longer_lookbacks_and_none_without_naive():
     assert cells(lookback_lines(no_naive, 336), "m")[5] == "no naive row"
     args = SimpleNamespace(data="x", lookback=336, seeds=[0, 1], configs=["m"])
     assert "## Lookback extrapolation" in summary_markdown(rows("m", [0.4, 0.41], [0.45, 0.46]), args, [])
+
+
+def test_lookback_figure_is_drawn_only_with_longer_lookbacks(tmp_path):
+    from pipelines.eval.ltsf_report import lookback_figure
+
+    assert lookback_figure(rows("m", [0.4, 0.41], [0.45, 0.46]), 336, tmp_path / "a.png")
+    assert (tmp_path / "a.png").stat().st_size > 0
+    plain = [r for r in rows("m", [0.4], [0.5]) if r["model"] == "naive"]
+    assert not lookback_figure(plain, 336, tmp_path / "b.png") and not (tmp_path / "b.png").exists()
