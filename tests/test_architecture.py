@@ -299,11 +299,11 @@ def test_test_modules_share_helpers_only_through_helpers_and_conftest():
 
 
 
-def import_time_imports(source: str) -> set[str]:
-    """The modules a file imports when it is imported: top-level statements (inside ``if``/``try``
+def import_time_imports(tree: ast.Module) -> set[str]:
+    """The modules a parsed file imports when it is imported: top-level statements (inside ``if``/``try``
     too), not function bodies and not ``if TYPE_CHECKING:`` blocks."""
     found: set[str] = set()
-    pending = list(ast.parse(source).body)
+    pending = list(tree.body)
     while pending:
         node = pending.pop()
         if isinstance(node, ast.Import):
@@ -318,9 +318,9 @@ def import_time_imports(source: str) -> set[str]:
     return found
 
 
-def imported_with(package: str, sources: dict[str, str]) -> set[str]:
+def imported_with(package: str, deps: dict[str, set[str]]) -> set[str]:
     """Every project module that ``import <package>`` loads (its ancestors' ``__init__`` included);
-    ``sources``: module name → source text."""
+    ``deps``: module name → :func:`import_time_imports` of its source."""
     def with_parents(name: str) -> list[str]:
         parts = name.split(".")
         return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
@@ -328,10 +328,10 @@ def imported_with(package: str, sources: dict[str, str]) -> set[str]:
     todo, seen = with_parents(package), set()
     while todo:
         name = todo.pop()
-        if name in seen or name not in sources:
+        if name in seen or name not in deps:
             continue
         seen.add(name)
-        for target in import_time_imports(sources[name]):
+        for target in deps[name]:
             todo += with_parents(target)
     return seen
 
@@ -339,11 +339,12 @@ def imported_with(package: str, sources: dict[str, str]) -> set[str]:
 def test_no_entry_point_is_imported_by_its_own_package():
     """``python -m a.b.c`` warns (runpy's RuntimeWarning) when importing ``a.b`` already imported
     ``a.b.c``; so no package's import pulls in one of its ``__main__``-guarded modules."""
-    sources = {m: p.read_text() for m, p in modules().items()}
-    entry = [m for m, text in sources.items() if "." in m and any(
-        isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in ast.parse(text).body)]
+    trees = {m: ast.parse(p.read_text()) for m, p in modules().items()}
+    deps = {m: import_time_imports(tree) for m, tree in trees.items()}
+    entry = [m for m, tree in trees.items() if "." in m and any(
+        isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)]
     assert "pipelines.eval.evaluate" in entry
-    assert [m for m in entry if m in imported_with(m.rpartition(".")[0], sources)] == []
+    assert [m for m in entry if m in imported_with(m.rpartition(".")[0], deps)] == []
     # the finder sees one: the import the package had before it became lazy
-    bad = {**sources, "pipelines": "from pipelines.eval.evaluate import ExtrapolationEval\n"}
+    bad = {**deps, "pipelines": import_time_imports(ast.parse("from pipelines.eval.evaluate import X\n"))}
     assert "pipelines.eval.evaluate" in imported_with("pipelines.eval", bad)
