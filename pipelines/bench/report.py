@@ -4,7 +4,6 @@ implementation, one table per workload, paired ratios and the spread of the timi
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from importlib import metadata
@@ -13,6 +12,7 @@ import torch
 
 from pipelines.bench.models import XT_NO_FLASH, build, forward_flops, param_groups
 from pipelines.bench.plan import IMPLS, NOPE_REF, Cell, Plan
+from pipelines.machine import cpu_model
 
 IMPL_NAMES = {"posenc": "posenc", "xt": "x-transformers", "xt-flash": "x-transformers flash",
               "sdpa": "hand SDPA"}
@@ -110,12 +110,7 @@ def spread_summary(results: dict) -> str:
 def machine_header(argv: list[str], plan: Plan | None = None) -> list[str]:
     """Title, command, machine (CPU model, usable CPUs, threads, torch and x-transformers versions,
     load) and, given the plan, the shapes and parameter counts of the implementations compared."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_model()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     pinned = f"pinned to CPUs {','.join(map(str, plan.pin))}" if plan and plan.pin else "not pinned"

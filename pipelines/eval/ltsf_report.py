@@ -123,8 +123,9 @@ def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
              "| model | H | " + " | ".join(f"L={n}" for n in [lookback, *longer]) + " | "
              + " | ".join(f"L={n} − L={lookback} | retained at {n}" for n in longer) + " |",
              "|---" * (2 + 1 + 3 * len(longer)) + "|"]
+    by_lookback = {n: _group(rows, f"test/mse_scaled_L{n}") for n in longer}
     for (model, h), at_train in sorted(_group(rows, "test/mse_scaled").items(), key=lambda kv: kv[0][1]):
-        curves = {n: _group(rows, f"test/mse_scaled_L{n}").get((model, h), {}) for n in longer}
+        curves = {n: by_lookback[n].get((model, h), {}) for n in longer}
         if not any(v and all(math.isfinite(x) for x in v.values()) for v in curves.values()):
             continue
         seeds = sorted(at_train)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
 from pipelines.eval.claims.base import ClaimResult
+from pipelines.eval.claims.context import ROOT
 from pipelines.eval.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
+from pipelines.machine import cpu_model
 
 #: the method section of the write-up (docs/claims.md), regenerated with it
 METHOD = """\
@@ -74,23 +75,12 @@ def holds_cell(r: ClaimResult) -> str:
     return f"**{r.holds}**"
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` where there is one), else what ``platform`` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def provenance(root: Path | None = None) -> str:
     """When and where a run finished: UTC time, CPU model and count, torch, and the git commit of
     ``root`` (``+ uncommitted changes`` when its tree differs; omitted outside a git checkout)."""
     import torch
 
-    root = root or Path(__file__).resolve().parents[3]
+    root = root or ROOT
     git = ["git", "-C", str(root)]
     try:
         sha = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,

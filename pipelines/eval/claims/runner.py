@@ -110,8 +110,8 @@ def open_experiment(
     ``shared.parent`` is used) with the config, flags and declared primary comparison logged on it;
     ``shared`` gives the suite's child cache and worker pool."""
     experiment = build(path)
-    number = str(read_config(path).get("claim", ""))
-    primary = parse_primary(read_config(path)["primary"], str(path))
+    config = read_config(path)
+    number, primary = str(config.get("claim", "")), parse_primary(config["primary"], str(path))
     parent = shared.parent
     if not args.plan:
         tags = {"posenc.claims": "parent", "posenc.claims.experiment": name}
@@ -138,10 +138,10 @@ def run_one(experiment: Experiment, ctx: Context, path: Path, factor: float = 1.
         ctx.client.set_terminated(ctx.parent, "FAILED")
         raise
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0 + ctx.pooled_cpu_s
-    result.name, result.claim = ctx.name, experiment.claim
-    result.number = str(read_config(path).get("claim", ""))
+    config = read_config(path)
+    result.name, result.claim, result.number = ctx.name, experiment.claim, str(config.get("claim", ""))
     gated(result, experiment)
-    note = read_config(path).get("note")
+    note = config.get("note")
     if note:
         result.details = f"{result.details}\n**Note.** {' '.join(str(note).split())}\n"
     result.command = f"make experiments ONLY={ctx.name}"
