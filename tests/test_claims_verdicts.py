@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines.eval.claims.base import ClaimResult, Experiment
-from pipelines.eval.claims.judge import Primary, parse_primary
+from pipelines.eval.claims.judge import Primary, parse_primary, primary_power
 from pipelines.eval.claims.sweep import Measured, retained_table
 from posenc import PosencError
 from tests.helpers import workdir_with_store
@@ -59,6 +59,18 @@ def test_measured_verdict_reads_the_primary_after_holm():
     assert "Holm–Bonferroni over the 4 defined of 4" in table and "(primary)" in table
     with_missing = m.judge([("same", "none", 128)], Primary("good", "none"))  # the primary is always a member
     assert ("good", "none", 64) in with_missing.calls and with_missing.primary.m == 2
+
+
+def test_power_is_read_from_the_stronger_arm_of_the_primary():
+    """Claim 12's case: arm a at the trivial baseline, arm b far above it — the testbed is powered (a's
+    failure is measured), so the gate must not read a alone."""
+    m = measured(np.random.default_rng(2))
+    m.baseline = 1.951  # "none" (arm a below) now sits at the trivial baseline; "good" is 0.05 past it
+    weak, strong = m.gain_at_train("none"), m.gain_at_train("good")
+    arm, ratio, g = primary_power({"none": weak, "good": strong})
+    assert arm == "good" and g is strong and ratio > 10
+    assert primary_power({"none": weak, "good": None})[0] == "none"  # only one arm measured
+    assert primary_power({"none": None}) is None
 
 
 def test_power_and_guarded_retained_gain_of_measured():

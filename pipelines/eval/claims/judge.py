@@ -6,9 +6,11 @@
 * Every paired call an experiment makes is one member of its family: Holm-adjusted together
   (:class:`Judgement`); the verdict is read from the primary call's adjusted interval and p-value,
   the others are reported, not used.
-* A trained claim reports its power (gain of the primary's arm ``a`` over the task's trivial
-  baseline at L₀ / the half-width of its 95 % interval); below 10 the runner replaces the verdict by
-  "inconclusive (underpowered)".
+* A trained claim reports its power: the gain over the task's trivial baseline at L₀ / the half-width
+  of its 95 % interval, for whichever of the primary's two arms has the larger ratio
+  (:func:`primary_power`; a testbed is powered when one arm of the comparison is far from trivial:
+  then "the other arm stays at trivial" is a measured failure, not noise); below 10 the runner
+  replaces the verdict by "inconclusive (underpowered)".
 * Seeds: :data:`CLAIM_SEEDS` unless a config lists others; ``--quick`` keeps :data:`QUICK_SEEDS` and
   :data:`QUICK_STEPS` of the training steps.
 """
@@ -139,6 +141,14 @@ def power_over(values: Sequence[float], trivial: float, higher_is_better: bool) 
     """Power of one arm (one value per seed) against a constant trivial baseline (e.g. chance 0.5)."""
     g = gain(Arm.from_values(values), Arm.from_values([trivial] * len(values)), higher_is_better)
     return power(g), g
+
+
+def primary_power(gains: Mapping[str, PairedStat | None]) -> tuple[str, float, PairedStat] | None:
+    """(arm, power, gain) of the arm of ``gains`` (the primary's ``a`` and ``b`` → gain at L₀) with the
+    larger power; ``None`` when no arm has a gain. Ties keep the first (``a``)."""
+    found = [(name, power(g), g) for name, g in gains.items() if g is not None]
+    found = [f for f in found if not math.isnan(f[1])] or found
+    return max(found, key=lambda f: f[1], default=None)
 
 
 def power_text(name: str, trivial_name: str, g: PairedStat, ratio: float) -> str:

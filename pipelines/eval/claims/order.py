@@ -15,7 +15,7 @@ import torch
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.eval.claims.context import Child
-from pipelines.eval.claims.judge import Primary, judge_stats, power_over, power_text
+from pipelines.eval.claims.judge import Primary, judge_stats, power_over, power_text, primary_power
 from pipelines.eval.verdicts import paired
 
 CHANCE = 0.5  # the order task's trivial baseline: balanced labels
@@ -110,7 +110,9 @@ class OrderTask(Experiment):
             metrics={f"{s}_acc": e[s].mean for s in self.schemes},
             primary=j.summary(),
         )
-        if isinstance(ctx.primary, Primary) and ctx.primary.a in acc:
-            result.power, g = power_over(acc[ctx.primary.a], CHANCE, True)
-            result.power_text = power_text(ctx.primary.a, "chance (0.5)", g, result.power)
+        arms = (ctx.primary.a, ctx.primary.b) if isinstance(ctx.primary, Primary) else ()
+        best = primary_power({a: power_over(acc[a], CHANCE, True)[1] for a in arms if a in acc})
+        if best is not None:
+            arm, result.power, g = best
+            result.power_text = power_text(arm, "chance (0.5)", g, result.power)
         return result

@@ -40,8 +40,11 @@ The rules are code (`pipelines/eval/verdicts.py`, `pipelines/eval/claims/judge.p
    them) are adjusted together; a difference is *called* only when its Holm-adjusted p is below 0.05, and
    its interval is shown at the level Holm tested it at (1 − 0.05/(m − rank)), so a called difference's
    interval always excludes 0. Direction is read from the interval's side of 0 — no rule reads a mean.
-4. **Power before verdicts.** A trained claim's power is the gain of the primary's arm `a` over the task's
-   trivial baseline at L₀ divided by the half-width of that gain's 95 % interval (trivial baselines: order-0
+4. **Power before verdicts.** A trained claim's power is the gain over the task's trivial baseline at L₀
+   divided by the half-width of that gain's 95 % interval, for the one of the primary's two arms where this
+   ratio is larger (a testbed is powered when either arm is far from trivial: the other arm staying near
+   trivial is then a measured failure, not noise; decided 2026-11-26 before the run it applies to — the
+   earlier rule read arm `a` only and called claim 12 underpowered with sinusoidal at 1.000) (trivial baselines: order-0
    Markov chain = base composition for the DNA LM, chance = 0.5 for classifiers (AUROC) and the balanced
    order task, seasonal naive for the forecaster, majority class for segmentation). Below **10** — or not
    measured — the claim is **"inconclusive (underpowered)"**, never "no"; the rule's own verdict is shown

@@ -19,10 +19,10 @@ import numpy as np
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.eval.claims.context import Child
-from pipelines.eval.claims.judge import Judgement, Key, Primary, judge_stats, power_text
+from pipelines.eval.claims.judge import Judgement, Key, Primary, judge_stats, power_text, primary_power
 from pipelines.eval.extrapolation import TRAINED, adapter_for
 from pipelines.eval.statistics import Estimate, call, paired_difference
-from pipelines.eval.verdicts import PairedStat, Retained, gain, paired, power, retained
+from pipelines.eval.verdicts import PairedStat, Retained, gain, paired, retained
 
 
 @dataclass
@@ -226,7 +226,7 @@ class Sweep(Experiment):
         judgement: Judgement | None = None,
     ) -> ClaimResult:
         """The claim's result: tables, figure, and — from ``judgement`` (every paired call, Holm) — the
-        Holm table, the primary comparison and the power of the primary's arm ``a``."""
+        Holm table, the primary comparison and its power (the stronger of its two arms)."""
         figure = self.figure(m, ctx.out / f"{ctx.name}.png", ctx.name)
         metrics = {
             f"{c}/{m.metric}_L{n}": m.at(c, n).mean
@@ -240,10 +240,10 @@ class Sweep(Experiment):
             out.details += judgement.table(m.metric)
             out.primary = judgement.summary()
         if isinstance(ctx.primary, Primary):
-            g = m.gain_at_train(ctx.primary.a)
-            if g is not None:
-                out.power = power(g)
-                out.power_text = power_text(ctx.primary.a, m.baseline_name, g, out.power)
+            best = primary_power({c: m.gain_at_train(c) for c in (ctx.primary.a, ctx.primary.b)})
+            if best is not None:
+                arm, out.power, g = best
+                out.power_text = power_text(arm, m.baseline_name, g, out.power)
         return out
 
 
