@@ -179,3 +179,17 @@ def test_cli_split_val_on_a_forecaster_is_one_line_and_exit_2(tmp_path, capsys):
                        "per-length validation windows for the length sweep; use --split test")
     assert "Traceback" not in "\n".join(err) and not (tmp_path / "outputs").exists()
     assert runs(tmp_path)[1] == []
+
+
+def test_logscale_variant_is_the_same_weights_with_the_temperature_of_l0(lm):
+    """Variant ``logscale`` = the model built with ``log_scale_len = L0`` and the same weights: equal to
+    the scheme as trained at L0 (the temperature's floor of 1), different past it."""
+    _, model, dm, _ = lm
+    swept = evaluate(model, dm, lengths=LENGTHS, variants=[], log_scale=True, max_batches=2)
+    plain, scaled = swept.by_length(), swept.by_length("logscale")
+    assert scaled[32] == plain[32] and scaled[64] != plain[64] and scaled[128] != plain[128]
+    built = DNALanguageModel(vocab_size=dm.vocab_size, pad_id=dm.pad_id, log_scale_len=32, **TINY).eval()
+    built.load_state_dict(model.state_dict())
+    direct = evaluate(built, dm, lengths=LENGTHS, variants=[], log_scale=True, max_batches=2)
+    assert direct.by_length() == pytest.approx(scaled, rel=1e-6) and direct.variants == ["trained"]
+    assert model.backbone.log_scale_len is None  # restored after the sweep

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.eval.extrapolation import ROPE_VARIANTS, TRAINED, WINDOW, adapter_for
+from pipelines.eval.extrapolation import LOG_SCALE, ROPE_VARIANTS, TRAINED, WINDOW, adapter_for
 from pipelines.eval.report import PREFIX
 from pipelines.eval.sweep import config_key, read_layers
 
@@ -121,7 +121,7 @@ def read_child(client: Any, child: ChildRun) -> ChildRun:
     tags, metrics = run.data.tags, run.data.metrics
     child.info = info = task_info(tags)
     name = f"{info.metric}_by_length"
-    for variant in (TRAINED, *ROPE_VARIANTS, WINDOW):
+    for variant in (TRAINED, *ROPE_VARIANTS, WINDOW, LOG_SCALE):
         key = f"{PREFIX}/{name}" if variant == TRAINED else f"{PREFIX}/{variant}/{name}"
         if key in metrics:
             found = _history(client, child.run_id, key)

@@ -85,6 +85,8 @@ class ExtrapolationEval(L.Callback):
             ridge; the trivial baseline is always scored). ``make compare`` asks one run for them.
         window: also score with a local attention window of the training length (variant ``window``:
             each query attends only its L0 nearest keys; LM-Infinite's local branch).
+        log_scale: also score with the log-length attention temperature of the training length
+            (variant ``logscale``; training at L0 is unchanged by it, :mod:`posenc.nn.temperature`).
         use_best: evaluate the checkpoint callback's best model rather than the last weights.
     """
 
@@ -99,6 +101,7 @@ class ExtrapolationEval(L.Callback):
         use_best: bool = True,
         baselines: bool = False,
         window: bool = False,
+        log_scale: bool = False,
     ) -> None:
         check_lengths(lengths) if lengths is not None else check_factors(factors)
         check_retain(retain, tolerance)
@@ -108,7 +111,7 @@ class ExtrapolationEval(L.Callback):
         self.factors, self.lengths, self.rope_variants = list(factors), lengths, rope_variants
         self.retain, self.tolerance = retain, tolerance
         self.max_batches, self.use_best, self.baselines = max_batches, use_best, baselines
-        self.window = window
+        self.window, self.log_scale = window, log_scale
         self.result: Extrapolation | None = None
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -131,6 +134,7 @@ class ExtrapolationEval(L.Callback):
                 retain=self.retain,
                 baselines=self.baselines,
                 window=self.window,
+                log_scale=self.log_scale,
             )
         if trainer.is_global_zero:  # under DDP every rank sweeps (same weights, same result); rank 0 logs
             for logger in mlflow_loggers(trainer):
@@ -226,6 +230,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--max-batches", type=int, default=None, help="batches per length (default all)")
     p.add_argument("--window", action="store_true",
                    help="also score with a local attention window of the training length (variant 'window')")
+    p.add_argument("--log-scale", action="store_true",
+                   help="also score with the log-length attention temperature of the training length "
+                        "(variant 'logscale'; the weights a model trained with it at L0 would have)")
     p.add_argument("--baselines", action="store_true",
                    help="also score the task's baselines (the best Markov chain, ridge; can be slow)")
     p.add_argument(
@@ -254,7 +261,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
     module, dm = build_from_checkpoint(ckpt, config, args.ckpt)
     result = evaluate(
         module, dm, args.factors, args.lengths, args.variants, args.tolerance, args.max_batches, args.retain,
-        args.baselines, args.window, args.split,
+        args.baselines, args.window, args.split, args.log_scale,
     )
     name = (run_id or stem) + ("" if args.split == "test" else f"-{args.split}")
     out = Path(args.out or Path("outputs") / "extrapolation" / name)

@@ -19,6 +19,13 @@ With ``window``, every scheme is also scored with a local attention window of th
 al., 2024; :mod:`posenc.nn.attention`), so no relative distance exceeds what training saw; each token
 still reads at most about n_layers × L₀ tokens back, through the layers.
 
+With ``log_scale``, every scheme is also scored with the log-length attention temperature of the
+training length (variant ``logscale``: the logits of a query attending n keys times max(1, log n / log
+L₀); :mod:`posenc.nn.temperature`). Its floor of 1 leaves every window of at most L₀ tokens exactly as
+trained, so a model trained with the temperature at L₀ has the weights of one trained without it: this
+variant *is* that training-side technique, read on the same weights (skipped when the model already
+has it).
+
 Per length it also records *retained gain* against the task's trivial baseline b
 (``TaskAdapter.trivial_baseline``: order-0 Markov for the DNA LMs, seasonal naive for forecasting,
 the majority class for segmentation, AUROC 0.5 for classification), scored on the same test data:
@@ -59,6 +66,7 @@ TRAINED = "trained"  # the scheme exactly as trained
 #: inference-time RoPE variants → the ``scaling`` option of :class:`posenc.RoPE` they use
 ROPE_VARIANTS: dict[str, str] = {"pi": "linear", "ntk": "ntk", "dynamic_ntk": "dynamic_ntk", "yarn": "yarn"}
 WINDOW = "window"  # the same weights with a local attention window of the training length
+LOG_SCALE = "logscale"  # the same weights with the log-length attention temperature of L0
 DEFAULT_FACTORS = (1, 2, 4, 8, 16)
 
 
@@ -325,9 +333,11 @@ def check_factors(factors: Sequence[float]) -> list[float]:
 
 
 def score_length(module: Any, adapter: TaskAdapter, length: int, loader: Any, train: int,
-                 variants: Sequence[str] | None, window: bool, max_batches: int | None) -> list[LengthResult]:
+                 variants: Sequence[str] | None, window: bool, max_batches: int | None,
+                 log_scale: bool = False) -> list[LengthResult]:
     """The cells of one length: the scheme as trained, its RoPE variants in ``variants`` (``None``:
-    all) and, with ``window``, the local window of the training length (unless the model has one)."""
+    all) and, with ``window`` / ``log_scale``, the local window / the log-length temperature of the
+    training length (unless the model already has it)."""
     scale = adapter.n_positions(module, length) / adapter.n_positions(module, train)
     specs = {TRAINED: None, **rope_variant_specs(module.pe, scale, adapter.n_positions(module, train))}
     cells = []
@@ -339,6 +349,9 @@ def score_length(module: Any, adapter: TaskAdapter, length: int, loader: Any, tr
     if window and module.backbone.window is None:
         with backbone_set(module, "window", adapter.n_positions(module, train)):
             cells.append(score_loader(module, adapter, WINDOW, length, loader, max_batches))
+    if log_scale and module.backbone.log_scale_len is None:
+        with backbone_set(module, "log_scale_len", adapter.n_positions(module, train)):
+            cells.append(score_loader(module, adapter, LOG_SCALE, length, loader, max_batches))
     return cells
 
 
@@ -355,6 +368,7 @@ def evaluate(
     baselines: bool = False,
     window: bool = False,
     split: str = "test",
+    log_scale: bool = False,
 ) -> Extrapolation:
     """Score ``module`` on whole windows of ``dm``'s ``split`` (``"test"``, or ``"val"``: the
     validation windows, :mod:`pipelines.eval.splits`) at every length, as trained and (RoPE family)
@@ -364,7 +378,9 @@ def evaluate(
     these can take minutes; the chain's order is chosen on the validation region, so with
     ``split="val"`` that choice has seen the bases it is scored on); with ``window``, also with a
     local attention window of the training length (variant :data:`WINDOW`; skipped when the model
-    already has a window). A task that cannot score ``split`` is a one-line :class:`PosencError`."""
+    already has a window); with ``log_scale``, also with the log-length attention temperature of the
+    training length (variant :data:`LOG_SCALE`; skipped when the model has one). A task that cannot
+    score ``split`` is a one-line :class:`PosencError`."""
     adapter = adapter_for(module)
     check_split(module.task_name, adapter, dm, split)
     train = adapter.train_length(dm)
@@ -383,7 +399,8 @@ def evaluate(
     module.eval()
     try:
         for n, loader in progress(loaders, f"scoring lengths ({SPLIT_WORDS[split]})", unit="length"):
-            result.cells += score_length(module, adapter, n, loader, train, variants, window, max_batches)
+            result.cells += score_length(module, adapter, n, loader, train, variants, window, max_batches,
+                                         log_scale)
     finally:
         module.train(was_training)
     return result

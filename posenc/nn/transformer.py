@@ -19,6 +19,7 @@ from posenc import PosencError, PositionalEncoding, as_batched
 from posenc.nn.attention import Attention, check_window
 from posenc.nn.paths import AttentionSettings
 from posenc.nn.share import ForwardShare, share_key
+from posenc.nn.temperature import check_log_scale_len
 
 __all__ = ["Block", "Transformer", "length_bucket"]
 
@@ -148,6 +149,16 @@ class Transformer(nn.Module):
     def window(self, value: int | None) -> None:
         for block in self.blocks:
             block.attn.window = check_window(value)
+
+    @property
+    def log_scale_len(self) -> int | None:
+        """L0 of every layer's log-length attention temperature (``None``: off); assignable."""
+        return self.blocks[0].attn.log_scale_len
+
+    @log_scale_len.setter
+    def log_scale_len(self, value: int | None) -> None:
+        for block in self.blocks:
+            block.attn.log_scale_len = check_log_scale_len(value)
 
     def forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """Encode ``x`` (B, T, D); outputs at padded positions (mask True) are zero."""
