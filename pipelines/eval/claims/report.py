@@ -44,9 +44,10 @@ The rules are code (`pipelines/eval/verdicts.py`, `pipelines/eval/claims/judge.p
    divided by the half-width of that gain's 95 % interval, for the one of the primary's two arms where this
    ratio is larger (a testbed is powered when either arm is far from trivial: the other arm staying near
    trivial is then a measured failure, not noise; decided 2026-11-26 before the run it applies to — the
-   earlier rule read arm `a` only and called claim 12 underpowered with sinusoidal at 1.000) (trivial baselines: order-0
-   Markov chain = base composition for the DNA LM, chance = 0.5 for classifiers (AUROC) and the balanced
-   order task, seasonal naive for the forecaster, majority class for segmentation). Below **10** — or not
+   earlier rule read arm `a` only and called claim 12 underpowered with sinusoidal at 1.000; trivial
+   baselines: order-0 Markov chain = base composition for the DNA LM, chance = 0.5 for classifiers
+   (AUROC) and the balanced order task, seasonal naive for the forecaster, majority class for
+   segmentation). Below **10** — or not
    measured — the claim is **"inconclusive (underpowered)"**, never "no"; the rule's own verdict is shown
    beside it ("rule alone: …"). Claims that train nothing or measure an exact identity (7, 8, 10) are exempt
    and say so.
