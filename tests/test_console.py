@@ -55,7 +55,7 @@ def test_progress_false_prints_no_bar_and_the_command_ends_with_its_summary(regi
     assert "Epoch 0" not in err and "Testing" not in err
     summary = err[err.rindex("MLflow run "):]
     assert cli.trainer.logger.run_id in summary and "test/bits_per_base" in summary
-    assert "model: models:/DNALanguageModel-RoPE/1" in summary and "#/experiments/" in summary
+    assert "model: models:/DNALanguageModel-PeriodicRoPE/1" in summary and "#/experiments/" in summary
 
 
 def test_training_in_a_log_prints_one_line_per_step_not_a_redrawn_bar(tmp_path):
@@ -174,12 +174,12 @@ def test_registered_model_has_a_card_with_the_runs_metrics_visible_through_the_c
     tmp, cli, _ = registered
     with workdir_with_store(tmp):
         client = mlflow.MlflowClient()
-        model = client.get_registered_model("DNALanguageModel-RoPE")
-        version = client.get_model_version("DNALanguageModel-RoPE", "1")
+        model = client.get_registered_model("DNALanguageModel-PeriodicRoPE")
+        version = client.get_model_version("DNALanguageModel-PeriodicRoPE", "1")
         metrics = client.get_run(cli.trainer.logger.run_id).data.metrics
     text = model.description
     assert version.description == text and version.run_id == cli.trainer.logger.run_id
-    for needle in ("`dna_lm`", "`RoPE`", "train.fa", "train/val/test 0.8/0.1/0.1", "32 tokens of context",
+    for needle in ("`dna_lm`", "`PeriodicRoPE`", "train.fa", "train/val/test 0.8/0.1/0.1", "32 tokens of context",
                    "1 epoch, 4 optimizer steps of batch 4", "python -m pipelines.train fit --config"):
         assert needle in text, needle
     shown = {k: v for k, v in metrics.items() if k.startswith(("test/", "baseline/")) and "_by_" not in k}
@@ -187,7 +187,7 @@ def test_registered_model_has_a_card_with_the_runs_metrics_visible_through_the_c
     for key, value in shown.items():  # the test pass ran after registration: the card was rewritten
         assert f"| `{key}` | {value:.4f} |" in text, key
     assert model.tags["task"] == version.tags["task"] == "dna_lm"
-    assert model.tags["scheme"] == "RoPE" and model.tags["train_length"] == "32 tokens of context"
+    assert model.tags["scheme"] == "PeriodicRoPE" and model.tags["train_length"] == "32 tokens of context"
 
 
 def test_ui_url_names_the_training_experiment_and_the_latest_comparison(registered, capsys):

@@ -75,7 +75,7 @@ def lm_run(tmp_path_factory):
 
 def test_lm_reloads_by_path_run_id_and_model_uri_predict_identically(lm_run):
     tmp, cli, new = lm_run
-    assert registered(cli).model_uri == "models:/DNALanguageModel-RoPE/1"
+    assert registered(cli).model_uri == "models:/DNALanguageModel-PeriodicRoPE/1"
     ref = assert_reloads_identical(tmp, cli, new)
     assert len(ref) == 577 and ref["bits"].notna().sum() == 575  # the first base of each record is unscored
 
@@ -125,7 +125,7 @@ def test_predict_command_errors_are_one_line_and_leave_no_file(lm_run, capsys):
         (["nothing.ckpt", str(new), "x.tsv"], "nothing.ckpt: checkpoint file"),
         ([ckpt, str(new), "x.gff"], "GFF/BED output is for segmentation"),
         ([ckpt, str(new), "x.tsv", "--window", "8", "--overlap", "8"], "overlap"),
-        (["models:/DNALanguageModel-RoPE/7", str(new), "x.tsv"], "not found"),
+        (["models:/DNALanguageModel-PeriodicRoPE/7", str(new), "x.tsv"], "not found"),
     ]
     for (source, data, out, *more), needle in cases:
         capsys.readouterr()

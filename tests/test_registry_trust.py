@@ -18,7 +18,7 @@ TINY = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.
         "--test_after_fit=false", "--data.init_args.seq_len=32", "--data.init_args.batch_size=4",
         "--data.init_args.samples_per_epoch=8", "--data.init_args.eval_tokens=256",
         "--data.init_args.eval_lengths=[32,64,128,256]"]
-URI = "models:/DNALanguageModel-RoPE/1"
+URI = "models:/DNALanguageModel-PeriodicRoPE/1"
 
 
 @pytest.mark.slow
@@ -35,7 +35,7 @@ def test_posenc_loader_never_runs_a_registered_models_stored_code(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     client = mlflow.MlflowClient()
-    stored = Path(client.get_model_version_download_uri("DNALanguageModel-RoPE", "1").removeprefix("file://"))
+    stored = Path(client.get_model_version_download_uri("DNALanguageModel-PeriodicRoPE", "1").removeprefix("file://"))
     (code_file,) = [p for p in stored.rglob("*.py")]  # the model's "model from code" file
     marker = tmp_path / "ran.txt"
     code_file.write_text(code_file.read_text() + f"\nopen({str(marker)!r}, 'w').write('stored code ran')\n")

@@ -5,8 +5,8 @@
 file                               what, and where it comes from
 =================================  ==============================================================
 ``dna_lm_extrapolation.png``       bits/base against test length (1–16× the training context) of
-                                   the newest finished ``DNALanguageModel-RoPE`` run (``make
-                                   train``): RoPE as trained and its inference-time variants,
+                                   the newest finished ``DNALanguageModel-PeriodicRoPE`` run (``make
+                                   train``): as trained and with RoPE's inference-time variants,
                                    scored as ``make evaluate`` does, beside the run's Markov
                                    baselines
 ``dna_lm_whole_windows.png``       that run's whole-window bits/base at every test length (1–64×
@@ -42,7 +42,7 @@ from posenc import PosencError
 
 SIZE, DPI, MAX_WIDTH = (6.4, 3.6), 100, 800  # our figures 640×360 px; copied ones scaled to ≤ 800 px
 ROOT = Path(__file__).resolve().parents[2]
-DNA_RUN, FORECAST_RUN, EXPERIMENT = "DNALanguageModel-RoPE", "Forecaster-RoPE", "posenc"
+DNA_RUN, FORECAST_RUN, EXPERIMENT = "DNALanguageModel-PeriodicRoPE", "Forecaster-RoPE", "posenc"
 
 
 def newest_run(client: Any, name: str, experiment: str = EXPERIMENT) -> Any | None:
