@@ -6,7 +6,10 @@ channel's scaled train rows by statsmodels (``ExponentialSmoothing``, least squa
 recursions are then run forward over the whole series (:func:`states`, O(N) per channel) and every
 val / test window is forecast from its origin with those fixed parameters (:func:`forecast`):
 rolling origin, no refit. The state at a window's origin has seen every row before it, not only the
-window's lookback, as a statistical model's state does.
+window's lookback, as a statistical model's state does. The forecast is Hyndman & Athanasopoulos'
+l + (φ + … + φ^h)·b + s of the target's phase updated last; statsmodels 0.15.0's own ``forecast``
+agrees except at steps that are a multiple of the period, where it takes the season one period older
+than the last update (statsmodels issue 9538, fixed upstream after 0.15.0; the tests check both).
 
 Three trend forms are fitted per channel (:data:`FORMS`: damped additive, additive, none); each
 channel keeps the form whose val MSE (every val window, at the benchmark's horizon) is lowest. The

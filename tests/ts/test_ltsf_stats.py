@@ -49,9 +49,20 @@ def benchmark_runs(tmp_path) -> tuple[object, list]:
     return parent[0], [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
 
 
-def statsmodels_forecast(y: np.ndarray, model: ltsf_stats.HoltWinters, c: int, form: str,
-                         steps: int) -> np.ndarray:
-    """statsmodels' forecast of ``steps`` from the end of ``y`` with channel c's fixed parameters."""
+def textbook(fit: object, steps: int, phi: float) -> np.ndarray:
+    """statsmodels' forecast of ``steps`` from a fitted ``ExponentialSmoothing``, with the steps that
+    are a multiple of the period 24 put back to Hyndman & Athanasopoulos' l_T + φ_h·b_T + s_T from its
+    own final states: 0.15.0 uses s_(T−24) there (statsmodels issue 9538, fixed upstream after 0.15.0)."""
+    out = np.array(fit.forecast(steps), dtype=np.float64)
+    h = np.arange(1, steps + 1)
+    every = h % 24 == 0
+    trend = 0.0 if fit.trend is None else fit.trend[-1]
+    out[every] = fit.level[-1] + np.cumsum(phi**h)[every] * trend + fit.season[-1]
+    return out
+
+
+def statsmodels_fit(y: np.ndarray, model: ltsf_stats.HoltWinters, c: int, form: str) -> object:
+    """statsmodels' ``ExponentialSmoothing`` over ``y`` with channel c's fixed parameters (no fitting)."""
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
     trend, damped = ltsf_stats.FORMS[form]
@@ -64,7 +75,17 @@ def statsmodels_forecast(y: np.ndarray, model: ltsf_stats.HoltWinters, c: int, f
         params["damping_trend"] = model.phi[c]
     es = ExponentialSmoothing(y, trend=trend, damped_trend=damped, seasonal="add", seasonal_periods=24,
                               initialization_method="known", **init)
-    return es.fit(**params, optimized=False).forecast(steps)
+    return es.fit(**params, optimized=False)
+
+
+def with_smoothing(model: ltsf_stats.HoltWinters, form: str) -> ltsf_stats.HoltWinters:
+    """``model`` with every smoothing parameter well inside (0, 1): the season and trend move (the
+    least-squares fits of the test series keep γ at 0, which would leave the seasonal update untested)."""
+    trend, damped = ltsf_stats.FORMS[form]
+    c = len(model.alpha)
+    alpha, beta, gamma, phi = 0.4, 0.2 if trend else 0.0, 0.3, 0.9 if damped else 1.0
+    return ltsf_stats.HoltWinters(*(np.full(c, v) for v in (alpha, beta, gamma, phi)), model.level0,
+                                  model.trend0, model.season0)
 
 
 @needs_statsmodels
@@ -72,21 +93,26 @@ def statsmodels_forecast(y: np.ndarray, model: ltsf_stats.HoltWinters, c: int, f
 def test_recursion_equals_statsmodels_at_the_train_end_and_a_later_origin(form):
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-    values, n_train, steps = seasonal_series(), 400, 30
-    model, converged = ltsf_stats.fit(values[:n_train], form)
-    assert all(converged) and model.season0.shape == (24, 2)
-    state = ltsf_stats.states(model, values)  # over every row: an origin reads only the rows before it
-    origins = np.array([n_train, 517])
-    ours = ltsf_stats.forecast(model, state, origins, steps)  # (2, steps, 2)
+    values, n_train, steps = seasonal_series(), 400, 60
+    fitted, converged = ltsf_stats.fit(values[:n_train], form)
+    assert all(converged) and fitted.season0.shape == (24, 2)
     trend, damped = ltsf_stats.FORMS[form]
-    for c in range(2):
-        fitted = ExponentialSmoothing(values[:n_train, c], trend=trend, damped_trend=damped, seasonal="add",
-                                      seasonal_periods=24, initialization_method="estimated").fit()
-        np.testing.assert_allclose(ours[0, :, c], fitted.forecast(steps), rtol=0, atol=1e-8)
-        for i, t in enumerate(origins):  # the same fixed parameters, statsmodels run over rows [0, t)
-            expected = statsmodels_forecast(values[:t, c], model, c, form, steps)
-            np.testing.assert_allclose(ours[i, :, c], expected, rtol=0, atol=1e-8)
-    assert not np.allclose(ours[0], ours[1])  # the later origin's state moved on
+    origins = np.array([n_train, 517])
+    for model in (fitted, with_smoothing(fitted, form)):
+        ours = ltsf_stats.forecast(model, ltsf_stats.states(model, values), origins, steps)  # (2, steps, 2)
+        for c in range(2):
+            if model is fitted:  # statsmodels' own fit of the train rows and its forecast
+                own = ExponentialSmoothing(values[:n_train, c], trend=trend, damped_trend=damped,
+                                           seasonal="add", seasonal_periods=24,
+                                           initialization_method="estimated").fit()
+                expected = textbook(own, steps, model.phi[c])
+                np.testing.assert_allclose(ours[0, :, c], expected, rtol=0, atol=1e-8)
+            for i, t in enumerate(origins):  # the same fixed parameters, statsmodels run over rows [0, t)
+                expected = textbook(statsmodels_fit(values[:t, c], model, c, form), steps, model.phi[c])
+                np.testing.assert_allclose(ours[i, :, c], expected, rtol=0, atol=1e-8)
+        assert not np.allclose(ours[0], ours[1])  # the later origin's state moved on
+    moved = statsmodels_fit(values[:n_train, 0], with_smoothing(fitted, form), 0, form)
+    assert abs(textbook(moved, 24, 1.0)[-1] - moved.forecast(24)[-1]) > 1e-3  # the correction is exercised
 
 
 @needs_statsmodels
