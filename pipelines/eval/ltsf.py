@@ -5,7 +5,7 @@ Usage::
     python -m pipelines.eval.ltsf --data ETTh1.csv --horizons 96 192 336 720 --seeds 0 1 2 \\
         --configs configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml \\
                   configs/ltsf/dlinear_etth1.yaml \\
-        --baselines naive ridge lightgbm --out docs/ltsf_results
+        --baselines naive ridge lightgbm ets --out docs/ltsf_results
     make benchmark-ltsf DATA=path/to/ETTh1.csv
 
 The protocol (:mod:`datamodules.timeseries.ltsf`): rows 8640 / 2880 / 2880, a train-only scaler, all
@@ -42,7 +42,7 @@ from pipelines.eval.ltsf_models import Result, load_model_config, with_encoding
 from pipelines.eval.ltsf_report import FIELDS, figure, summary_markdown
 from posenc import PosencError
 
-BASELINES = ("naive", "ridge", "lightgbm")
+BASELINES = ("naive", "ridge", "lightgbm", "ets")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -104,6 +104,10 @@ def baseline_runner(name: str) -> Any:
         return ltsf_models.seasonal_naive_run
     if name == "ridge":
         return ltsf_models.ridge_run
+    if name == "ets":
+        from pipelines.eval import ltsf_stats
+
+        return ltsf_stats.ets_run if ltsf_stats.available() else ltsf_stats.missing_reason()
     from pipelines.eval import ltsf_trees
 
     return ltsf_trees.lightgbm_run if ltsf_trees.available() else ltsf_trees.missing_reason()
@@ -114,7 +118,7 @@ def jobs(args: argparse.Namespace, configs: list[dict[str, Any]]) -> list[tuple[
     out = []
     for h in args.horizons:
         for b in args.baselines:
-            seeds = args.seeds if b == "lightgbm" else args.seeds[:1]  # naive and ridge are deterministic
+            seeds = args.seeds if b == "lightgbm" else args.seeds[:1]  # naive, ridge, ets: deterministic
             out += [(b, h, s, baseline_runner(b)) for s in seeds]
         for c in configs:
             out += [(c["name"], h, s, c) for s in args.seeds]
