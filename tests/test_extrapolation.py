@@ -297,6 +297,9 @@ def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
     with workdir_with_store(tmp):
         main([ckpt, "--lengths", "32", "64", "--variants", "pi", "--no-mlflow", "--out", "ev"])
         table = pd.read_csv(tmp / "ev" / "results.csv")
+        blocks = pd.read_csv(tmp / "ev" / "blocks.csv")  # per-block sums: every cell and the trivial baseline
+        cells = {(v, n) for v, n in zip(blocks.variant, blocks.length, strict=True)}
+        assert cells == {("trained", 32), ("pi", 32), ("trained", 64), ("pi", 64), ("trivial", 0)}
         assert list(zip(table.variant, table.length, strict=True)) == [
             ("trained", 32),
             ("pi", 32),

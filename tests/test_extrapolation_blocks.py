@@ -96,3 +96,15 @@ def test_the_claims_dna_lm_scores_at_least_a_megabase_of_its_test_region():
     longest = max(w["eval_lengths"])
     budget = -(-w["eval_tokens"] // longest) * longest + 1  # bases, with the LM's extra target base
     assert len(aligned_slots(test, budget, longest, 1)) * longest >= 1_000_000
+
+
+def test_smoke_cuts_the_length_sweep_of_a_task_to_two_batches():
+    """``--smoke`` is a wiring check: a child of the DNA LM task must not score its whole 1 Mb."""
+    from pipelines.eval.claims.context import SMOKE, smoke_overlay
+    from pipelines.eval.evaluate import load_config
+
+    config = load_config([str(ROOT / "configs/experiments/tasks/dna_lm.yaml")])
+    (sweep,) = smoke_overlay(config)["trainer"]["callbacks"]
+    assert sweep["class_path"] == "pipelines.ExtrapolationEval" and sweep["init_args"]["max_batches"] == 2
+    assert sweep["init_args"]["factors"] == [1, 2, 4, 8]  # the rest as configured
+    assert smoke_overlay({"trainer": {"max_epochs": 3}}) == SMOKE  # no sweep: the trainer limits only

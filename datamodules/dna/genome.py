@@ -63,7 +63,10 @@ class GenomeDataModule(L.LightningDataModule):
     regions — spread over the whole split, not its first bases (``windows.aligned_spans``). A length
     n cuts every block into windows of n tokens, so each length scores exactly the same bases (the
     first base of a block is context only). Validation windows are chosen the same way (blocks of
-    ``seq_len``, or of the longest length for :meth:`eval_dataloader`).
+    ``seq_len``, or of the longest length for :meth:`eval_dataloader`). The kept blocks, in order, are
+    grouped into at most ``windows.MAX_BLOCKS`` runs (the bootstrap's test regions): every test and
+    ``eval_dataloader`` window knows its run (``TiledWindows.window_blocks``), the same for the same
+    bases at every length, and :meth:`block_codes` gives each run's scored bases.
     Lengths (``seq_len``, ``eval_lengths``, ``eval_tokens``) count tokens; with ``kmer=1`` a token
     is a base.
 
