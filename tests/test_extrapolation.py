@@ -191,13 +191,14 @@ def test_callback_logs_one_metric_per_length_with_steps(rope_run):
         assert all(math.isfinite(m.value) for m in history)
     run = c.get_run(run_id)
     metrics, tags = run.data.metrics, run.data.tags
-    # the trivial baseline (order-0 Markov) on the same test bases, computed here independently
+    # the trivial baseline (order-0 Markov) on the same test bases — the target bases of the windows,
+    # not the first base of a span, which is context only — computed here independently
     from pipelines.tasks.markov import MarkovModel
 
     dm = cli.datamodule
-    test = dm.region_codes("test", dm.eval_span)
+    test = [codes[1:] for codes in dm.region_codes("test", dm.eval_span)]
     markov0 = MarkovModel(0).fit(dm.region_codes("train")).bits_per_base(test)
-    assert metrics["extrapolation/trivial_baseline"] == pytest.approx(markov0)
+    assert metrics["extrapolation/trivial_baseline"] == pytest.approx(markov0, rel=1e-12)
     assert tags["extrapolation/metric"] == "bits_per_base" and tags["extrapolation/train_length"] == "32"
     if metrics["extrapolation/beats_trivial"]:  # a ratio, and retained gain at every defined length
         assert metrics["extrapolation/ratio"] in (1, 2, 4, 8, 16)
@@ -213,7 +214,24 @@ def test_callback_logs_one_metric_per_length_with_steps(rope_run):
         "extrapolation/extrapolation.png",
         "extrapolation/results.csv",
         "extrapolation/per_position.csv",
+        "extrapolation/blocks.csv",
     } <= arts
+
+
+def test_the_callbacks_block_sums_are_read_back_by_compare(rope_run):
+    """blocks.csv of the after-fit sweep, as ``make compare`` reads it: per variant and length the
+    per-block (bits, bases) whose ratio is the logged metric, and the trivial baseline's."""
+    from pipelines.eval.compare_runs import ChildRun, read_child
+
+    tmp, cli = rope_run
+    child = read_child(store_client(tmp), ChildRun("rope", 0, cli.trainer.logger.run_id, "trained"))
+    assert sorted(child.blocks) == sorted(sweep(cli).variants)
+    for variant, by_length in child.blocks.items():
+        assert sorted(by_length) == LENGTHS
+        for n, table in by_length.items():
+            assert table[:, 0].sum() / table[:, 1].sum() == pytest.approx(child.curves[variant][n], rel=1e-6)
+    assert child.trivial_blocks[:, 0].sum() / child.trivial_blocks[:, 1].sum() == pytest.approx(
+        child.trivial, rel=1e-9)
 
 
 def test_rope_family_gets_every_variant_and_per_position_curves(rope_run):
@@ -279,6 +297,9 @@ def test_standalone_evaluate_from_checkpoint_and_run_id(rope_run, capsys):
     with workdir_with_store(tmp):
         main([ckpt, "--lengths", "32", "64", "--variants", "pi", "--no-mlflow", "--out", "ev"])
         table = pd.read_csv(tmp / "ev" / "results.csv")
+        blocks = pd.read_csv(tmp / "ev" / "blocks.csv")  # per-block sums: every cell and the trivial baseline
+        cells = {(v, n) for v, n in zip(blocks.variant, blocks.length, strict=True)}
+        assert cells == {("trained", 32), ("pi", 32), ("trained", 64), ("pi", 64), ("trivial", 0)}
         assert list(zip(table.variant, table.length, strict=True)) == [
             ("trained", 32),
             ("pi", 32),

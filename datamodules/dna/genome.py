@@ -16,7 +16,14 @@ from datamodules.dna.fasta import Genome, split_regions
 from datamodules.dna.fasta import split_records as split_whole_records
 from datamodules.dna.genome_cache import default_genome, load_genome
 from datamodules.dna.tokenize import KmerTokenizer
-from datamodules.dna.windows import RandomWindows, TiledWindows, WindowItem, aligned_spans
+from datamodules.dna.windows import (
+    RandomWindows,
+    TiledWindows,
+    WindowItem,
+    aligned_slots,
+    aligned_spans,
+    slot_blocks,
+)
 from datamodules.paths import resolve_path
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
 from posenc import PosencError
@@ -56,7 +63,10 @@ class GenomeDataModule(L.LightningDataModule):
     regions — spread over the whole split, not its first bases (``windows.aligned_spans``). A length
     n cuts every block into windows of n tokens, so each length scores exactly the same bases (the
     first base of a block is context only). Validation windows are chosen the same way (blocks of
-    ``seq_len``, or of the longest length for :meth:`eval_dataloader`).
+    ``seq_len``, or of the longest length for :meth:`eval_dataloader`). The kept blocks, in order, are
+    grouped into at most ``windows.MAX_BLOCKS`` runs (the bootstrap's test regions): every test and
+    ``eval_dataloader`` window knows its run (``TiledWindows.window_blocks``), the same for the same
+    bases at every length, and :meth:`block_codes` gives each run's scored bases.
     Lengths (``seq_len``, ``eval_lengths``, ``eval_tokens``) count tokens; with ``kmer=1`` a token
     is a base.
 
@@ -163,6 +173,23 @@ class GenomeDataModule(L.LightningDataModule):
     def region_codes(self, name: str, max_tokens: int | None = None) -> list:
         """The encoded bases of :meth:`region_spans` as views per segment."""
         return [self.genome.codes[a:b] for a, b in self.region_spans(name, max_tokens)]
+
+    def block_codes(self, name: str) -> list[list[np.ndarray]]:
+        """Per bootstrap block of the evaluated span of split ``name`` (numbered as the
+        ``window_blocks`` of the test and ``eval_dataloader`` loaders), views of the bases its windows'
+        scored tokens start at: each kept slot of the longest length from its first scored token (the
+        causal LM's first token of a window is context only) for one slot's worth of tokens. With
+        single-base or non-overlapping k-mer tokens these are exactly the bases the windows score."""
+        longest = max(self.eval_lengths)
+        align = longest * self.tokenizer.stride
+        tail = self.tokenizer.n_bases(longest + int(self.next_token)) - align
+        slots = aligned_slots(self.regions[name], self.eval_span, align, tail)
+        first = self.tokenizer.stride * int(self.next_token)
+        ids = slot_blocks(len(slots)).tolist()  # (slots,) block of each kept slot
+        out: list[list[np.ndarray]] = [[] for _ in range(max(ids, default=-1) + 1)]
+        for (_, p), b in zip(slots, ids, strict=True):
+            out[b].append(self.genome.codes[p + first : p + first + align])
+        return out
 
     def make_item(self, tokens: int, train: bool) -> WindowItem:
         """What a window start becomes (subclasses add labels or masking)."""

@@ -155,6 +155,33 @@ class RandomWindows(_MemmapPickling, Dataset):
         return _window(self.codes, a, self.length, self.item)
 
 
+#: bootstrap units of a scored split: its kept slots (blocks of the longest evaluation length), in
+#: order, grouped into at most this many runs of consecutive slots (:func:`slot_blocks`), so that a
+#: unit is a contiguous stretch of the split (e.g. 2048 slots of 512 bases → 64 units of 32 slots)
+#: and a seed × block bootstrap (``pipelines.eval.bootstrap``) resamples a few dozen test regions.
+MAX_BLOCKS = 64
+
+
+def aligned_slots(
+    regions: list[tuple[int, int]], budget: int | None, align: int = 1, tail: int = 0
+) -> list[tuple[int, int]]:
+    """(region index, start) of the slots of ``align`` bases that :func:`aligned_spans` keeps, in
+    the order of the regions and along each (genome order for a split by region)."""
+    slots = [(r, a + j * align) for r, (a, b) in enumerate(regions)
+             for j in range(max(0, (b - a - tail) // align))]  # (region index, block start)
+    k = len(slots) if budget is None else max(0, (budget - tail) // align)
+    if k < len(slots):
+        slots = [slots[(2 * i + 1) * len(slots) // (2 * k)] for i in range(k)]
+    return slots
+
+
+def slot_blocks(n_slots: int, max_blocks: int = MAX_BLOCKS) -> np.ndarray:
+    """Bootstrap block of each of ``n_slots`` kept slots (int64, (n_slots,)): consecutive slots in
+    min(n_slots, ``max_blocks``) runs of near-equal size (slot i → ⌊i · G / n_slots⌋)."""
+    groups = min(n_slots, max_blocks)
+    return np.arange(n_slots, dtype=np.int64) * groups // max(1, n_slots)
+
+
 def aligned_spans(
     regions: list[tuple[int, int]], budget: int | None, align: int = 1, tail: int = 0
 ) -> list[tuple[int, int]]:
@@ -165,21 +192,16 @@ def aligned_spans(
     Every region is cut into slots of ``align`` bases (the last one followed by ``tail`` bases of the
     region); K = (budget − tail) // align of the S slots are kept, slot ⌊(2i + 1)·S / 2K⌋ for
     i = 0..K − 1 in genome order, so the blocks sample the whole of the regions rather than their
-    start (all S when K ≥ S; ``budget=None``: all). Kept slots that touch inside one region are
-    merged into one span.
+    start (all S when K ≥ S; ``budget=None``: all; :func:`aligned_slots`). Kept slots that touch
+    inside one region are merged into one span.
 
     With ``align`` = the stride of the longest evaluation window and ``tail`` = window length minus
     stride (the same for every length of a family), windows of every length that divides the
     longest tile exactly the same bases.
     """
-    slots = [(r, a + j * align) for r, (a, b) in enumerate(regions)
-             for j in range(max(0, (b - a - tail) // align))]  # (region index, block start)
-    k = len(slots) if budget is None else max(0, (budget - tail) // align)
-    if k < len(slots):
-        slots = [slots[(2 * i + 1) * len(slots) // (2 * k)] for i in range(k)]
     out: list[tuple[int, int]] = []
     last_region = -1
-    for r, start in slots:
+    for r, start in aligned_slots(regions, budget, align, tail):
         if out and r == last_region and out[-1][1] - tail == start:
             out[-1] = (out[-1][0], start + align + tail)  # touches the previous kept block
         else:
@@ -193,7 +215,12 @@ class TiledWindows(_MemmapPickling, Dataset):
     blocks of ``align`` bases (the longest window's stride) spread evenly over the regions
     (:func:`aligned_spans`), so that every evaluation length covers the same bases and per-length
     metrics are comparable. Windows with more than ``max_n_fraction`` N are left out (a length whose
-    windows are more often mostly N then scores fewer of those bases)."""
+    windows are more often mostly N then scores fewer of those bases).
+
+    ``window_blocks`` (int64, aligned with ``starts``) is the bootstrap block of each window: the
+    group (:func:`slot_blocks`, at most ``max_blocks``) of the kept ``align``-sized slot holding its
+    start. With the same ``align`` every length that divides the longest gives the same block to the
+    same bases, so per-block sums of every length cover the same stretches of the split."""
 
     def __init__(
         self,
@@ -205,9 +232,11 @@ class TiledWindows(_MemmapPickling, Dataset):
         max_n_fraction: float = 1.0,
         item: Callable[[int], Any] | None = None,
         align: int | None = None,
+        max_blocks: int = MAX_BLOCKS,
     ) -> None:
         self.codes, self.length, self.item = codes, length, item
-        self.spans = aligned_spans(regions, max_tokens, align or stride, max(0, length - stride))
+        align, tail = align or stride, max(0, length - stride)
+        self.spans = aligned_spans(regions, max_tokens, align, tail)
         starts: list[int] = []
         for a, b in self.spans:
             starts.extend(range(a, b - length + 1, stride))
@@ -217,6 +246,10 @@ class TiledWindows(_MemmapPickling, Dataset):
             raise PosencError(f"the evaluation region is shorter than one window of {length} bases"
                               + (" (or every window is mostly N)" if max_n_fraction < 1.0 else ""))
         self.starts = np.array(starts, dtype=np.int64)
+        slots = np.array([p for _, p in aligned_slots(regions, max_tokens, align, tail)], dtype=np.int64)
+        order = np.argsort(slots, kind="stable")  # the slots by genome offset (regions may not be)
+        holder = order[np.searchsorted(slots[order], self.starts, side="right") - 1]  # (windows,) slot
+        self.window_blocks = slot_blocks(len(slots), max_blocks)[holder]  # (windows,)
 
     def __len__(self) -> int:
         return len(self.starts)

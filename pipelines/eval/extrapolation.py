@@ -56,6 +56,7 @@ import torch
 from torch import Tensor
 
 from datamodules.progress import progress
+from pipelines.eval.block_sums import block_sums
 from pipelines.eval.splits import SPLIT_WORDS, check_split, split_loaders, with_lengths
 from pipelines.eval.statistics import retained_gain, retained_ratio
 from pipelines.eval.verdicts import point_guard
@@ -287,14 +288,21 @@ def to_device(batch: Any, device: torch.device) -> Any:
 def score_loader(
     module: Any, adapter: TaskAdapter, variant: str, length: int, loader: Any, max_batches: int | None = None
 ) -> LengthResult:
-    """Score one loader; an undefined position or running out of memory is recorded, not raised."""
+    """Score one loader (and its blocks, :func:`block_sums`); an undefined position or running out
+    of memory is recorded, not raised."""
     parts: list[tuple[Any, Any]] = []
     curve_sum = curve_n = None
+    blocks = block_sums(adapter, loader)
     try:
         for i, batch in enumerate(loader):
             if max_batches is not None and i >= max_batches:
                 break
-            s, c, ps, pc = adapter.score(module, to_device(batch, module.device))
+            if blocks is not None:
+                ws, wc, ps, pc = adapter.score_windows(module, to_device(batch, module.device))
+                blocks.add(ws, wc)
+                s, c = float(ws.sum()), float(wc.sum())
+            else:
+                s, c, ps, pc = adapter.score(module, to_device(batch, module.device))
             parts.append((s, c))
             curve_sum = ps if curve_sum is None else curve_sum + ps
             curve_n = pc if curve_n is None else curve_n + pc
@@ -309,7 +317,8 @@ def score_loader(
     if not math.isfinite(metric):
         return LengthResult(variant, length, status="empty")
     curve = adapter.finish_curve(curve_sum, curve_n)
-    return LengthResult(variant, length, metric, curve if np.isfinite(curve).any() else None)
+    return LengthResult(variant, length, metric, curve if np.isfinite(curve).any() else None,
+                        blocks=None if blocks is None else blocks.table())
 
 
 def resolve_lengths(
@@ -394,6 +403,7 @@ def evaluate(
     dm = with_lengths(dm, adapter, todo)
     loaders = split_loaders(dm, adapter, todo, split)  # before the baselines: a too short split fails here
     result.trivial = adapter.trivial_baseline(dm, split)
+    result.trivial_blocks = adapter.trivial_blocks(dm, split)
     result.baselines = adapter.baselines(dm, split) if baselines else {}
     was_training = module.training
     module.eval()

@@ -63,6 +63,21 @@ class TaskAdapter:
         """(metric numerator, denominator, per-position numerator (P,), per-position count (P,))."""
         raise NotImplementedError
 
+    #: whether :meth:`score_windows` gives per-window parts, so that the sweep can sum the metric per
+    #: bootstrap block of the test region where the loader's dataset numbers its windows' blocks
+    #: (``window_blocks``; :func:`pipelines.eval.extrapolation.score_loader`)
+    scores_windows = False
+
+    def score_windows(self, module: Any, batch: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Per window: metric numerator (B,) and denominator (B,), float64, and per position as in
+        :meth:`score`; only where :attr:`scores_windows` (a metric additive over windows)."""
+        raise NotImplementedError
+
+    def trivial_blocks(self, dm: Any, split: str = "test") -> np.ndarray | None:
+        """The trivial baseline's (K, 2) (numerator, denominator) per bootstrap block of ``split``
+        (numbered as the loaders' ``window_blocks``), or ``None``: the task has no blocks."""
+        return None
+
     def finish(self, total: float, count: float) -> float:
         return total / count
 

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
@@ -33,14 +34,22 @@ class LMAdapter(TaskAdapter):
     def train_length(self, dm: Any) -> int:
         return int(dm.seq_len)
 
-    def score(self, module: Any, batch: Tensor) -> tuple[float, float, Tensor, Tensor]:
+    scores_windows = True  # bits add up over windows: the sweep sums them per block of the split
+
+    def score(self, module: Any, batch: Any) -> tuple[float, float, Tensor, Tensor]:
         """Whole windows: every prediction sees all the tokens before it (never sliding chunks)."""
+        bits, count, per_pos, pos_count = self.score_windows(module, batch)
+        return float(bits.sum()), float(count.sum()), per_pos, pos_count
+
+    def score_windows(self, module: Any, batch: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Bits (B,) and scored targets (B,) per window (float64; targets equal to the pad token are
+        not scored), and per position (T,), of whole windows (B, T + 1)."""
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T) inputs and next-token targets
         logits = module(x, positions(x.shape[1], x.device))  # (B, T, V); explicit positions: one pass
         nll = F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
-        keep = (y != module.pad_id).to(nll.dtype)  # (B, T)
-        per_pos = (nll * keep).sum(0) / LN2  # (T,) bits
-        return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
+        keep = (y != module.pad_id).double()  # (B, T)
+        bits = nll.double() * keep / LN2  # (B, T)
+        return bits.sum(1).cpu(), keep.sum(1).cpu(), bits.sum(0).cpu(), keep.sum(0).cpu()
 
     def baselines(self, dm: Any, split: str = "test") -> dict[str, float]:
         """Order 0 and the best interpolated chain (fitted on train, order chosen on the validation
@@ -59,13 +68,29 @@ class LMAdapter(TaskAdapter):
     trivial_name = "order-0 Markov"  # base composition of the train region
 
     def trivial_baseline(self, dm: Any, split: str = "test") -> float:
-        """Order-0 Markov fitted on the train region, on the bases of ``split`` every length scores."""
+        """Order-0 Markov fitted on the train region, on the bases of ``split`` every length scores
+        (:meth:`trivial_blocks` summed: the target bases of the windows, not the context-only first
+        base of each span; N bases are not scored)."""
         if hasattr(dm, "reference"):  # a synthetic process knows its own (datamodules.synthetic)
             return float(dm.reference(int(dm.seq_len))["trivial"])
+        blocks = self.trivial_blocks(dm, split)
+        if blocks is None:  # a datamodule without blocks: every base of the evaluated span
+            from pipelines.tasks.markov import MarkovModel
+
+            scored = dm.region_codes(split, dm.eval_span)
+            return MarkovModel(0).fit(dm.region_codes("train")).bits_per_base(scored)
+        return float(blocks[:, 0].sum() / max(blocks[:, 1].sum(), 1.0))
+
+    def trivial_blocks(self, dm: Any, split: str = "test") -> np.ndarray | None:
+        """Order-0 Markov (fitted on train): (bits, bases) per bootstrap block of ``split``
+        (``dm.block_codes``), over exactly the bases the windows' targets cover."""
+        if hasattr(dm, "reference") or not hasattr(dm, "block_codes"):
+            return None
         from pipelines.tasks.markov import MarkovModel
 
-        scored = dm.region_codes(split, dm.eval_span)
-        return MarkovModel(0).fit(dm.region_codes("train")).bits_per_base(scored)
+        chain = MarkovModel(0).fit(dm.region_codes("train"))
+        return np.array([chain.bits_and_count(segments) for segments in dm.block_codes(split)],
+                        dtype=np.float64).reshape(-1, 2)  # (K, 2)
 
 
 class DNALanguageModel(DNATask):

@@ -78,13 +78,19 @@ class MarkovModel:
 
     def bits_per_base(self, segments: list[np.ndarray]) -> float:
         """Mean −log2 p(base | context) over the scored positions of ``segments``."""
+        total, count = self.bits_and_count(segments)
+        return total / max(count, 1)
+
+    def bits_and_count(self, segments: list[np.ndarray]) -> tuple[float, int]:
+        """Σ −log2 p(base | context) over the scored positions of ``segments`` (no N in context or
+        target) and their number."""
         probs = (self.counts + self.alpha) / (self.counts + self.alpha).sum(axis=1, keepdims=True)
         total, count = 0.0, 0
         for seg in segments:
             ctx, tgt = _context_codes(seg, self.order)
             total += float(-np.log2(probs[ctx, tgt]).sum())
             count += len(tgt)
-        return total / max(count, 1)
+        return total, count
 
 
 def _history(seq: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,15 +21,16 @@ class MLMAdapter(LMAdapter):
 
     position_label = "position in window (bits/base at masked positions)"
 
-    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+    def score_windows(self, module: Any, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Bits per base (B,) and masked tokens (B,) per window (float64), and per position (T,)."""
         logits = module(batch["input"])  # (B, T, V)
         target = batch["target"]  # (B, T), IGNORE_INDEX where not masked
         nll = F.cross_entropy(
             logits.transpose(1, 2).float(), target, ignore_index=IGNORE_INDEX, reduction="none"
         )  # (B, T), 0 where ignored
-        keep = (target != IGNORE_INDEX).to(nll.dtype)  # (B, T)
-        per_pos = (nll * keep).sum(0) / LN2 / module.bases_per_token  # (T,) bits per base
-        return float(per_pos.sum()), float(keep.sum()), per_pos.cpu(), keep.sum(0).cpu()
+        keep = (target != IGNORE_INDEX).double()  # (B, T)
+        bits = nll.double() * keep / LN2 / module.bases_per_token  # (B, T) bits per base
+        return bits.sum(1).cpu(), keep.sum(1).cpu(), bits.sum(0).cpu(), keep.sum(0).cpu()
 
 
 class MaskedDNAModel(PerLengthTest):

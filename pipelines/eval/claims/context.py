@@ -34,6 +34,21 @@ SMOKE = {
 }
 
 
+def smoke_overlay(config: dict[str, Any]) -> dict[str, Any]:
+    """:data:`SMOKE`, with the length sweeps of ``config`` (its ``ExtrapolationEval`` callbacks) cut to
+    two batches per length as well: a wiring check need not score a whole test region (the DNA LM's
+    is 1 Mb)."""
+    callbacks = (config.get("trainer") or {}).get("callbacks")
+    if not isinstance(callbacks, list) or not any(_is_sweep(c) for c in callbacks):
+        return SMOKE
+    cut = [_merge(c, {"init_args": {"max_batches": 2}}) if _is_sweep(c) else c for c in callbacks]
+    return _merge(SMOKE, {"trainer": {"callbacks": cut}})
+
+
+def _is_sweep(callback: Any) -> bool:
+    return isinstance(callback, dict) and str(callback.get("class_path", "")).endswith("ExtrapolationEval")
+
+
 @dataclass
 class Child:
     """One training an experiment asks for (the arguments of :meth:`Context.train`); experiments list
@@ -91,7 +106,7 @@ class Context:
         if self.quick:  # a fraction of every epoch's training batches (the LR schedule follows)
             overlay = _merge(overlay, {"trainer": {"limit_train_batches": QUICK_STEPS}})
         if self.smoke:
-            overlay = _merge(overlay, SMOKE)
+            overlay = _merge(overlay, smoke_overlay(load_config([str(p) for p in layers])))
         tags = {f"{NAMESPACE}.experiment": self.name, f"{NAMESPACE}.label": child.label}
         return key, dict(layers=layers, overlay=overlay, seed=child.seed, experiment=EXPERIMENT,
                          run_name=f"{self.name}:{child.label}:seed{child.seed}", parent_run_id=self.parent,
