@@ -179,7 +179,8 @@ def test_registered_model_has_a_card_with_the_runs_metrics_visible_through_the_c
         metrics = client.get_run(cli.trainer.logger.run_id).data.metrics
     text = model.description
     assert version.description == text and version.run_id == cli.trainer.logger.run_id
-    for needle in ("`dna_lm`", "`PeriodicRoPE`", "train.fa", "train/val/test 0.8/0.1/0.1", "32 tokens of context",
+    for needle in ("`dna_lm`", "`PeriodicRoPE`", "train.fa", "train/val/test 0.8/0.1/0.1",
+                   "32 tokens of context",
                    "1 epoch, 4 optimizer steps of batch 4", "python -m pipelines.train fit --config"):
         assert needle in text, needle
     shown = {k: v for k, v in metrics.items() if k.startswith(("test/", "baseline/")) and "_by_" not in k}
