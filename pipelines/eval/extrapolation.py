@@ -57,6 +57,14 @@ from torch import Tensor
 
 from datamodules.progress import progress
 from pipelines.eval.block_sums import block_sums
+from pipelines.eval.lengths import (  # noqa: F401 - re-exported: callers import them from here
+    DEFAULT_FACTORS,
+    check_factors,
+    check_lengths,
+    extrapolation_ratio,
+    resolve_lengths,
+    within,
+)
 from pipelines.eval.splits import SPLIT_WORDS, check_split, split_loaders, with_lengths
 from pipelines.eval.statistics import retained_gain, retained_ratio
 from pipelines.eval.verdicts import point_guard
@@ -68,7 +76,6 @@ TRAINED = "trained"  # the scheme exactly as trained
 ROPE_VARIANTS: dict[str, str] = {"pi": "linear", "ntk": "ntk", "dynamic_ntk": "dynamic_ntk", "yarn": "yarn"}
 WINDOW = "window"  # the same weights with a local attention window of the training length
 LOG_SCALE = "logscale"  # the same weights with the log-length attention temperature of L0
-DEFAULT_FACTORS = (1, 2, 4, 8, 16)
 
 
 def adapter_for(module: Any) -> TaskAdapter:
@@ -78,48 +85,6 @@ def adapter_for(module: Any) -> TaskAdapter:
         raise PosencError(f"length extrapolation is not defined for {type(module).__name__} "
                           "(its task declares no adapter)")
     return adapter
-
-
-# ----------------------------------------------------------------------------- pure arithmetic
-def check_lengths(lengths: Sequence[int], what: str = "lengths") -> list[int]:
-    """``lengths`` as a list of ints, or :class:`PosencError` unless positive and strictly increasing."""
-    out = [int(n) for n in lengths]
-    if not out or out[0] < 1 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise PosencError(
-            f"extrapolation {what} must be a non-empty, strictly increasing list of "
-            f"positive numbers, got {list(lengths)}"
-        )
-    return out
-
-
-def within(value: float, reference: float, higher_is_better: bool, tolerance: float) -> bool:
-    """Whether ``value`` is no more than ``tolerance`` (relative) worse than ``reference``."""
-    slack = tolerance * abs(reference)
-    return value >= reference - slack if higher_is_better else value <= reference + slack
-
-
-def extrapolation_ratio(
-    metrics: dict[int, float | None],
-    train_length: int,
-    higher_is_better: bool = False,
-    tolerance: float = 0.05,
-) -> tuple[int | None, float | None]:
-    """(largest length, that length / ``train_length``) whose metric — and every shorter tested
-    length's — stays within ``tolerance`` of the metric at ``train_length``.
-
-    ``metrics`` maps tested lengths to values (``None``/NaN: undefined there). Returns
-    ``(None, None)`` when the training length itself was not scored.
-    """
-    ref = metrics.get(train_length)
-    if ref is None or not math.isfinite(ref):
-        return None, None
-    best = train_length
-    for length in sorted(n for n in metrics if n > train_length):
-        value = metrics[length]
-        if value is None or not math.isfinite(value) or not within(value, ref, higher_is_better, tolerance):
-            break
-        best = length
-    return best, best / train_length
 
 
 # ----------------------------------------------------------------------------- results
@@ -319,26 +284,6 @@ def score_loader(
     curve = adapter.finish_curve(curve_sum, curve_n)
     return LengthResult(variant, length, metric, curve if np.isfinite(curve).any() else None,
                         blocks=None if blocks is None else blocks.table())
-
-
-def resolve_lengths(
-    train_length: int, factors: Sequence[float] | None, lengths: Sequence[int] | None
-) -> list[int]:
-    """Absolute test lengths from ``lengths`` or from ``factors`` × ``train_length`` (one of the two)."""
-    if lengths is not None:
-        return check_lengths(lengths)
-    factors = check_factors(factors if factors is not None else DEFAULT_FACTORS)
-    return check_lengths([round(f * train_length) for f in factors])
-
-
-def check_factors(factors: Sequence[float]) -> list[float]:
-    out = [float(f) for f in factors]
-    if not out or out[0] <= 0 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise PosencError(
-            f"extrapolation factors must be a non-empty, strictly increasing list of "
-            f"positive numbers, got {list(factors)}"
-        )
-    return out
 
 
 def score_length(module: Any, adapter: TaskAdapter, length: int, loader: Any, train: int,
