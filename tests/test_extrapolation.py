@@ -10,14 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pipelines.eval.extrapolation import (
-    TRAINED,
-    Extrapolation,
-    LengthResult,
-    check_lengths,
-    evaluate,
-    extrapolation_ratio,
-)
+from pipelines.eval.extrapolation import TRAINED, Extrapolation, LengthResult, evaluate
+from pipelines.eval.lengths import check_lengths, extrapolation_ratio
 from posenc import PosencError
 from tests.helpers import ROOT, flat_dm, store_client, workdir_with_store, write_fasta
 

@@ -42,7 +42,7 @@ from pipelines.eval.compare_report import figure, markdown, whole_window_figure,
 from pipelines.eval.compare_runs import NAMESPACE, TAGS, ChildRun, child_key, read_child, untrained_positions
 from pipelines.eval.compare_stats import Comparison, compare
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
-from pipelines.eval.extrapolation import DEFAULT_FACTORS, check_factors
+from pipelines.eval.lengths import DEFAULT_FACTORS, check_factors
 from pipelines.eval.sweep import TrainingFailed, train_run
 from pipelines.tracking.store import experiment_id, tracking_uri
 from pipelines.tracking.ui_url import run_url

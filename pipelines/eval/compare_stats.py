@@ -14,7 +14,8 @@ import numpy as np
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.compare_runs import ChildRun, TaskInfo
-from pipelines.eval.extrapolation import TRAINED, extrapolation_ratio
+from pipelines.eval.extrapolation import TRAINED
+from pipelines.eval.lengths import extrapolation_ratio
 from pipelines.eval.statistics import LEVEL, Estimate, estimate, paired_difference
 from pipelines.eval.verdicts import Call, PairedStat, Retained, gain, holm_calls, paired, power, retained
 

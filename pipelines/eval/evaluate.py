@@ -32,14 +32,8 @@ import yaml
 from datamodules.legacy import nest, regroup
 from datamodules.scrub import scrub_text
 from pipelines.console import add_console_args, configure, user_errors_exit
-from pipelines.eval.extrapolation import (
-    DEFAULT_FACTORS,
-    ROPE_VARIANTS,
-    Extrapolation,
-    check_factors,
-    check_lengths,
-    evaluate,
-)
+from pipelines.eval.extrapolation import ROPE_VARIANTS, Extrapolation, evaluate
+from pipelines.eval.lengths import DEFAULT_FACTORS, check_factors, check_lengths
 from pipelines.eval.report import format_table, log_to_mlflow, prefix, save_all
 from pipelines.eval.splits import SPLITS, init_args
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint

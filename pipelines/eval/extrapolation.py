@@ -57,14 +57,7 @@ from torch import Tensor
 
 from datamodules.progress import progress
 from pipelines.eval.block_sums import block_sums
-from pipelines.eval.lengths import (  # noqa: F401 - re-exported: callers import them from here
-    DEFAULT_FACTORS,
-    check_factors,
-    check_lengths,
-    extrapolation_ratio,
-    resolve_lengths,
-    within,
-)
+from pipelines.eval.lengths import extrapolation_ratio, resolve_lengths
 from pipelines.eval.splits import SPLIT_WORDS, check_split, split_loaders, with_lengths
 from pipelines.eval.statistics import retained_gain, retained_ratio
 from pipelines.eval.verdicts import point_guard

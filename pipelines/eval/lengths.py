@@ -1,5 +1,5 @@
 """The length sweep's arithmetic on test lengths (no torch): which lengths a sweep scores, and the
-relative-tolerance extrapolation ratio (:mod:`pipelines.eval.extrapolation` re-exports these)."""
+relative-tolerance extrapolation ratio (used by :mod:`pipelines.eval.extrapolation`)."""
 
 from __future__ import annotations
 
