@@ -107,10 +107,10 @@ def baseline_runner(name: str) -> Any:
     if name == "ets":
         from pipelines.eval import ltsf_stats
 
-        return ltsf_stats.ets_run if ltsf_stats.available() else ltsf_stats.missing_reason()
+        return ltsf_models.missing_package("statsmodels") or ltsf_stats.ets_run
     from pipelines.eval import ltsf_trees
 
-    return ltsf_trees.lightgbm_run if ltsf_trees.available() else ltsf_trees.missing_reason()
+    return ltsf_models.missing_package("lightgbm") or ltsf_trees.lightgbm_run
 
 
 def jobs(args: argparse.Namespace, configs: list[dict[str, Any]]) -> list[tuple[str, int, int, Any]]:

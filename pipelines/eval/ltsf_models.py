@@ -10,6 +10,7 @@ chosen. The test windows are forecast once, after every choice (epoch, penalty) 
 
 from __future__ import annotations
 
+import importlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,15 @@ class Timer:
 # ----------------------------------------------------------------------------- neural (see ltsf_fit)
 TRAIN_DEFAULTS = {"max_epochs": 10, "patience": 3, "batch_size": 128, "samples_per_epoch": None,
                   "gradient_clip_val": None, "linear_warm_start": False}
+
+
+def missing_package(package: str) -> str | None:
+    """Why an optional baseline cannot run here (``package`` is not importable), or ``None``."""
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return f"{package} is not installed (pip install -e '.[ltsf]')"
+    return None
 
 
 def load_model_config(path: str | Path) -> dict[str, Any]:

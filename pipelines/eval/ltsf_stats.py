@@ -34,18 +34,6 @@ FORMS = {"damped": ("add", True), "trend": ("add", False), "level": (None, False
 SCALARS = ("alpha", "beta", "gamma", "phi", "level0", "trend0")
 
 
-def available() -> bool:
-    try:
-        import statsmodels  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def missing_reason() -> str:
-    return "statsmodels is not installed (pip install -e '.[ltsf]')"
-
-
 @dataclass
 class HoltWinters:
     """Fixed additive Holt-Winters parameters, one per channel: smoothing ``alpha`` (level), ``beta``

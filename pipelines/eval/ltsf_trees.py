@@ -18,18 +18,6 @@ from pipelines.eval.ltsf_models import Result, Timer, _from_channels, _per_chann
 LAGS = (*range(1, 25), 48, 72, 96, 120, 144, 168, 336)
 
 
-def available() -> bool:
-    try:
-        import lightgbm  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def missing_reason() -> str:
-    return "lightgbm is not installed (pip install -e '.[ltsf]')"
-
-
 def _stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lookback mean and std (n, 1) of rows x (n, L)."""
     return x.mean(axis=1, keepdims=True), x.std(axis=1, keepdims=True) + 1e-5
