@@ -259,14 +259,14 @@ def scheme_specs() -> dict[str, dict]:
 SCHEME_SPECS = scheme_specs()
 
 
-def scheme(cls):
-    """``cls`` built from its configs/posenc spec at (D, H), parameters moved off their initial values
-    (zero-initialised ones included) so every scheme acts."""
+def scheme(cls, heads: int = H, d_model: int = D):
+    """``cls`` built from its configs/posenc spec at (``d_model``, ``heads``), parameters moved off their
+    initial values (zero-initialised ones included) so every scheme acts."""
     from posenc import build_encoding
     from posenc.base import public_class_path
 
     torch.manual_seed(0)
-    pe = build_encoding(SCHEME_SPECS[public_class_path(cls)], D, H)
+    pe = build_encoding(SCHEME_SPECS[public_class_path(cls)], d_model, heads)
     with torch.no_grad():
         for p in pe.parameters():
             p.add_(0.2 * torch.randn_like(p))
@@ -312,19 +312,21 @@ def reference_attention(attn, x, pos, pe, kpm, causal, train_len: int | None = N
     import math
 
     B, L, C = x.shape
-    q, k, v = attn.qkv(x).view(B, L, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, L, Dh)
+    h = attn.n_heads
+    q, k, v = attn.qkv(x).view(B, L, 3, h, C // h).permute(2, 0, 3, 1, 4)  # 3 × (B, H, L, Dh)
     q, k = pe.rotate(q, k, pos, pos)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(C // H)  # (B, H, L, L)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(C // h)  # (B, H, L, L)
     bias = pe.bias(q, pos, pos, k=k)
     if bias is not None:
         scores = scores + bias
-    keep = torch.ones(B, 1, L, L, dtype=torch.bool)
+    dev = x.device
+    keep = torch.ones(B, 1, L, L, dtype=torch.bool, device=dev)
     if causal:
-        keep &= torch.ones(L, L, dtype=torch.bool).tril()
+        keep &= torch.ones(L, L, dtype=torch.bool, device=dev).tril()
     if kpm is not None:
         keep &= ~kpm[:, None, None, :]
     if window is not None:
-        rows, cols = torch.meshgrid(torch.arange(L), torch.arange(L), indexing="ij")
+        rows, cols = torch.meshgrid(torch.arange(L, device=dev), torch.arange(L, device=dev), indexing="ij")
         keep &= (rows - cols).abs() < window
     if train_len is not None:
         n = keep.sum(-1, keepdim=True).clamp(min=1).to(scores.dtype)  # (B, 1, L, 1) keys per row
@@ -336,10 +338,11 @@ def reference_attention(attn, x, pos, pe, kpm, causal, train_len: int | None = N
     return attn.out(y.transpose(1, 2).reshape(B, L, C))  # (B, L, C)
 
 
-def attention_inputs(padded: bool):
-    """``(x, pos, key padding mask)`` in float64: 2 rows of ATTN_T; padded: row 0 ends at 30."""
+def attention_inputs(padded: bool, width: int = D):
+    """``(x, pos, key padding mask)`` in float64: 2 rows of ATTN_T, ``width`` features; padded: row 0
+    ends at 30."""
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(2, ATTN_T, D, generator=g, dtype=torch.float64)
+    x = torch.randn(2, ATTN_T, width, generator=g, dtype=torch.float64)
     kpm = None
     if padded:
         kpm = torch.zeros(2, ATTN_T, dtype=torch.bool)

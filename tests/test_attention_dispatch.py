@@ -73,20 +73,24 @@ def test_path_is_chosen_once_per_layer_and_forward(cls, monkeypatch):
 
 
 def test_flex_failure_is_kept_on_that_layer_and_the_scheme_is_left_alone(monkeypatch, caplog):
-    """A bias FlexAttention cannot trace (DynamicBias's ``torch.unique``) falls back to SDPA with
-    the dense reference's result; that layer then never gets the flex path again, while another
-    layer on the same scheme instance still does, and nothing is written onto the scheme."""
-    from torch.nn.attention.flex_attention import flex_attention
+    """Where FlexAttention fails (a kernel that does not compile: simulated here, as on a GPU the
+    fallback is what a user gets), the layer falls back to SDPA with the dense reference's result,
+    never takes the flex path again, while another layer on the same scheme instance still does,
+    and nothing is written onto the scheme."""
 
-    monkeypatch.setitem(flex_kernel._FLEX, "fn", flex_attention)  # eager: no compiler needed
+    def broken(*args, **kwargs):
+        raise RuntimeError("LoweringException: simulated")
+
+    monkeypatch.setitem(flex_kernel._FLEX, "fn", broken)
     cuda = torch.device("cuda")  # only route()'s argument: nothing runs on it
-    pe = scheme(next(c for c in BIASED if c.__name__ == "DynamicBias"))
+    pe = scheme(next(c for c in BIASED if c.__name__ == "DynamicBias"), heads=1)  # Dh 16: Flex's least
     state_before = set(pe.__dict__)
     x, pos, kpm = attention_inputs(padded=True)
     x = x.float()
-    attn, other = (Transformer(D, H, 1, pe).blocks[0].attn for _ in range(2))
+    attn, other = (Transformer(D, 1, 1, pe, long_threshold=8).blocks[0].attn for _ in range(2))
+    settings = attn.settings  # Flex from 9 keys
     with torch.no_grad():
-        ctx = AttentionCall(pos, pe, kpm, flex_ok=attn.flex_ok)
+        ctx = AttentionCall(pos, pe, kpm, settings=settings, flex_ok=attn.flex_ok)
         assert route(ctx, T, cuda) == "flex"
         q, k, v = attn._qkv(x, pos)  # 3 × (B, H, T, Dh)
         with caplog.at_level(logging.WARNING, logger=attention.__name__):
@@ -95,6 +99,21 @@ def test_flex_failure_is_kept_on_that_layer_and_the_scheme_is_left_alone(monkeyp
         got = attn.out(y.transpose(1, 2).reshape(2, T, D))  # (B, T, D)
         ref = reference_attention(attn, x, pos, pe, kpm, False)
         torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-5, atol=1e-5)
-        assert route(AttentionCall(pos, pe, flex_ok=attn.flex_ok), T, cuda) != "flex"  # any later call
-        assert route(AttentionCall(pos, pe, flex_ok=other.flex_ok), T, cuda) == "flex"
+        assert route(AttentionCall(pos, pe, settings=settings, flex_ok=attn.flex_ok), T, cuda) != "flex"
+        assert route(AttentionCall(pos, pe, settings=settings, flex_ok=other.flex_ok), T, cuda) == "flex"
     assert set(pe.__dict__) == state_before
+
+
+def test_heads_under_flex_minimum_never_take_the_flex_path():
+    """FlexAttention's kernels refuse heads under 16 dimensions: such a layer routes to SDPA from the
+    start (no compile attempt, no warning), while a 16-dimension head on the same scheme may use it."""
+    cuda = torch.device("cuda")  # only route()'s argument: nothing runs on it
+    alibi = next(c for c in BIASED if c.__name__ == "ALiBi")
+    pos = torch.arange(T)
+    small = Transformer(D, 2, 1, scheme(alibi, heads=2), long_threshold=8).blocks[0].attn  # Dh 8
+    wide = Transformer(D, 1, 1, scheme(alibi, heads=1), long_threshold=8).blocks[0].attn  # Dh 16
+    assert not small.flex_ok and wide.flex_ok
+    with torch.no_grad():
+        call = lambda a: AttentionCall(pos, a.pe, settings=a.settings, flex_ok=a.flex_ok)  # noqa: E731
+        assert route(call(small), T, cuda) == "sdpa-blocked"  # the CUDA path for a long bias
+        assert route(call(wide), T, cuda) == "flex"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posenc import PositionalEncoding, SchemeMeta, build_encoding
-from posenc.nn.attention import AttentionSettings, choose_path
+from posenc.nn.attention import AttentionCall, AttentionSettings, choose_path, route
 from posenc.nn.transformer import Transformer, length_bucket
 from tests.helpers import ATTN_T as T
 from tests.helpers import (
@@ -31,6 +31,8 @@ from tests.helpers import (
 )
 
 BIASED, OTHERS = biased_schemes(), other_schemes()
+TABLE_BIASED = [c for c in BIASED if c.meta.attention_path == "sdpa+toeplitz"]  # what Flex may run
+WIDE = 32  # 2 heads of 16 dimensions: FlexAttention's least head, and more than one head to index
 
 
 def model(pe, causal=False, **kw) -> Transformer:
@@ -129,7 +131,7 @@ def test_path_comes_from_metadata_only():
     assert choose_path(SchemeMeta(acts_on=("rotate",)), 10**6, cpu, s) == "sdpa-fused"
     assert choose_path(position, 100, cpu, s) == "sdpa+bias"
     assert choose_path(position, 101, cpu, s) == "sdpa-blocked"
-    assert choose_path(position, 101, cuda, s) == "flex"
+    assert choose_path(position, 101, cuda, s) == "sdpa-blocked"  # Flex reads distance tables only
     assert choose_path(position, 101, cuda, s, dropout=0.1) == "sdpa-blocked"
     assert choose_path(content, 101, cuda, s) == "sdpa-blocked"
     assert choose_path(shaw, 100, cpu, s) == "explicit"
@@ -137,7 +139,9 @@ def test_path_comes_from_metadata_only():
     shift = SchemeMeta(acts_on=("bias",), translation_invariant=True)
     assert choose_path(shift, 10**6, cpu, s) == "sdpa+toeplitz"
     assert choose_path(shift, 10**6, cpu, AttentionSettings(100, toeplitz=False)) == "sdpa-blocked"
-    assert choose_path(shift, 100, cuda, s) == "flex"
+    assert choose_path(shift, 101, cuda, s) == "flex"  # past long_threshold: Flex, memory linear in T
+    assert choose_path(shift, 100, cuda, s) == "sdpa+bias"  # up to it the dense bias (faster there)
+    assert choose_path(shift, 101, cuda, s, dropout=0.1) == "sdpa-blocked"
     assert choose_path(shift, 100, cuda, s, dropout=0.1) == "sdpa+bias"  # the view is CPU-only
 
     class Mine(PositionalEncoding):  # a user's scheme: only its metadata matters
@@ -208,18 +212,69 @@ def test_compiled_model_matches_eager(name):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("cls", [c for c in BIASED if not c.meta.content_bias], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", TABLE_BIASED, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("causal", [False, True])
 def test_flex_attention_matches_dense_on_cuda(cls, causal):
-    pe = scheme(cls).cuda()
-    x, pos, kpm = attention_inputs(padded=True)
+    """On CUDA every translation-invariant position-only bias takes FlexAttention (it reads the
+    scheme's distance table) and matches the dense reference."""
+    pe = scheme(cls, heads=2, d_model=WIDE).cuda()
+    x, pos, kpm = attention_inputs(padded=True, width=WIDE)
     x, pos, kpm = x.float().cuda(), pos.cuda(), kpm.cuda()
-    m = Transformer(D, H, 2, pe, causal=causal).cuda().eval()
+    m = Transformer(WIDE, 2, 2, pe, causal=causal, long_threshold=8).cuda().eval()  # Flex from 9 keys
     attn = m.blocks[0].attn
     with torch.no_grad():
+        ctx = AttentionCall(pos, pe, kpm, causal, settings=attn.settings, flex_ok=attn.flex_ok)
+        assert route(ctx, T, x.device) == "flex"
         got = attn(x, pos, kpm)
         ref = reference_attention(attn, x, pos, pe, kpm, causal)
+    assert attn.flex_ok, f"{cls.__name__}: FlexAttention failed and fell back to SDPA"
     torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_flex_trains_under_bf16_autocast_like_sdpa():
+    """The training step `configs/trainer/gpu.yaml` runs (bf16 autocast, backward) takes Flex for
+    ALiBi (no parameters of its own) and gives SDPA's outputs and gradients, to bf16's precision."""
+    alibi = next(c for c in TABLE_BIASED if c.__name__ == "ALiBi")
+    x, pos, kpm = attention_inputs(padded=True, width=WIDE)
+    x, pos, kpm = x.float().cuda(), pos.cuda(), kpm.cuda()
+    outs, grads = [], []
+    for flex in (True, False):
+        torch.manual_seed(0)
+        m = Transformer(WIDE, 2, 2, scheme(alibi, heads=2, d_model=WIDE), causal=True, flex=flex,
+                        long_threshold=8).cuda().train()  # Flex (or blocked SDPA) from 9 keys
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = m(x, pos, kpm)
+        y.float()[~kpm].square().mean().backward()
+        assert all(b.attn.flex_ok for b in m.blocks) or not flex, "Flex fell back to SDPA"
+        outs.append(y.float()[~kpm])
+        grads.append(m.blocks[0].attn.qkv.weight.grad)
+    torch.testing.assert_close(outs[0], outs[1], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(grads[0], grads[1], rtol=5e-2, atol=5e-3)
+
+
+@pytest.mark.slow  # compiles FlexAttention for the CPU: ~20-90 s here
+def test_flex_kernel_reads_each_schemes_table_in_one_process():
+    """The compiled kernel, reused across schemes in one process (as a sweep does), reads each call's
+    own distance table: checked on the CPU build of FlexAttention against the dense reference, 2 heads.
+    T = 128: torch 2.13's compiled CPU flex gets batch rows after the first wrong when T is not a
+    multiple of its 128-row block, bias or none (the library routes to Flex on CUDA only)."""
+    from posenc.nn.flex import flex_attention_bias
+
+    g = torch.Generator().manual_seed(3)
+    x, pos = torch.randn(2, 128, D, generator=g), torch.arange(128) + 5
+    kpm = torch.zeros(2, 128, dtype=torch.bool)
+    kpm[0, 100:] = True
+    for cls in TABLE_BIASED:
+        pe = scheme(cls, heads=2)
+        attn = Transformer(D, 2, 1, pe, causal=True).blocks[0].attn.eval()
+        with torch.no_grad():
+            q, k, v = attn._qkv(x, pos)  # 3 × (B, H, T, Dh)
+            y = flex_attention_bias(q, k, v, pe, pos, kpm, True)  # (B, H, T, Dh)
+            got = attn.out(y.transpose(1, 2).reshape(2, 128, D))  # (B, T, D)
+            ref = reference_attention(attn, x, pos, pe, kpm, True)
+        torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-4, atol=1e-5, msg=cls.__name__)
 
 
 def test_mask_kept_between_evaluation_forwards_only_while_valid():
@@ -248,9 +303,10 @@ def test_mask_kept_between_evaluation_forwards_only_while_valid():
     assert calls["n"] == 4 and pe.table.grad is not None and pe.table.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("cls", [c for c in BIASED if not c.meta.content_bias], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", TABLE_BIASED, ids=lambda c: c.__name__)
 def test_flex_score_mod_matches_dense_reference_eager_cpu(cls, monkeypatch):
-    """The FlexAttention score_mod/mask_mod, run by eager flex_attention on CPU (inference only)."""
+    """The FlexAttention score_mod (a lookup in the scheme's distance table) and mask_mod, run by eager
+    flex_attention on CPU (inference only), 2 heads, contiguous positions and positions with a gap."""
     from torch.nn.attention.flex_attention import flex_attention
 
     import posenc.nn.attention as attention
@@ -260,15 +316,12 @@ def test_flex_score_mod_matches_dense_reference_eager_cpu(cls, monkeypatch):
     pe = scheme(cls)
     x, pos, kpm = attention_inputs(padded=True)
     x = x.float()
+    gapped = torch.cat([torch.arange(20), torch.arange(20) + 37])  # (T,): a gap of 17 in the middle
     attn = Transformer(D, H, 1, pe).blocks[0].attn
-    for causal in (False, True):
+    for causal, p in ((False, pos), (True, pos), (True, gapped)):
         with torch.no_grad():
-            q, k, v = attn.qkv(x).view(2, T, 3, H, D // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
-            if cls.__name__ == "DynamicBias":  # torch.unique does not trace: the model falls back
-                with pytest.raises(RuntimeError):
-                    attention.flex(q, k, v, attention.AttentionCall(pos, pe, kpm, causal))
-                continue
-            y = attention.flex(q, k, v, attention.AttentionCall(pos, pe, kpm, causal))  # (B, H, T, Dh)
+            q, k, v = attn._qkv(x, p)  # 3 × (B, H, T, Dh)
+            y = attention.flex(q, k, v, attention.AttentionCall(p, pe, kpm, causal))  # (B, H, T, Dh)
             got = attn.out(y.transpose(1, 2).reshape(2, T, D))
-            ref = reference_attention(attn, x, pos, pe, kpm, causal)
+            ref = reference_attention(attn, x, p, pe, kpm, causal)
         torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-5, atol=1e-5)

@@ -12,7 +12,7 @@ import torch
 import posenc.nn.attention as attention
 from posenc import PosencError
 from posenc.nn import Attention, Transformer
-from posenc.nn.attention import AttentionCall, route
+from posenc.nn.attention import AttentionCall, AttentionSettings, route
 from posenc.nn.temperature import length_scale
 from tests.helpers import ATTN_T as T
 from tests.helpers import (
@@ -123,14 +123,18 @@ def test_routes_around_the_toeplitz_view_and_flex_only_where_the_scale_varies():
     pos = torch.arange(T)
     q = torch.zeros(1, H, T, D // H)
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    long = AttentionSettings(long_threshold=8)  # Flex is for keys past long_threshold
 
-    def path(causal, train_len, device=cpu):
+    def path(causal, train_len, device=cpu, settings=None):
         scale = length_scale(T, train_len, causal, None, q)
-        return route(AttentionCall(pos, alibi, causal=causal, row_scale=scale), T, device)
+        call = AttentionCall(pos, alibi, causal=causal, row_scale=scale,
+                             settings=settings or AttentionSettings())
+        return route(call, T, device)
 
     assert path(True, None) == path(False, None) == path(False, L0) == "sdpa+toeplitz"
     assert path(True, L0) == "sdpa+bias"  # per-row scales: no Toeplitz view
-    assert path(True, None, cuda) == "flex" and path(True, L0, cuda) == "sdpa+bias"
+    assert path(True, None, cuda) == path(True, L0, cuda) == "sdpa+bias"
+    assert path(True, None, cuda, long) == "flex" and path(True, L0, cuda, long) == "sdpa-blocked"
 
 
 def test_causal_long_call_takes_the_blocked_path(monkeypatch):

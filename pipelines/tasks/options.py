@@ -100,7 +100,8 @@ class AttentionOptions:
     Attributes:
         compile: run the encoder through ``torch.compile`` (inputs padded to length buckets so new
             lengths rarely recompile).
-        flex: FlexAttention for position-only biases on CUDA.
+        flex: FlexAttention on CUDA for translation-invariant biases over more than
+            ``long_threshold`` keys (shorter ones: SDPA with the dense bias, faster there).
         toeplitz: on CPU, read translation-invariant biases as a strided view of one distance table.
         clipped: on CPU, run clipped relative schemes (Shaw) through the fused kernel beyond the clip.
         long_threshold: lengths above this use the query-blocked kernels for biased schemes.

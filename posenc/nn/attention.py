@@ -22,10 +22,11 @@ looked at. Paths:
 * ``clipped`` — clipped relative keys and values (``meta.clipped_relative``, Shaw) on CPU, no key
   padding or attention dropout, unit-step positions and T > 2m: keys beyond ±m run through the fused
   flash kernel with shifted keys/values, the 2m − 1 nearer ones explicitly (:mod:`posenc.nn.clipped`).
-* ``flex`` — CUDA only, position-only bias (``not content_bias``), no attention dropout, no gradient
-  to the scheme's parameters: FlexAttention with the bias as a ``score_mod`` that calls the bias hook
-  at one (query, key) pair; nothing L×L is stored. A bias that does not trace (``torch.unique`` in
-  DynamicBias) falls back to the SDPA paths; the layer keeps the verdict (:mod:`posenc.nn.flex`).
+* ``flex`` — CUDA only, a translation-invariant position-only bias, more keys than
+  ``long_threshold``, heads of at least 16 dimensions, no attention dropout, no gradient to the
+  scheme's parameters: FlexAttention whose ``score_mod`` reads the bias from a per-head distance
+  table built by the bias hook; nothing L×L is stored. Where Flex fails (a kernel that does not
+  compile) the layer falls back to the SDPA paths and keeps the verdict (:mod:`posenc.nn.flex`).
 
 A position-only mask or distance table is built by the first layer of a forward and read by the
 others (:mod:`posenc.nn.share`).
@@ -67,7 +68,7 @@ from torch.utils.checkpoint import checkpoint
 
 from posenc.base import PosencError, PositionalEncoding, as_batched
 from posenc.nn.clipped import clipped_attention, fits
-from posenc.nn.flex import flex_attention_bias
+from posenc.nn.flex import MIN_HEAD_DIM, flex_attention_bias
 from posenc.nn.mask import band, build_mask
 from posenc.nn.paths import AttentionSettings, choose_path
 from posenc.nn.share import ForwardShare
@@ -144,7 +145,9 @@ class Attention(nn.Module):
         self.dropout = dropout
         self.causal = causal
         self.settings = settings or AttentionSettings()
-        self.flex_ok = True  # False once FlexAttention failed to trace this layer's bias
+        # False where FlexAttention cannot run this layer: a head under its minimum size, or a
+        # failed Flex call (set then)
+        self.flex_ok = d_model // n_heads >= MIN_HEAD_DIM
 
     def forward(self, x: Tensor, pos: Tensor, key_padding_mask: Tensor | None = None,
                 share: ForwardShare | None = None) -> Tensor:

@@ -1,7 +1,8 @@
-"""FlexAttention (CUDA) for position-only biases: the bias hook as a ``score_mod``.
+"""FlexAttention (CUDA) for translation-invariant biases: a distance table read by a ``score_mod``.
 
-:mod:`posenc.nn.attention` routes to it (path ``flex``); a layer whose scheme's bias does not trace
-falls back to the SDPA paths.
+:mod:`posenc.nn.attention` routes translation-invariant, position-only biases to it on CUDA (path
+``flex``); a layer where it fails (a bias hook that cannot build the table, a kernel that does not
+compile) falls back to the SDPA paths for good.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from torch import Tensor
 from posenc import PositionalEncoding, as_batched
 
 _FLEX: dict[str, object] = {}
+# FlexAttention's kernels refuse a smaller head ("NYI: embedding dimension of the query, key, and value
+# must be at least 16", torch 2.11 on an H200): such a layer uses the SDPA paths from the start.
+MIN_HEAD_DIM = 16
 
 
 def _flex_kernel():
@@ -23,24 +27,41 @@ def _flex_kernel():
     return _FLEX["fn"]
 
 
+def distance_lookup(pe: PositionalEncoding, q: Tensor, pos: Tensor) -> tuple[Tensor, int]:
+    """``(table, R)``: ``table[h, d + R]`` (H', 2R + 1), float32, is ``pe``'s bias at signed distance
+    d = k_pos − q_pos, for every distance within a row of ``pos`` (B', T) (R: the widest row's span).
+
+    The scheme's own ``bias`` hook is asked once, eagerly, with one query at position 0 and keys at
+    the distances themselves: for a translation-invariant bias that is the bias at those distances.
+    """
+    span = int((pos.amax(-1) - pos.amin(-1)).max())  # R: one device sync per call
+    d = torch.arange(-span, span + 1, device=q.device)  # (2R + 1,)
+    zero = torch.zeros(1, dtype=d.dtype, device=q.device)
+    table = pe.bias(q, zero, d)[0, :, 0, :]  # (1, H', 1, 2R + 1) → (H', 2R + 1)
+    return table.float().contiguous(), span
+
+
 def flex_attention_bias(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, pos: Tensor,
                         pad: Tensor | None, causal: bool) -> Tensor:
-    """FlexAttention of (B, H, T, Dh) q, k, v with ``pe``'s position-only bias as ``score_mod``.
+    """FlexAttention of (B, H, T, Dh) q, k, v with ``pe``'s translation-invariant bias as ``score_mod``.
 
-    ``score_mod`` evaluates ``pe.bias`` at one (query position, key position) pair, so any
-    position-only scheme whose bias is built from traceable tensor ops works unchanged. A row whose
-    keys are all masked gives zeros here (the SDPA paths give uniform weights). Raises whatever
-    tracing raises for a bias that does not trace (the attention then falls back to SDPA).
+    The bias is read from a per-head table over the signed distances that occur
+    (:func:`distance_lookup`, built eagerly by the scheme's ``bias`` hook), so the compiled
+    ``score_mod`` is a lookup: FlexAttention's kernels cannot lower a bias computed inside it for
+    several heads and then indexed by head (torch 2.11, H200: "Buffers cannot be created while
+    lowering a pointwise subgraph"). A row whose keys are all masked gives zeros here (the SDPA
+    paths give uniform weights). Raises whatever compiling raises (the attention then falls back
+    to SDPA).
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
     B, H, T, Dh = q.shape
     pos_b = as_batched(pos).expand(B, T)  # (B, T)
-    stand_in = q.new_zeros(()).expand(1, H, 1, Dh)
+    table, span = distance_lookup(pe, q, pos_b)  # (H', 2R + 1)
+    table = table.expand(H, -1).contiguous()  # (H, 2R + 1): a row per head, shared rows copied
 
     def score_mod(score, b, h, qi, ki):
-        bias = pe.bias(stand_in, pos_b[b, qi].reshape(1), pos_b[b, ki].reshape(1))  # (1, H', 1, 1)
-        return score + bias.expand(1, H, 1, 1).reshape(H)[h].to(score.dtype)
+        return score + table[h, pos_b[b, ki] - pos_b[b, qi] + span].to(score.dtype)
 
     block_mask = None
     if causal or pad is not None:
