@@ -43,4 +43,18 @@ class GpuSystemMetrics(Callback):
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         while self.monitors:
-            self.monitors.pop().finish()
+            monitor = self.monitors.pop()
+            monitor.finish()
+            final_sample(monitor)
+
+
+def final_sample(monitor) -> None:
+    """Log one last sample after the monitor stopped: MLflow's loop publishes only after a full
+    interval, so a fit shorter than one (seen on an H200: a 2-step fit logged nothing) and the tail
+    of a longer one would go unrecorded. A failure here costs a warning, never the fit."""
+    try:
+        monitor.collect_metrics()
+        monitor.publish_metrics(monitor.aggregate_metrics())
+        monitor.mlflow_logger.flush()
+    except Exception as exc:  # noqa: BLE001 - monitoring must not fail a finished fit
+        log.warning("MLflow system metrics: the final sample was not logged (%s)", exc)
