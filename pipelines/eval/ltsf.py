@@ -59,6 +59,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--test-lookbacks", type=int, nargs="*", default=[],
                    help="also score the trained models at these longer lookbacks (same test targets)")
     p.add_argument("--max-epochs", type=int, default=None, help="override every config's train.max_epochs")
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu", "auto"),
+                   help="where the neural models train (default: cpu; gpu/auto use a GPU where there is one, "
+                        "float32 as on CPU)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's; 1 is faster on a busy machine)")
     p.add_argument("--experiment", default="posenc-ltsf", help="MLflow experiment")

@@ -114,12 +114,14 @@ def log_interval(train: dict[str, Any], default: int = 50) -> int:
 
 
 def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
-               time_col: str = "date", test: bool = True, test_lookbacks: tuple[int, ...] = ()) -> dict:
+               time_col: str = "date", test: bool = True, test_lookbacks: tuple[int, ...] = (),
+               accelerator: str = "cpu") -> dict:
     """The LightningCLI config that trains a benchmark model config
     (:func:`~pipelines.eval.ltsf_models.load_model_config`) on
     the protocol's windows of ``data``: AdamW + the model's schedule, early stopping on ``val/loss``
     (``train.patience``), the best val epoch checkpointed, :class:`LTSFProtocol` around the fit; no
-    Forecaster test pass, model registration or resume checkpoints."""
+    Forecaster test pass, model registration or resume checkpoints. ``accelerator``: Lightning's
+    (``cpu``, ``gpu``, ``auto``), one device, float32 either way."""
     train = config["train"]
     model = config["model"]
     protocol = {"linear_warm_start": bool(train["linear_warm_start"]), "test": test,
@@ -137,7 +139,7 @@ def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon:
         "data": {"class_path": DATAMODULE, "init_args": {
             "path": str(Path(data).resolve()), "time_col": time_col, "lookback": lookback, "horizon": horizon,
             "batch_size": int(train["batch_size"]), "samples_per_epoch": train["samples_per_epoch"]}},
-        "trainer": {"max_epochs": int(train["max_epochs"]), "accelerator": "cpu", "devices": 1,
+        "trainer": {"max_epochs": int(train["max_epochs"]), "accelerator": accelerator, "devices": 1,
                     "log_every_n_steps": log_interval(train),
                     "num_sanity_val_steps": 0, "gradient_clip_val": train["gradient_clip_val"],
                     "enable_model_summary": False, "callbacks": callbacks},
@@ -157,7 +159,8 @@ def train_child(config: dict[str, Any], horizon: int, seed: int, args: Any, pare
     from pipelines.eval.sweep import config_key, train_run
 
     overlay = cli_config(config, args.data, args.lookback, horizon, time_col=args.time_col,
-                         test=not args.val_only, test_lookbacks=tuple(args.test_lookbacks))
+                         test=not args.val_only, test_lookbacks=tuple(args.test_lookbacks),
+                         accelerator=getattr(args, "accelerator", "cpu"))
     return train_run([], overlay, seed, experiment=args.experiment,
                      run_name=f"{config['name']}-H{horizon}-seed{seed}", parent_run_id=parent,
                      namespace=NAMESPACE, key=config_key([overlay]), tags=child_tags(config["name"], horizon),

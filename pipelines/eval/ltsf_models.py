@@ -91,12 +91,15 @@ def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, 
 
 
 def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:
-    """The model's forecast (n, H, C) of lookbacks x (n, L, C), in eval mode, batched."""
+    """The model's forecast (n, H, C) of lookbacks x (n, L, C), in eval mode, batched, on the
+    model's device (a GPU when it was trained there)."""
     model.eval()
+    device = next(model.parameters()).device
     out = []
     with torch.inference_mode():
         for i in range(0, len(x), batch):
-            out.append(model(torch.as_tensor(x[i : i + batch], dtype=torch.float32)).numpy())
+            xb = torch.as_tensor(x[i : i + batch], dtype=torch.float32, device=device)  # (b, L, C)
+            out.append(model(xb).cpu().numpy())
     return np.concatenate(out)
 
 

@@ -333,3 +333,27 @@ def test_short_budget_epochs_log_every_epoch_without_lightnings_warning():
     assert log_interval({"samples_per_epoch": 100, "batch_size": 128}) == 1
     assert log_interval({"samples_per_epoch": None, "batch_size": 128}) == 50  # every window: long epochs
     assert log_interval({"samples_per_epoch": 64_000, "batch_size": 32}) == 50
+
+
+MODEL_CONFIGS = [p for p in sorted((ROOT / "configs" / "ltsf").glob("*.yaml"))
+                 if "train" in (yaml.safe_load(p.read_text()) or {})]  # not the --schemes encodings
+
+
+@pytest.mark.parametrize("path", MODEL_CONFIGS, ids=lambda p: p.name)
+def test_every_ltsf_config_loads_and_becomes_a_trainer_config(path):
+    """Each shipped benchmark config loads, and becomes a CLI config on the accelerator asked for
+    (``--accelerator``: cpu by default, gpu for the paper-budget runs), one device, its own budget."""
+    from pipelines.eval.ltsf import parse_args
+    from pipelines.eval.ltsf_fit import cli_config
+    from pipelines.eval.ltsf_models import load_model_config
+
+    config = load_model_config(path)
+    assert parse_args(["--data", "x.csv", "--out", "o"]).accelerator == "cpu"
+    cli = cli_config(config, "x.csv", 336, 96, accelerator="gpu")
+    assert cli["trainer"]["accelerator"] == "gpu" and cli["trainer"]["devices"] == 1
+    assert cli["trainer"]["max_epochs"] == config["train"]["max_epochs"]
+    assert cli["data"]["init_args"]["samples_per_epoch"] == config["train"]["samples_per_epoch"]
+    assert len(MODEL_CONFIGS) >= 6
+    if path.stem.endswith("_paper"):  # the paper's budget: every window each epoch, lr 1e-4
+        assert config["train"]["samples_per_epoch"] is None
+        assert config["model"]["init_args"]["optim"]["lr"] == 1e-4
