@@ -117,3 +117,35 @@ def test_heads_under_flex_minimum_never_take_the_flex_path():
         call = lambda a: AttentionCall(pos, a.pe, settings=a.settings, flex_ok=a.flex_ok)  # noqa: E731
         assert route(call(small), T, cuda) == "sdpa-blocked"  # the CUDA path for a long bias
         assert route(call(wide), T, cuda) == "flex"
+
+
+def test_flex_layers_of_one_forward_share_one_table(monkeypatch):
+    """The Flex path's distance table and block mask are built by the first layer of a forward and
+    read by the next (``ForwardShare``, as the Toeplitz table is); each layer still matches the dense
+    reference. Eager FlexAttention on CPU, 2 layers with their own weights, key padding."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from posenc.nn.share import ForwardShare
+
+    monkeypatch.setitem(flex_kernel._FLEX, "fn", flex_attention)  # eager: no compiler needed
+    pe = scheme(next(c for c in BIASED if c.__name__ == "T5Bias"))
+    builds = {"n": 0}
+    real = flex_kernel.flex_inputs
+
+    def counted(*args, **kwargs):
+        builds["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flex_kernel, "flex_inputs", counted)
+    x, pos, kpm = attention_inputs(padded=True)
+    x = x.float()
+    layers = [a.blocks[0].attn for a in (Transformer(D, H, 1, pe, causal=True) for _ in range(2))]
+    share = ForwardShare()
+    with torch.no_grad():
+        for attn in layers:
+            q, k, v = attn._qkv(x, pos)  # 3 × (B, H, T, Dh)
+            y = attention.flex(q, k, v, AttentionCall(pos, pe, kpm, True, share=share))  # (B, H, T, Dh)
+            got = attn.out(y.transpose(1, 2).reshape(2, T, D))  # (B, T, D)
+            ref = reference_attention(attn, x, pos, pe, kpm, True)
+            torch.testing.assert_close(got[~kpm], ref[~kpm], rtol=1e-5, atol=1e-5)
+    assert builds["n"] == 1

@@ -323,7 +323,7 @@ class _BlockFn:
 def flex(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionCall) -> Tensor:
     """``flex``: FlexAttention with the scheme's position-only bias as ``score_mod`` (CUDA;
     :func:`posenc.nn.flex.flex_attention_bias`)."""
-    return flex_attention_bias(q, k, v, ctx.pe, ctx.pos, ctx.key_padding_mask, ctx.causal)
+    return flex_attention_bias(q, k, v, ctx.pe, ctx.pos, ctx.key_padding_mask, ctx.causal, ctx.share)
 
 
 KERNELS: dict[str, Callable[[Tensor, Tensor, Tensor, AttentionCall], Tensor]] = {

@@ -11,6 +11,8 @@ import torch
 from torch import Tensor
 
 from posenc import PositionalEncoding, as_batched
+from posenc.nn.share import ForwardShare
+from posenc.nn.toeplitz import bias_at_distances
 
 _FLEX: dict[str, object] = {}
 # FlexAttention's kernels refuse a smaller head ("NYI: embedding dimension of the query, key, and value
@@ -28,48 +30,54 @@ def _flex_kernel():
 
 
 def distance_lookup(pe: PositionalEncoding, q: Tensor, pos: Tensor) -> tuple[Tensor, int]:
-    """``(table, R)``: ``table[h, d + R]`` (H', 2R + 1), float32, is ``pe``'s bias at signed distance
-    d = k_pos − q_pos, for every distance within a row of ``pos`` (B', T) (R: the widest row's span).
-
-    The scheme's own ``bias`` hook is asked once, eagerly, with one query at position 0 and keys at
-    the distances themselves: for a translation-invariant bias that is the bias at those distances.
-    """
+    """``(table, R)``: ``table[h, d + R]`` (H, 2R + 1), float32, is ``pe``'s bias at signed distance
+    d = k_pos − q_pos for every distance within a row of ``pos`` (B', T) (R: the widest row's span),
+    built eagerly by the scheme's bias hook (:func:`~posenc.nn.toeplitz.bias_at_distances`), one
+    row per head (a row shared by the heads is copied)."""
     span = int((pos.amax(-1) - pos.amin(-1)).max())  # R: one device sync per call
     d = torch.arange(-span, span + 1, device=q.device)  # (2R + 1,)
-    zero = torch.zeros(1, dtype=d.dtype, device=q.device)
-    table = pe.bias(q, zero, d)[0, :, 0, :]  # (1, H', 1, 2R + 1) → (H', 2R + 1)
-    return table.float().contiguous(), span
+    table = bias_at_distances(pe, q, d).float()  # (H', 2R + 1)
+    return table.expand(q.shape[1], -1).contiguous(), span  # (H, 2R + 1)
+
+
+def flex_inputs(pe: PositionalEncoding, q: Tensor, pos: Tensor, pad: Tensor | None,
+                causal: bool) -> tuple[Tensor, int, object]:
+    """What every layer of a forward reads alike: the distance table and its span
+    (:func:`distance_lookup`) and the block mask of causality and key padding (``None``: neither)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    B, _, T, _ = q.shape
+    table, span = distance_lookup(pe, q, as_batched(pos))
+    if not (causal or pad is not None):
+        return table, span, None
+
+    def mask_mod(b, h, qi, ki):
+        keep = (ki <= qi) if causal else (ki >= 0)
+        return keep & ~pad[b, ki] if pad is not None else keep
+
+    block_mask = create_block_mask(mask_mod, B if pad is not None else None, None, T, T, device=q.device)
+    return table, span, block_mask
 
 
 def flex_attention_bias(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, pos: Tensor,
-                        pad: Tensor | None, causal: bool) -> Tensor:
+                        pad: Tensor | None, causal: bool, share: ForwardShare | None = None) -> Tensor:
     """FlexAttention of (B, H, T, Dh) q, k, v with ``pe``'s translation-invariant bias as ``score_mod``.
 
     The bias is read from a per-head table over the signed distances that occur
     (:func:`distance_lookup`, built eagerly by the scheme's ``bias`` hook), so the compiled
     ``score_mod`` is a lookup: FlexAttention's kernels cannot lower a bias computed inside it for
     several heads and then indexed by head (torch 2.11, H200: "Buffers cannot be created while
-    lowering a pointwise subgraph"). A row whose keys are all masked gives zeros here (the SDPA
-    paths give uniform weights). Raises whatever compiling raises (the attention then falls back
-    to SDPA).
+    lowering a pointwise subgraph"). The table and block mask are built by the first layer of a
+    forward and read by the others through ``share`` (:class:`~posenc.nn.share.ForwardShare`, as
+    the Toeplitz path's table is). A row whose keys are all masked gives zeros here (the SDPA paths
+    give uniform weights). Raises whatever compiling raises (the attention then falls back to SDPA).
     """
-    from torch.nn.attention.flex_attention import create_block_mask
-
     B, H, T, Dh = q.shape
+    share = share if share is not None else ForwardShare()
+    table, span, block_mask = share.get("flex", lambda: flex_inputs(pe, q, pos, pad, causal))
     pos_b = as_batched(pos).expand(B, T)  # (B, T)
-    table, span = distance_lookup(pe, q, pos_b)  # (H', 2R + 1)
-    table = table.expand(H, -1).contiguous()  # (H, 2R + 1): a row per head, shared rows copied
 
     def score_mod(score, b, h, qi, ki):
         return score + table[h, pos_b[b, ki] - pos_b[b, qi] + span].to(score.dtype)
 
-    block_mask = None
-    if causal or pad is not None:
-
-        def mask_mod(b, h, qi, ki):
-            keep = (ki <= qi) if causal else (ki >= 0)
-            return keep & ~pad[b, ki] if pad is not None else keep
-
-        block_mask = create_block_mask(mask_mod, B if pad is not None else None, None, T, T,
-                                       device=q.device)
     return _flex_kernel()(q, k, v, score_mod=score_mod, block_mask=block_mask)  # (B, H, T, Dh)

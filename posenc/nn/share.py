@@ -1,15 +1,17 @@
-"""What the attention layers of one forward share: the position-only mask or distance table.
+"""What the attention layers of one forward share: the position-only mask, distance table or Flex inputs.
 
 A position-only bias (``not content_bias``) is the same in every layer, because the layers share
-one scheme instance and one set of positions. The first layer builds it (the dense mask, or the
-Toeplitz path's distance table) and the others read it from the :class:`ForwardShare` that
-:class:`posenc.nn.transformer.Transformer` hands to every layer of the forward. Under
-evaluation it is also kept between forwards while :func:`share_key` says it is still valid.
+one scheme instance and one set of positions. The first layer builds it (the dense mask, the
+Toeplitz path's distance table, or the Flex path's table and block mask) and the others read it
+from the :class:`ForwardShare` that :class:`posenc.nn.transformer.Transformer` hands to every layer
+of the forward. Under evaluation it is also kept between forwards while :func:`share_key` says it
+is still valid.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -31,7 +33,7 @@ class ForwardShare:
 
     def __init__(self, reuse: ForwardShare | None = None, key: tuple | None = None,
                  pos: Tensor | None = None) -> None:
-        self.mask: Tensor | None = None
+        self.mask: Any = None  # a Tensor, None, or the Flex path's (table, span, block mask)
         self.kind = ""
         self.ready = False
         self.unit: bool | None = None
@@ -39,7 +41,7 @@ class ForwardShare:
         if reuse is not None and key is not None and reuse.key == key and torch.equal(reuse.pos, pos):
             self.mask, self.kind, self.ready, self.unit = reuse.mask, reuse.kind, reuse.ready, reuse.unit
 
-    def get(self, kind: str, build: Callable[[], Tensor | None]) -> Tensor | None:
+    def get(self, kind: str, build: Callable[[], Any]) -> Any:
         """``build()``, or what an earlier layer of this forward (or a kept forward) built of ``kind``."""
         if self.ready and self.kind == kind:
             return self.mask

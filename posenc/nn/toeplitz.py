@@ -44,15 +44,19 @@ def unit_steps(pos: Tensor) -> bool:
     return p.shape[-1] < 2 or bool((p.diff(dim=-1) == 1).all())
 
 
-def distance_table(pe: PositionalEncoding, q: Tensor, length: int, causal: bool) -> Tensor:
-    """(H', 2T − 1) with ``table[:, x]`` the bias at distance d = T − 1 − x (−∞-like for d > 0 if causal).
+def bias_at_distances(pe: PositionalEncoding, q: Tensor, d: Tensor) -> Tensor:
+    """(H', len(d)): the scheme's bias at signed distances ``d`` (k_pos − q_pos), asked of its own
+    ``bias`` hook with one query at position 0 and keys at the distances themselves (for a
+    translation-invariant bias, the bias at those distances)."""
+    zero = torch.zeros(1, dtype=d.dtype, device=d.device)
+    return pe.bias(q, zero, d)[0, :, 0, :]  # (1, H', 1, len(d)) → (H', len(d))
 
-    The scheme's own ``bias`` hook is asked for it, with one query at position 0 and keys at the
-    distances themselves: for a translation-invariant bias that is the bias at those distances.
-    """
+
+def distance_table(pe: PositionalEncoding, q: Tensor, length: int, causal: bool) -> Tensor:
+    """(H', 2T − 1) with ``table[:, x]`` the bias at distance d = T − 1 − x (−∞-like for d > 0 if causal),
+    from :func:`bias_at_distances`."""
     d = (length - 1) - torch.arange(2 * length - 1, device=q.device)  # (2T − 1,) from T − 1 down to 1 − T
-    zero = torch.zeros(1, dtype=d.dtype, device=q.device)
-    table = pe.bias(q, zero, d)[0, :, 0, :].to(q.dtype)  # (1, H', 1, 2T − 1) → (H', 2T − 1)
+    table = bias_at_distances(pe, q, d).to(q.dtype)  # (H', 2T − 1)
     if causal:  # keys after the query (d > 0, i.e. x < T − 1) are masked
         masked = torch.arange(2 * length - 1, device=q.device) < length - 1  # (2T − 1,)
         table = torch.where(masked, torch.finfo(q.dtype).min, table)
