@@ -160,7 +160,7 @@ def train_child(config: dict[str, Any], horizon: int, seed: int, args: Any, pare
 
     overlay = cli_config(config, args.data, args.lookback, horizon, time_col=args.time_col,
                          test=not args.val_only, test_lookbacks=tuple(args.test_lookbacks),
-                         accelerator=getattr(args, "accelerator", "cpu"))
+                         accelerator=args.accelerator)
     return train_run([], overlay, seed, experiment=args.experiment,
                      run_name=f"{config['name']}-H{horizon}-seed{seed}", parent_run_id=parent,
                      namespace=NAMESPACE, key=config_key([overlay]), tags=child_tags(config["name"], horizon),

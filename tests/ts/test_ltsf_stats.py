@@ -16,7 +16,7 @@ from pipelines.eval import ltsf_stats
 from pipelines.eval.ltsf_models import missing_package
 from tests.helpers import ROOT, migrated_store, runs
 
-needs_statsmodels = pytest.mark.skipif(missing_package('statsmodels') is not None,
+needs_statsmodels = pytest.mark.skipif(missing_package("statsmodels") is not None,
                                        reason="statsmodels is not installed (the optional ltsf extra)")
 
 
@@ -160,9 +160,9 @@ SMALL_RUN = ("--lookback", "32", "--horizons", "8", "--seeds", "0")
 def test_absent_statsmodels_makes_the_runner_a_reason(monkeypatch):
     from pipelines.eval.ltsf import baseline_runner
 
-    assert baseline_runner("ets") is ltsf_stats.ets_run or missing_package('statsmodels') is not None
+    assert baseline_runner("ets") is ltsf_stats.ets_run or missing_package("statsmodels") is not None
     monkeypatch.setitem(sys.modules, "statsmodels", None)  # `import statsmodels` raises ImportError
-    assert missing_package('statsmodels') is not None
+    assert missing_package("statsmodels") is not None
     assert baseline_runner("ets") == "statsmodels is not installed (pip install -e '.[ltsf]')"
 
 
