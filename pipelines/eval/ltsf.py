@@ -97,6 +97,11 @@ def check_args(args: argparse.Namespace) -> None:
                          ("--lookback", [args.lookback])):
         if any(v < 1 for v in values):
             raise PosencError(f"{name} must be positive, got {values}")
+    if args.accelerator == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PosencError("--accelerator gpu: no CUDA GPU is visible here (use cpu, or auto)")
 
 
 def baseline_runner(name: str) -> Any:

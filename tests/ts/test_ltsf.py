@@ -225,6 +225,9 @@ def test_etth1_children_are_nested_runs_of_the_sweep_runner(tmp_path):
 @pytest.mark.parametrize("extra,message", [
     (["--baselines", "arima"], "error: unknown --baselines arima; known: naive ridge lightgbm ets"),
     (["--horizons", "0"], "error: --horizons must be positive, got [0]"),
+    pytest.param(["--accelerator", "gpu"],
+                 "error: --accelerator gpu: no CUDA GPU is visible here (use cpu, or auto)",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible here")),
 ])
 def test_benchmark_bad_input_is_one_line(tmp_path, capsys, extra, message):
     from pipelines.eval.ltsf import main
