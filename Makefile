@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 # Bytecode for what the entry points import, written once here (~45 CPU s): otherwise make test's two
 # workers both compile torch/Lightning/MLflow at once (~30 CPU s each), and so does the first make train.
-WARM_IMPORTS := import pipelines.train, pipelines.eval.compare, pipelines.inference.predict, \
+WARM_IMPORTS := import pipelines.train, pipelines.studies.compare, pipelines.inference.predict, \
   mlflow.store.tracking.sqlalchemy_store, matplotlib.pyplot
 
 install: $(STAMP) ## Create .venv and install torch, then the project (skipped when up to date)
@@ -59,10 +59,10 @@ evaluate: $(STAMP) ## Score CKPT (checkpoint or MLflow run id) at 1-16x its trai
 
 compare: $(STAMP) ## Train CONFIG per scheme in SCHEMES="..." and seed in SEEDS (default "0 1 2"; finished runs are reused), compare with CIs
 	@test -n "$(SCHEMES)" || { echo "error: set SCHEMES=\"none rope alibi ...\" (names in configs/posenc/)" >&2; exit 2; }
-	$(PY) -m pipelines.eval.compare --config $(CONFIG) --schemes $(SCHEMES) --seeds $(or $(SEEDS),0 1 2) $(ARGS)
+	$(PY) -m pipelines.studies.compare --config $(CONFIG) --schemes $(SCHEMES) --seeds $(or $(SEEDS),0 1 2) $(ARGS)
 
 figures: $(STAMP) ## Regenerate docs/figures/*.png from the newest make train runs (DNA LM, forecaster)
-	$(PY) -m pipelines.eval.figures --out docs/figures $(ARGS)
+	$(PY) -m pipelines.studies.figures --out docs/figures $(ARGS)
 
 # -n 2: two pytest-xdist workers (one torch thread each, tests/conftest.py); --dist loadfile keeps a
 # file's tests, and so its module-scoped trained fixtures, on one worker; --durations: where time goes.
@@ -106,7 +106,7 @@ clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 
 .PHONY: experiments
 experiments: $(STAMP) ## Run the literature's claims with their controls (configs/experiments/) [ONLY=name] [ARGS=--smoke]
-	$(PY) -m pipelines.eval.claims $(if $(ONLY),--only $(ONLY)) $(ARGS)
+	$(PY) -m pipelines.studies.claims $(if $(ONLY),--only $(ONLY)) $(ARGS)
 
 .PHONY: predict
 predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INPUT, write OUTPUT
@@ -124,5 +124,5 @@ LTSF_CONFIGS ?= configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml 
 benchmark-ltsf: $(STAMP) ## ETTh1 under the literature's protocol: DATA=ETTh1.csv [HORIZONS=..] [SEEDS=..] [OUT=..] [ARGS=..]
 	@test -n "$(DATA)" || { echo "usage: make benchmark-ltsf DATA=path/to/ETTh1.csv [HORIZONS=\"96 192 336 720\"] [SEEDS=\"0 1 2\"]" >&2; exit 2; }
 	@$(PY) -c "import lightgbm, statsmodels" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[ltsf]" >/dev/null || true
-	$(PY) -m pipelines.eval.ltsf --data "$(DATA)" --horizons $(or $(HORIZONS),96 192 336 720) \
+	$(PY) -m pipelines.studies.ltsf --data "$(DATA)" --horizons $(or $(HORIZONS),96 192 336 720) \
 	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --out $(or $(OUT),docs/ltsf_results) $(ARGS)

@@ -24,6 +24,7 @@ from pipelines.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.config_errors import user_error
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
+from pipelines.inference.registry import RegisterModel
 from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
 from pipelines.tasks.base import TaskModule, mlflow_loggers
 from pipelines.tasks.distributed import end_process_group
@@ -37,7 +38,6 @@ from pipelines.tracking.failure import (
     note_store,
     stop_on_sigterm,
 )
-from pipelines.tracking.registry import RegisterModel
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
 from pipelines.tracking.runlock import release_all as release_run_locks
@@ -262,7 +262,7 @@ class PosencCLI(LightningCLI):
 
     def _print_lengths(self, logger: Any) -> None:
         """The causal LM's whole-window table (and figure artifact) when the test pass logged one."""
-        from pipelines.eval.whole_window import log_run_lengths
+        from pipelines.tracking.whole_window import log_run_lengths
 
         train_length = getattr(self.datamodule, "seq_len", None)
         window = getattr(getattr(self.model, "backbone", None), "window", None)

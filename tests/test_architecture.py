@@ -106,12 +106,32 @@ def test_layers_point_one_way_and_parsers_stay_light():
         assert not used & {"lightning", "mlflow", "pipelines"}, rel
 
 
-def layer(module: str) -> int:
-    """Its layer, lowest first: posenc's encodings, posenc.nn (the attention and Transformer), posenc's
-    diagnostics, datamodules, pipelines.tasks, the rest of pipelines, the ``pipelines`` package itself."""
-    prefixes = ("posenc.nn", "posenc.diagnostic", "datamodules", "pipelines.tasks", "pipelines.")
-    ranks = [i + 1 for i, p in enumerate(prefixes) if module == p or module.startswith(p)]
-    return ranks[0] if ranks else (6 if module == "pipelines" else 0)
+#: Every project module's layer, lowest first (the README's "How it fits together"): the library's
+#: encodings, attention and diagnostics; parsing; shared utilities; tasks; MLflow tracking; inference
+#: (resolve, load, write, register); the training command (``pipelines.cli``, below the evaluation because
+#: every sweep child trains through it); the evaluation library; the studies and benchmarks built on it;
+#: the entry-point shim and the package's public surface. A prefix owns its submodules.
+RANKS = (
+    ("posenc", 0), ("posenc.nn", 1), ("posenc.diagnostics", 2), ("posenc.diagnostic_plots", 2),
+    ("datamodules", 3),
+    ("pipelines.safety", 4), ("pipelines.machine", 4), ("pipelines.console", 4),
+    ("pipelines.tasks", 5),
+    ("pipelines.tracking", 6),
+    ("pipelines.inference", 7),
+    ("pipelines.cli", 8), ("pipelines.ckpt_config", 8), ("pipelines.config_errors", 8),
+    ("pipelines.eval", 9),
+    ("pipelines.studies", 10), ("pipelines.bench", 10),
+    ("pipelines.train", 11),
+)
+PUBLIC_SURFACE = 12  # the ``pipelines`` package itself (its ``__init__``), above everything it names
+
+
+def layer(module: str) -> int | None:
+    """The layer of the longest :data:`RANKS` prefix that owns ``module``; ``None``: unranked."""
+    if module == "pipelines":
+        return PUBLIC_SURFACE
+    owners = [(len(p), r) for p, r in RANKS if module == p or module.startswith(p + ".")]
+    return max(owners)[1] if owners else None
 
 
 def back_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
@@ -119,9 +139,20 @@ def back_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     return {(m, t) for m, targets in graph.items() for t in targets if layer(t) > layer(m)}
 
 
+def test_every_module_has_a_layer():
+    assert [m for m in modules() if layer(m) is None] == []
+
+
 def test_the_back_arrow_finder_finds_one():
     graph = {"pipelines.tasks.lm": {"pipelines.inference.loading", "posenc.nn"}, "posenc.nn": {"posenc"}}
     assert back_arrows(graph) == {("pipelines.tasks.lm", "pipelines.inference.loading")}
+    # the two that ran back up before the studies moved out of pipelines/eval
+    old = {"pipelines.cli": {"pipelines.eval.whole_window"}, "pipelines.eval.sweep": {"pipelines.cli"},
+           "pipelines.tracking.registry": {"pipelines.inference.loading"},
+           "pipelines.inference.resolve": {"pipelines.tracking.store"}}
+    assert back_arrows(old) == {("pipelines.cli", "pipelines.eval.whole_window"),
+                                ("pipelines.tracking.registry", "pipelines.inference.loading")}
+    assert back_arrows({"pipelines.eval.sweep": {"pipelines.studies.compare"}}) != set()
 
 
 def test_imports_point_down_the_layers():
@@ -130,12 +161,20 @@ def test_imports_point_down_the_layers():
     assert back_arrows(project_graph()) == set()
 
 
-def test_inference_only_resolves_loads_and_writes():
+def test_nothing_outside_the_studies_imports_them():
+    """The evaluation library, the tasks and everything else stand without ``pipelines.studies``."""
+    found = {(m, t) for m, targets in project_graph().items() if not m.startswith("pipelines.studies")
+             for t in targets if t.startswith("pipelines.studies")}
+    assert found == set()
+
+
+def test_inference_only_resolves_loads_writes_and_registers():
     """The predictors live beside their tasks: ``pipelines/inference/`` holds the resolver, the loader,
-    the output writer and the predict command."""
+    the output writer, the predict command, and what registers a trained model for inference (the
+    registry callback and its MLflow pyfunc face)."""
     found = {m for m in modules() if m.startswith("pipelines.inference")}
-    expected = {"pipelines.inference", *(f"pipelines.inference.{m}" for m in ("resolve", "loading", "outputs",
-                                                                            "predict"))}
+    expected = {"pipelines.inference", *(f"pipelines.inference.{m}" for m in (
+        "resolve", "loading", "outputs", "predict", "registry", "pyfunc"))}
     assert found == expected
 
 

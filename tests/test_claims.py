@@ -1,4 +1,4 @@
-"""``python -m pipelines.eval.claims``: every experiment config builds, the probes' math, and a
+"""``python -m pipelines.studies.claims``: every experiment config builds, the probes' math, and a
 tiny-budget smoke of the runner (parent runs in ``posenc-claims``, nested children, the table)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from pipelines.eval.claims.runner import build, experiment_configs, metric_name, read_config
+from pipelines.studies.claims.runner import build, experiment_configs, metric_name, read_config
 from posenc import PosencError, RoPE
 from tests.helpers import workdir_with_store
 
@@ -30,7 +30,7 @@ def test_every_experiment_config_instantiates_and_every_claim_has_one():
         assert exp.claim, name
         task = getattr(exp, "task", None)
         if task is not None:
-            from pipelines.eval.claims.context import resolve
+            from pipelines.studies.claims.context import resolve
 
             assert resolve(task).is_file()
     order = [str(read_config(p)["claim"]) for p in configs.values()]
@@ -39,11 +39,11 @@ def test_every_experiment_config_instantiates_and_every_claim_has_one():
 
 def test_bad_experiment_config_is_one_line_error(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("claim: '1'\nprimary: x\nclass_path: pipelines.eval.claims.order.OrderTask\n"
+    bad.write_text("claim: '1'\nprimary: x\nclass_path: pipelines.studies.claims.order.OrderTask\n"
                    "init_args: {nope: 1}\n")
     with pytest.raises(PosencError, match="bad.yaml: init_args do not fit OrderTask"):
         build(bad)
-    from pipelines.eval.claims.runner import main
+    from pipelines.studies.claims.runner import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--only", "no_such_experiment"])
@@ -56,7 +56,7 @@ def test_metric_names_are_what_mlflow_accepts():
 
 
 def test_lag_ratio_matches_the_closed_form_of_a_sinusoid():
-    from pipelines.eval.claims.aliasing import lag_ratio, scheme_features
+    from pipelines.studies.claims.aliasing import lag_ratio, scheme_features
 
     d, lags = 16, 300
     feats = scheme_features({"class_path": "posenc.Sinusoidal", "init_args": {"base": 100.0}}, d, lags + 5)
@@ -68,7 +68,7 @@ def test_lag_ratio_matches_the_closed_form_of_a_sinusoid():
 
 
 def test_mismatched_keys_rotate_keys_only_and_eps_zero_is_rope():
-    from pipelines.eval.claims.probes import MismatchedKeys
+    from pipelines.studies.claims.probes import MismatchedKeys
 
     rope = RoPE(16, 2)
     q, k = torch.randn(2, 1, 2, 40, 8, dtype=torch.float64)
@@ -85,7 +85,7 @@ def test_mismatched_keys_rotate_keys_only_and_eps_zero_is_rope():
 
 
 def test_gaussian_fit_recovers_width_and_rejects_a_flat_line():
-    from pipelines.eval.claims.probes import gaussian_fit
+    from pipelines.studies.claims.probes import gaussian_fit
 
     d = np.arange(33, dtype=np.float64)
     s, r2 = gaussian_fit(d, 0.3 * np.exp(-(d**2) / (2 * 5.0**2)), 0.0)
@@ -95,7 +95,7 @@ def test_gaussian_fit_recovers_width_and_rejects_a_flat_line():
 
 
 def test_order_windows_swap_is_a_label_flip_with_the_same_tokens(tmp_path):
-    from pipelines.eval.claims.order_data import OrderDataModule
+    from pipelines.studies.claims.order_data import OrderDataModule
 
     with workdir_with_store(tmp_path):
         dm = OrderDataModule(seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64)
@@ -129,7 +129,7 @@ def smoke_configs(folder: Path) -> Path:
 def test_smoke_runs_parents_children_and_the_table(tmp_path, monkeypatch):
     import mlflow
 
-    from pipelines.eval.claims.runner import run
+    from pipelines.studies.claims.runner import run
 
     monkeypatch.setenv("POSENC_FIGURES", "0")  # the children's extrapolation.png: ~1 CPU s each
     configs = smoke_configs(tmp_path / "experiments")
@@ -159,7 +159,7 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path, monkeypatch):
 def test_provenance_names_the_commit_in_a_checkout_and_none_outside(tmp_path):
     import subprocess
 
-    from pipelines.eval.claims.report import provenance
+    from pipelines.studies.claims.report import provenance
 
     root = Path(__file__).resolve().parents[1]
     here = provenance()
@@ -173,7 +173,7 @@ def test_provenance_names_the_commit_in_a_checkout_and_none_outside(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_of_every_experiment(tmp_path):
-    from pipelines.eval.claims.runner import run
+    from pipelines.studies.claims.runner import run
 
     with workdir_with_store(tmp_path):
         results = run(["--smoke", "--out", "res"])

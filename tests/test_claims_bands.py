@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.eval.claims.bands import (
+from pipelines.studies.claims.bands import (
     band_spectrum,
     concentration,
     data_band_share,
@@ -116,7 +116,7 @@ def test_model_bands_reads_each_layers_unrotated_queries_and_keys():
 def test_band_claim_runs_at_a_tiny_budget_and_keeps_the_initial_network(tmp_path):
     import json
 
-    from pipelines.eval.claims.runner import run
+    from pipelines.studies.claims.runner import run
 
     with workdir_with_store(tmp_path):
         [result] = run(["--only", "band_filters", "--smoke", "--out", "res"])

@@ -1,4 +1,4 @@
-"""``python -m pipelines.eval.claims --jobs N`` and ``--plan``: children trained in worker processes
+"""``python -m pipelines.studies.claims --jobs N`` and ``--plan``: children trained in worker processes
 give the same table as one process; the cost plan counts every experiment's children before training."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ TINY = "{model: {init_args: {net: {d_model: 16, n_heads: 2}}}, data: {init_args:
 def _configs(folder):
     """Two tiny experiments on the retrieval LM; the second shares its ``none`` children with the first."""
     folder.mkdir()
-    head = ("class_path: pipelines.eval.claims.controlled.ControlledComparison\ninit_args:\n"
+    head = ("class_path: pipelines.studies.claims.controlled.ControlledComparison\ninit_args:\n"
             "  claim_text: a tiny claim\n  task: configs/experiments/tasks/copy_lm.yaml\n"
             "  metric: bits_per_base\n  higher_is_better: false\n  seeds: [0, 1]\n  control: none\n")
     (folder / "first.yaml").write_text(
@@ -36,7 +36,7 @@ def _run(tmp_path, jobs: int):
     (the table without its time column and totals, each result without times and run ids, child runs)."""
     import mlflow
 
-    from pipelines.eval.claims.runner import run
+    from pipelines.studies.claims.runner import run
 
     root = tmp_path / f"jobs{jobs}"
     root.mkdir()
@@ -70,7 +70,7 @@ def test_two_workers_give_the_table_of_one_process(tmp_path, capfd):
 
 
 def test_plan_counts_children_and_trains_nothing(tmp_path, capsys):
-    from pipelines.eval.claims.runner import run
+    from pipelines.studies.claims.runner import run
 
     folder = _configs(tmp_path / "configs")
     with workdir_with_store(tmp_path):
@@ -83,7 +83,7 @@ def test_plan_counts_children_and_trains_nothing(tmp_path, capsys):
 
 
 def test_quick_plan_has_fewer_children_than_the_full_one(tmp_path):
-    from pipelines.eval.claims.runner import run
+    from pipelines.studies.claims.runner import run
 
     with workdir_with_store(tmp_path):
         run(["--plan", "--out", "full"])
@@ -97,7 +97,7 @@ def test_quick_plan_has_fewer_children_than_the_full_one(tmp_path):
 
 
 def test_a_quick_key_that_is_not_a_boolean_is_a_one_line_error(tmp_path):
-    from pipelines.eval.claims.runner import read_config
+    from pipelines.studies.claims.runner import read_config
     from posenc import PosencError
 
     path = tmp_path / "x.yaml"
@@ -109,7 +109,7 @@ def test_a_quick_key_that_is_not_a_boolean_is_a_one_line_error(tmp_path):
 @pytest.mark.parametrize("args, message", [(["--jobs", "0"], "--jobs: expected at least 1, got 0"),
                                            (["--measure"], "--measure: only with --plan")])
 def test_bad_jobs_options_are_one_line_errors(args, message, capsys):
-    from pipelines.eval.claims.runner import main
+    from pipelines.studies.claims.runner import main
 
     with pytest.raises(SystemExit) as exc:
         main(args)
@@ -118,7 +118,7 @@ def test_bad_jobs_options_are_one_line_errors(args, message, capsys):
 
 def test_synthetic_windows_are_drawn_once_per_process_and_unchanged(tmp_path):
     from datamodules.synthetic.datamodule import SyntheticMotifDataModule
-    from pipelines.eval.claims.order_data import OrderDataModule
+    from pipelines.studies.claims.order_data import OrderDataModule
 
     with workdir_with_store(tmp_path):
         order = OrderDataModule(seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64, seed=3)
@@ -141,8 +141,8 @@ def test_a_worker_run_is_its_planners_child_an_alias_elsewhere_and_a_dead_worker
 
     import mlflow
 
-    from pipelines.eval.claims.context import EXPERIMENT, Child, Context
     from pipelines.eval.sweep import TrainedRun
+    from pipelines.studies.claims.context import EXPERIMENT, Child, Context
     from pipelines.tracking.store import experiment_id
     from posenc import PosencError
 

@@ -7,9 +7,9 @@ import math
 
 import torch
 
-from pipelines.eval.claims.controlled import position_r2
-from pipelines.eval.claims.phase import bits_scaled
-from pipelines.eval.claims.rbf import RBFFeatureScores
+from pipelines.studies.claims.controlled import position_r2
+from pipelines.studies.claims.phase import bits_scaled
+from pipelines.studies.claims.rbf import RBFFeatureScores
 from pipelines.tasks.classify import SequenceClassifier
 from pipelines.tasks.classify_causal import CausalSequenceClassifier
 from pipelines.tasks.lm import DNALanguageModel

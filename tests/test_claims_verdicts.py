@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.eval.claims.base import ClaimResult, Experiment
-from pipelines.eval.claims.judge import Primary, parse_primary, primary_power
-from pipelines.eval.claims.sweep import Measured, retained_table
+from pipelines.studies.claims.base import ClaimResult, Experiment
+from pipelines.studies.claims.judge import Primary, parse_primary, primary_power
+from pipelines.studies.claims.sweep import Measured, retained_table
 from posenc import PosencError
 from tests.helpers import workdir_with_store
 
@@ -88,7 +88,7 @@ def test_power_and_guarded_retained_gain_of_measured():
 
 
 def test_an_underpowered_claim_is_reported_inconclusive(tmp_path, monkeypatch):
-    from pipelines.eval.claims.runner import run
+    from pipelines.studies.claims.runner import run
 
     monkeypatch.setenv("POSENC_TRUSTED_MODULES", "tests")  # the stand-in claim lives in this module
     folder = tmp_path / "configs"
@@ -112,7 +112,7 @@ def test_an_underpowered_claim_is_reported_inconclusive(tmp_path, monkeypatch):
 
 
 def test_a_config_without_a_primary_is_refused_before_anything_runs(tmp_path, monkeypatch):
-    from pipelines.eval.claims.runner import build
+    from pipelines.studies.claims.runner import build
 
     monkeypatch.setenv("POSENC_TRUSTED_MODULES", "tests")
     bad = tmp_path / "bad.yaml"
@@ -122,7 +122,7 @@ def test_a_config_without_a_primary_is_refused_before_anything_runs(tmp_path, mo
 
 
 def test_gate_leaves_exempt_claims_and_flags_unmeasured_power():
-    from pipelines.eval.claims.runner import gated
+    from pipelines.studies.claims.runner import gated
 
     class Exact(Underpowered):
         power_exempt = "exact identity"

@@ -154,7 +154,7 @@ def test_verbose_is_accepted_bare_on_the_training_command():
 
 
 def test_signature_declares_input_integers_as_double_and_warns_nothing():
-    from pipelines.tracking.registry import signature_for
+    from pipelines.inference.registry import signature_for
 
     example = pd.DataFrame({"id": ["a"], "count": [3], "x": [0.5]})
     output = pd.DataFrame({"pos": [1], "prob": [0.25], "name": ["CDS"]})
@@ -213,7 +213,7 @@ def test_ui_url_names_the_training_experiment_and_the_latest_comparison(register
 def test_make_figures_draws_the_runs_it_finds_and_names_the_command_for_the_others(registered, capsys):
     from PIL import Image
 
-    from pipelines.eval.figures import main
+    from pipelines.studies.figures import main
 
     tmp, cli, _ = registered
     with workdir_with_store(tmp):

@@ -155,7 +155,7 @@ def test_two_gloo_processes_reduce_sums_exactly(tmp_path):
 
 
 def test_compare_launches_ddp_children_as_their_own_command():
-    from pipelines.eval.compare_child import launches_processes
+    from pipelines.eval.sweep_child import launches_processes
 
     assert not launches_processes({"trainer": {"accelerator": "cpu"}})
     assert not launches_processes({"trainer": {"devices": 1, "accelerator": "gpu"}})
@@ -382,7 +382,7 @@ def test_compare_child_trains_with_ddp(tmp_path):
                                        "data: {init_args: {samples_per_epoch: 32}}\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT),
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    proc = subprocess.run([sys.executable, "-m", "pipelines.eval.compare", "--config", "tiny.yaml",
+    proc = subprocess.run([sys.executable, "-m", "pipelines.studies.compare", "--config", "tiny.yaml",
                            "--config", "ddp.yaml", "--schemes", "alibi", "--seeds", "0",
                            "--factors", "1", "2", "--out", "report"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900, start_new_session=True)

@@ -1,4 +1,4 @@
-"""The diagnostics CLI (``python -m pipelines.eval.diagnose <yaml> --out DIR``): the figures that apply to
+"""The diagnostics CLI (``python -m pipelines.studies.diagnose <yaml> --out DIR``): the figures that apply to
 a scheme written and readable; a bad config one ``error:`` line, exit status 2, nothing written."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.eval import diagnose
+from pipelines.studies import diagnose
 from tests.helpers import ROOT, readable_png
 
 

@@ -215,7 +215,7 @@ def test_callback_logs_one_metric_per_length_with_steps(rope_run):
 def test_the_callbacks_block_sums_are_read_back_by_compare(rope_run):
     """blocks.csv of the after-fit sweep, as ``make compare`` reads it: per variant and length the
     per-block (bits, bases) whose ratio is the logged metric, and the trivial baseline's."""
-    from pipelines.eval.compare_runs import ChildRun, read_child
+    from pipelines.studies.compare_runs import ChildRun, read_child
 
     tmp, cli = rope_run
     child = read_child(store_client(tmp), ChildRun("rope", 0, cli.trainer.logger.run_id, "trained"))

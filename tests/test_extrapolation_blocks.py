@@ -100,8 +100,8 @@ def test_the_claims_dna_lm_scores_at_least_a_megabase_of_its_test_region():
 
 def test_smoke_cuts_the_length_sweep_of_a_task_to_two_batches():
     """``--smoke`` is a wiring check: a child of the DNA LM task must not score its whole 1 Mb."""
-    from pipelines.eval.claims.context import SMOKE, smoke_overlay
     from pipelines.eval.evaluate import load_config
+    from pipelines.studies.claims.context import SMOKE, smoke_overlay
 
     config = load_config([str(ROOT / "configs/experiments/tasks/dna_lm.yaml")])
     (sweep,) = smoke_overlay(config)["trainer"]["callbacks"]

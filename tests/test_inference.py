@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from pipelines import DNALanguageModel, Forecaster, FrameSegmenter, MaskedDNAModel, SequenceClassifier
 from pipelines.inference import load_model
+from pipelines.inference.registry import RegisterModel
 from pipelines.tasks.windows import keep_ranges, window_starts
-from pipelines.tracking.registry import RegisterModel
 from posenc import PosencError
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}

@@ -30,7 +30,7 @@ from datamodules import DNADataModule, TimeSeriesDataModule
 from datamodules.dna.classify import ClassificationDataModule
 from datamodules.legacy import legacy_keys, nest
 from pipelines import DNALanguageModel, Forecaster
-from pipelines.tracking.registry import RegisterModel
+from pipelines.inference.registry import RegisterModel
 from posenc import PosencError
 from tests.helpers import dm_kwargs, random_bases, seasonal_frame, write_csv, write_fasta
 

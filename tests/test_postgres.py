@@ -201,7 +201,7 @@ def test_fit_evaluate_predict_and_two_compares_share_one_postgres_server(server,
                    "--input", "new.fa", "--output", "bits.tsv"))
     assert len((tmp_path / "bits.tsv").read_text().splitlines()) > 1
 
-    procs = [command(uri, tmp_path, "pipelines.eval.compare", "--config", "tiny.yaml", "--schemes", scheme,
+    procs = [command(uri, tmp_path, "pipelines.studies.compare", "--config", "tiny.yaml", "--schemes", scheme,
                      "--seeds", "0", "--factors", "1", "2", "--experiment", "posenc-compare",
                      "--out", f"cmp-{scheme}")
              for scheme in ("alibi", "none")]

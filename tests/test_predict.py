@@ -35,7 +35,7 @@ def fit(tmp: Path, config: str, *extra: str):
 
 def registered(cli):
     """The RegisterModel callback of a finished fit (its model URI)."""
-    from pipelines.tracking.registry import RegisterModel
+    from pipelines.inference.registry import RegisterModel
 
     return next(c for c in cli.trainer.callbacks if isinstance(c, RegisterModel))
 

@@ -152,7 +152,7 @@ def test_ckpt_path_hyperparameters_naming_an_untrusted_class_are_refused(tmp_pat
 def model_checkpoint(path: Path, pe_class: str) -> Path:
     """A real tiny DNA LM checkpoint whose saved encoding spec names ``pe_class``."""
     from pipelines import DNALanguageModel
-    from pipelines.tracking.registry import RegisterModel
+    from pipelines.inference.registry import RegisterModel
 
     torch.manual_seed(0)
     model = DNALanguageModel(**TINY, pe={"class_path": "posenc.RoPE"})

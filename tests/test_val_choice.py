@@ -1,4 +1,4 @@
-"""Choosing a configuration on validation sweeps (pipelines.eval.val_choice)."""
+"""Choosing a configuration on validation sweeps (pipelines.studies.val_choice)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.eval.val_choice import choose, main, read_runs, run
+from pipelines.studies.val_choice import choose, main, read_runs, run
 
 
 def write_sweep(folder: Path, rows: dict[str, dict[int, float]], split: str = "val") -> None:

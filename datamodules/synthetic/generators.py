@@ -1,6 +1,6 @@
 """Synthetic sequences with known positional structure, and their ground truth (numpy only).
 
-Four testbeds for the claim experiments (``pipelines/eval/claims``), each seeded and each with a
+Four testbeds for the claim experiments (``pipelines/studies/claims``), each seeded and each with a
 trivial reference (what a model that ignores positions and context scores) and the Bayes-optimal
 reference (what the generating process itself scores), so that a model's gain over trivial can be
 judged against the most there is to gain:

@@ -4,7 +4,7 @@
 all train through :func:`train_run`: it lays the caller's overlay and this module's own one (the
 seed, the MLflow logger) over the config layers, trains with :func:`pipelines.cli.main` — in this
 process, or as its own command when the trainer starts several processes (DDP, see
-:mod:`pipelines.eval.compare_child`) — and reads the run's metrics back from MLflow.
+:mod:`pipelines.eval.sweep_child`) — and reads the run's metrics back from MLflow.
 
 Every run is a child of ``parent_run_id`` (tag ``mlflow.parentRunId``) named ``run_name``, with the
 tags ``<namespace>.seed``, ``<namespace>.key`` (when a key is given) and ``<namespace>.complete``
@@ -39,8 +39,8 @@ from typing import Any
 import yaml
 
 from datamodules.legacy import legacy_keys
-from pipelines.eval.compare_child import launches_processes, run_in_subprocess
 from pipelines.eval.evaluate import ExtrapolationEval, _merge, load_config
+from pipelines.eval.sweep_child import launches_processes, run_in_subprocess
 from pipelines.tasks.base import mlflow_loggers
 from pipelines.tracking.store import tracking_uri
 from posenc import PosencError

@@ -24,7 +24,7 @@ from pipelines.tasks.base import check_task
 from pipelines.tasks.resources import check_checkpoint
 from posenc import PosencError
 
-META_KEY = "posenc_inference"  # checkpoint entry written by pipelines.tracking.registry.RegisterModel
+META_KEY = "posenc_inference"  # checkpoint entry written by pipelines.inference.registry.RegisterModel
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Model cards: what a registered model is, as its MLflow description and tags.
 
-Every model :class:`~pipelines.tracking.registry.RegisterModel` registers gets a Markdown
+Every model :class:`~pipelines.inference.registry.RegisterModel` registers gets a Markdown
 description (task, positional encoding, data and split, training length and budget, the headline
 metrics beside their baselines as stored in the run, the command that trained it) on the registered
 model and on the version, and tags for searching (``task``, ``scheme``, ``data``, ``train_length``).

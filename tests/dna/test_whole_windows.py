@@ -12,7 +12,13 @@ import yaml
 
 from datamodules import DNADataModule
 from datamodules.legacy import flatten
-from pipelines.eval.whole_window import FIGURE, format_lengths, length_figure, log_run_lengths, read_lengths
+from pipelines.tracking.whole_window import (
+    FIGURE,
+    format_lengths,
+    length_figure,
+    log_run_lengths,
+    read_lengths,
+)
 from tests.helpers import flat_dm, readable_png, store_client, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,7 +181,7 @@ def test_make_train_prints_the_table_and_logs_the_figure(tmp_path, capfd):
     client = store_client(tmp_path)
     names = {a.path for a in client.list_artifacts(cli.trainer.logger.run_id)}
     assert FIGURE in names
-    from pipelines.eval.figures import whole_windows  # make figures: the same figure from the run
+    from pipelines.studies.figures import whole_windows  # make figures: the same figure from the run
 
     run = client.get_run(cli.trainer.logger.run_id)
     assert run.data.params["seq_len"] == "32"
@@ -183,10 +189,10 @@ def test_make_train_prints_the_table_and_logs_the_figure(tmp_path, capfd):
 
 
 def test_compare_report_shows_the_chain_per_length_and_draws_the_whole_window_figure(tmp_path):
-    from pipelines.eval.compare_report import markdown, others, whole_window_figure
-    from pipelines.eval.compare_runs import ChildRun, TaskInfo
-    from pipelines.eval.compare_stats import compare
     from pipelines.eval.extrapolation import TRAINED
+    from pipelines.studies.compare_report import markdown, others, whole_window_figure
+    from pipelines.studies.compare_runs import ChildRun, TaskInfo
+    from pipelines.studies.compare_stats import compare
 
     info = TaskInfo("dna_lm", "bits_per_base", False, 128, [128, 256], "tokens", "position", "order-0 Markov")
     chain = {"markov0": 2.0, "markov_best": 1.938, "markov_best_L128": 1.9390, "markov_best_L256": 1.9384}

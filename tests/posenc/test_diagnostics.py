@@ -1,6 +1,6 @@
 """posenc.diagnostics against hand computations, and posenc.diagnostic_plots' figures written and readable.
 
-The CLI that writes a config's figures (pipelines.eval.diagnose) is tested in tests/test_diagnose.py.
+The CLI that writes a config's figures (pipelines.studies.diagnose) is tested in tests/test_diagnose.py.
 """
 
 from __future__ import annotations

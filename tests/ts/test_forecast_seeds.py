@@ -1,10 +1,10 @@
-"""``python -m pipelines.eval.forecast_seeds``: the paired comparison over seeds, from runs' metrics."""
+"""``python -m pipelines.studies.forecast_seeds``: the paired comparison over seeds, from runs' metrics."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines.eval.forecast_seeds import SeedRun, comparison, decimals, table
+from pipelines.studies.forecast_seeds import SeedRun, comparison, decimals, table
 
 
 def seed_run(i: int, mse: float, mae: float) -> SeedRun:
@@ -34,7 +34,7 @@ def test_the_table_shows_about_four_significant_digits():
 
 @pytest.mark.slow  # three tiny forecaster fits through the sweep runner
 def test_seeds_are_children_of_one_parent_and_a_rerun_trains_only_new_seeds(tmp_path, series_csv, capsys):
-    from pipelines.eval.forecast_seeds import NAMESPACE, main
+    from pipelines.studies.forecast_seeds import NAMESPACE, main
     from tests.helpers import ROOT, store_client, workdir_with_store
 
     small = [f"--data.path={series_csv}", "--data.time_col=when", "--data.target_cols=[load]",

@@ -154,7 +154,7 @@ def run_benchmark(tmp_path: Path, *extra: str, data: Path | None = None,
     for i, text in enumerate(models):
         configs.append(tmp_path / f"model{i}.yaml")
         configs[-1].write_text(text)
-    cmd = [sys.executable, "-m", "pipelines.eval.ltsf", "--data", str(data), "--lookback", "32",
+    cmd = [sys.executable, "-m", "pipelines.studies.ltsf", "--data", str(data), "--lookback", "32",
            "--horizons", "8", "--seeds", "0", "--configs", *map(str, configs),
            "--out", str(tmp_path / "out"), "--threads", "1", *extra]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
@@ -230,7 +230,7 @@ def test_etth1_children_are_nested_runs_of_the_sweep_runner(tmp_path):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible here")),
 ])
 def test_benchmark_bad_input_is_one_line(tmp_path, capsys, extra, message):
-    from pipelines.eval.ltsf import main
+    from pipelines.studies.ltsf import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--data", str(tmp_path / "x.csv"), "--out", str(tmp_path / "out"), *extra])
@@ -247,7 +247,7 @@ def small_protocol(n_channels: int = 2) -> object:
 
 
 def test_baselines_on_the_protocols_windows():
-    from pipelines.eval.ltsf_models import ridge_run, seasonal_naive_run
+    from pipelines.studies.ltsf_models import ridge_run, seasonal_naive_run
 
     data = small_protocol()
     truth = data.windows("test", 48, 8)[1]
@@ -261,7 +261,7 @@ def test_baselines_on_the_protocols_windows():
 
 def test_lightgbm_forecasts_every_window_recursively():
     pytest.importorskip("lightgbm", reason="lightgbm is not installed (the optional ltsf extra)")
-    from pipelines.eval.ltsf_trees import lightgbm_run
+    from pipelines.studies.ltsf_trees import lightgbm_run
 
     data = small_protocol()
     truth = data.windows("test", 336, 8)[1]
@@ -272,7 +272,7 @@ def test_lightgbm_forecasts_every_window_recursively():
 
 
 def test_raw_linear_path_starts_as_the_ridge_baseline():
-    from pipelines.eval.ltsf_models import forecast, ridge_run, warm_start
+    from pipelines.studies.ltsf_models import forecast, ridge_run, warm_start
     from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
 
     data = small_protocol()
@@ -301,8 +301,8 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from datamodules.timeseries.ltsf_data import LTSFDataModule
-    from pipelines.eval.ltsf_fit import LTSFProtocol
-    from pipelines.eval.ltsf_models import forecast
+    from pipelines.studies.ltsf_fit import LTSFProtocol
+    from pipelines.studies.ltsf_models import forecast
     from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
 
     dm = LTSFDataModule(str(small_csv(tmp_path / "small.csv")), lookback=48, horizon=8,
@@ -330,7 +330,7 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
 
 
 def test_short_budget_epochs_log_every_epoch_without_lightnings_warning():
-    from pipelines.eval.ltsf_fit import log_interval
+    from pipelines.studies.ltsf_fit import log_interval
 
     assert log_interval({"samples_per_epoch": 2048, "batch_size": 128}) == 16  # the budget configs' epochs
     assert log_interval({"samples_per_epoch": 100, "batch_size": 128}) == 1
@@ -346,9 +346,9 @@ MODEL_CONFIGS = [p for p in sorted((ROOT / "configs" / "ltsf").glob("*.yaml"))
 def test_every_ltsf_config_loads_and_becomes_a_trainer_config(path):
     """Each shipped benchmark config loads, and becomes a CLI config on the accelerator asked for
     (``--accelerator``: cpu by default, gpu for the paper-budget runs), one device, its own budget."""
-    from pipelines.eval.ltsf import parse_args
-    from pipelines.eval.ltsf_fit import cli_config
-    from pipelines.eval.ltsf_models import load_model_config
+    from pipelines.studies.ltsf import parse_args
+    from pipelines.studies.ltsf_fit import cli_config
+    from pipelines.studies.ltsf_models import load_model_config
 
     config = load_model_config(path)
     assert parse_args(["--data", "x.csv", "--out", "o"]).accelerator == "cpu"

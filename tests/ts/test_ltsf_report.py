@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines.eval.ltsf_report import lookback_lines, summary_markdown
+from pipelines.studies.ltsf_report import lookback_lines, summary_markdown
 
 
 def rows(model: str, at_train: list[float], at_512: list[float], naive: float = 0.5) -> list[dict]:
@@ -47,7 +47,7 @@ def test_no_section_without_longer_lookbacks_and_none_without_naive():
 
 
 def test_lookback_figure_is_drawn_only_with_longer_lookbacks(tmp_path):
-    from pipelines.eval.ltsf_report import lookback_figure
+    from pipelines.studies.ltsf_report import lookback_figure
 
     assert lookback_figure(rows("m", [0.4, 0.41], [0.45, 0.46]), 336, tmp_path / "a.png")
     assert (tmp_path / "a.png").stat().st_size > 0

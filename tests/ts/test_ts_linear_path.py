@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
-from pipelines.eval import ts_defaults
+from pipelines.studies import ts_defaults
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag

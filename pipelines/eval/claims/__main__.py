@@ -1,4 +1,0 @@
-from pipelines.eval.claims.runner import main
-
-if __name__ == "__main__":  # not when a --jobs worker (spawned) imports this module
-    main()

@@ -1,0 +1,105 @@
+"""What every claim experiment shares: its result, its context (MLflow parent run, output folder,
+budget), and the base class the experiment modules derive from.
+
+An experiment is a class with ``claim`` (the literature's claim, one sentence) and
+:meth:`Experiment.run`, built from ``configs/experiments/<name>.yaml`` (``class_path`` /
+``init_args``). It returns a :class:`ClaimResult`: the table row (setup, measured, holds?) and the
+details written to ``docs/claims.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pipelines.eval.statistics import Estimate, estimate
+
+Verdict = Literal["yes", "no", "partly", "inconclusive (underpowered)"]
+
+
+@dataclass
+class ClaimResult:
+    """One row of the claims table and what backs it.
+
+    Attributes:
+        setup: what was trained and measured, in one or two sentences.
+        measured: the numbers (mean ± 95 % Student-t half-width over seeds where there are seeds).
+        holds: ``yes``, ``no`` or ``partly`` — decided from the measurements by the experiment's rule —
+            or ``inconclusive (underpowered)`` when the runner's power gate overrides it.
+        rule: the rule that decided ``holds``, in words.
+        power: gain over the trivial baseline at L₀ / half-width of its 95 % interval (None: not
+            measured; the gate then calls a trained claim underpowered).
+        power_text: how the power was measured (arm, gain, interval, method).
+        primary: the declared primary comparison and its Holm-adjusted result.
+        raw_holds: the rule's verdict before the power gate.
+        details: Markdown tables with every number the row summarises.
+        figures: PNG paths written by the experiment.
+        metrics: flat numbers logged to the parent MLflow run.
+    """
+
+    setup: str
+    measured: str
+    holds: Verdict
+    rule: str
+    details: str = ""
+    figures: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    power: float | None = None
+    power_text: str = ""
+    primary: str = ""
+    raw_holds: str = ""
+    name: str = ""
+    claim: str = ""
+    number: str = ""
+    command: str = ""
+    wall_s: float = math.nan
+    cpu_s: float = math.nan
+    children: list[str] = field(default_factory=list)
+
+    def to_json(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1, default=str))
+
+
+class Experiment:
+    """Base of the claim experiments: subclasses set ``claim`` and implement :meth:`run`; one that
+    trains nothing (or measures an exact identity) says why in ``power_exempt`` (no power gate)."""
+
+    claim: ClassVar[str] = ""
+    power_exempt: ClassVar[str] = ""
+
+    def run(self, ctx: Any) -> ClaimResult:
+        raise NotImplementedError
+
+    def children(self, ctx: Any) -> list[Any]:
+        """The trainings :meth:`run` asks ``ctx.train`` for, in the order it asks
+        (:class:`~pipelines.studies.claims.context.Child`); ``--jobs N`` trains them ahead in workers
+        (one left out is trained in the main process when asked for, so a miss costs time, not
+        correctness). Default: none."""
+        return []
+
+
+def est(values: Sequence[float]) -> Estimate:
+    """:func:`pipelines.eval.statistics.estimate` of the finite values (NaN estimate if none)."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return estimate(finite) if finite else estimate([math.nan])
+
+
+def fmt(e: Estimate, digits: int = 3) -> str:
+    """``mean ± half-width (n)``; a single value without an interval; ``undefined`` for NaN."""
+    if not math.isfinite(e.mean):
+        return "undefined"
+    return f"{e.text(digits)}" + (f" (n={e.n})" if e.n > 1 else "")
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (numbers already formatted by the caller)."""
+    out = [
+        "| " + " | ".join(h.replace("|", "\\|") for h in header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+    ]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(out) + "\n"

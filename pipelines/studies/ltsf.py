@@ -1,0 +1,291 @@
+"""The long-horizon forecasting benchmark (ETTh1 and its protocol) with the literature's models.
+
+Usage::
+
+    python -m pipelines.studies.ltsf --data ETTh1.csv --horizons 96 192 336 720 --seeds 0 1 2 \\
+        --configs configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml \\
+                  configs/ltsf/dlinear_etth1.yaml \\
+        --baselines naive ridge lightgbm ets --out docs/ltsf_results
+    make benchmark-ltsf DATA=path/to/ETTh1.csv
+
+The protocol (:mod:`datamodules.timeseries.ltsf`): rows 8640 / 2880 / 2880, a train-only scaler, all
+columns in and out, every test window scored; MSE and MAE on the scaled data (``test/mse_scaled``,
+``test/mae_scaled``). Each model config (``configs/ltsf/*.yaml``) is trained per horizon and seed by
+the sweep runner (:func:`pipelines.eval.sweep.train_run`: the Lightning CLI on the config
+:mod:`pipelines.studies.ltsf_fit` makes of it), early-stopped on val; baselines are fitted on the same
+windows, their choices made on val. ``--schemes`` swaps the encoding of the first config
+(``configs/posenc/<name>.yaml``) for an encoding table, ``--test-lookbacks`` also scores the trained
+models at longer lookbacks.
+
+One MLflow parent run, one nested child per model × horizon × seed (metrics with their unit in the
+name; tags ``posenc.ltsf.model``, ``.horizon``, ``.seed``, ``.complete`` and ``.chosen``, what was
+chosen on val); ``results.csv`` (one row per child, written as each finishes: ``--resume`` skips the
+rows it has), ``summary.md`` (mean ± 95 % CI over seeds, CPU time) and ``ltsf.png`` (MSE per horizon
+beside the published numbers) go to ``--out`` and the parent run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datamodules.timeseries.ltsf import LTSFData, read_ltsf, scaled_errors
+from pipelines.console import configure
+from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
+from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
+from pipelines.studies.ltsf_report import FIELDS, figure, summary_markdown
+from posenc import PosencError
+
+BASELINES = ("naive", "ridge", "lightgbm", "ets")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pipelines.studies.ltsf", description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="the series (e.g. ETTh1.csv)")
+    p.add_argument("--time-col", default="date", help="timestamp column (default: date)")
+    p.add_argument("--horizons", type=int, nargs="+", default=[96, 192, 336, 720])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--lookback", type=int, default=336)
+    p.add_argument("--configs", nargs="*", default=[], help="model configs (configs/ltsf/*.yaml)")
+    p.add_argument("--schemes", nargs="*", default=[],
+                   help="encodings (configs/posenc/<name>.yaml) swapped into the first config, a model each")
+    p.add_argument("--baselines", nargs="*", default=list(BASELINES), help=f"of {' '.join(BASELINES)}")
+    p.add_argument("--test-lookbacks", type=int, nargs="*", default=[],
+                   help="also score the trained models at these longer lookbacks (same test targets)")
+    p.add_argument("--max-epochs", type=int, default=None, help="override every config's train.max_epochs")
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu", "auto"),
+                   help="where the neural models train (default: cpu; gpu/auto use a GPU where there is one, "
+                        "float32 as on CPU)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's; 1 is faster on a busy machine)")
+    p.add_argument("--experiment", default="posenc-ltsf", help="MLflow experiment")
+    p.add_argument("--out", required=True, help="folder for results.csv and summary.md")
+    p.add_argument("--val-only", action="store_true",
+                   help="model selection: train and score on val only; the test windows are never forecast")
+    p.add_argument("--resume", action="store_true", help="keep --out/results.csv and skip the rows it has")
+    return p.parse_args(argv)
+
+
+def model_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The neural models: every ``--configs`` file, then the first one once per ``--schemes`` encoding."""
+    from pipelines.studies.compare import scheme_file
+
+    configs = [load_model_config(c) for c in args.configs]
+    if args.schemes and not configs:
+        raise PosencError("--schemes needs a model config (--configs) to swap the encoding of")
+    configs += [with_encoding(configs[0], scheme_file(s)) for s in args.schemes]
+    for c in configs:
+        if args.max_epochs is not None:
+            c["train"]["max_epochs"] = args.max_epochs
+    names = [c["name"] for c in configs]
+    if len(set(names)) < len(names):
+        raise PosencError(f"two model configs share a name: {' '.join(names)} (set name: in one of them)")
+    return configs
+
+
+def check_args(args: argparse.Namespace) -> None:
+    unknown = sorted(set(args.baselines) - set(BASELINES))
+    if unknown:
+        raise PosencError(f"unknown --baselines {' '.join(unknown)}; known: {' '.join(BASELINES)}")
+    for name, values in (("--horizons", args.horizons), ("--test-lookbacks", args.test_lookbacks),
+                         ("--lookback", [args.lookback])):
+        if any(v < 1 for v in values):
+            raise PosencError(f"{name} must be positive, got {values}")
+    if args.accelerator == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PosencError("--accelerator gpu: no CUDA GPU is visible here (use cpu, or auto)")
+
+
+def baseline_runner(name: str) -> Any:
+    """``(data, lookback, horizon, seed) → Result``, or a reason string when its package is missing."""
+    from pipelines.studies import ltsf_models
+
+    if name == "naive":
+        return ltsf_models.seasonal_naive_run
+    if name == "ridge":
+        return ltsf_models.ridge_run
+    if name == "ets":
+        from pipelines.studies import ltsf_stats
+
+        return ltsf_models.missing_package("statsmodels") or ltsf_stats.ets_run
+    from pipelines.studies import ltsf_trees
+
+    return ltsf_models.missing_package("lightgbm") or ltsf_trees.lightgbm_run
+
+
+def jobs(args: argparse.Namespace, configs: list[dict[str, Any]]) -> list[tuple[str, int, int, Any]]:
+    """(model, horizon, seed, runner) in run order: per horizon, the baselines then every config."""
+    out = []
+    for h in args.horizons:
+        for b in args.baselines:
+            seeds = args.seeds if b == "lightgbm" else args.seeds[:1]  # naive, ridge, ets: deterministic
+            out += [(b, h, s, baseline_runner(b)) for s in seeds]
+        for c in configs:
+            out += [(c["name"], h, s, c) for s in args.seeds]
+    return out
+
+
+def run_one(job: tuple[str, int, int, Any], data: LTSFData, args: argparse.Namespace, client: Any,
+            parent: str) -> dict[str, Any] | str:
+    """Train (a model config, through the sweep runner) or fit (a baseline) one job as a nested child
+    of ``parent``; its results row, or the reason it was skipped."""
+    name, h, seed, runner = job
+    if isinstance(runner, str):
+        return runner
+    if isinstance(runner, dict):
+        run = train_child(runner, h, seed, args, parent)
+        row = neural_row(job, run, len(data.starts("test", args.lookback, h)), args)
+        measured = ("n_test_windows", "time/cpu_s", "time/wall_s")  # the rest the run logged itself
+        log_metrics(client, run.run_id, {k: row[k] for k in measured})
+        return row
+    row = row_for(job, runner(data, args.lookback, h, seed), data, args)
+    log_child(client, parent, row, args.val_only)
+    return row
+
+
+def neural_row(job: tuple, run: Any, n_test: int, args: argparse.Namespace) -> dict[str, Any]:
+    """A trained model config's row: its metrics as its MLflow run has them (NaN where it has none)
+    and the runner's CPU and wall seconds."""
+    name, h, seed, _ = job
+    m, nan = run.metrics, float("nan")
+    row = {"model": name, "horizon": h, "seed": seed, "n_test_windows": n_test,
+           "test/mse_scaled": m.get("test/mse_scaled", nan), "test/mae_scaled": m.get("test/mae_scaled", nan),
+           "val/mse_scaled": m.get("val/mse_scaled", nan),
+           "time/cpu_s": run.cpu_s, "time/wall_s": run.wall_s}
+    for n in args.test_lookbacks:
+        row[f"test/mse_scaled_L{n}"] = m.get(f"test/mse_scaled_L{n}", nan)
+    row["chosen"] = run.tags.get(f"{NAMESPACE}.chosen", "")
+    return row
+
+
+def row_for(job: tuple, result: Result, data: LTSFData, args: argparse.Namespace) -> dict[str, Any]:
+    """A baseline's row: test/val metrics (scaled), CPU and wall seconds, what was chosen on val."""
+    name, h, seed, _ = job
+    truth = data.windows("test", args.lookback, h)[1]
+    nan = {"mse_scaled": float("nan"), "mae_scaled": float("nan")}
+    test = nan if args.val_only else scaled_errors(result.pred, truth)
+    row = {"model": name, "horizon": h, "seed": seed, "n_test_windows": len(truth),
+           "test/mse_scaled": test["mse_scaled"], "test/mae_scaled": test["mae_scaled"],
+           "val/mse_scaled": result.val["mse_scaled"], "time/cpu_s": result.cpu_s,
+           "time/wall_s": result.wall_s}
+    row.update({f"test/mse_scaled_L{n}": float("nan") for n in args.test_lookbacks})  # no longer lookbacks
+    row["chosen"] = "; ".join(f"{k}={v}" for k, v in result.params.items())
+    return row
+
+
+def done_rows(path: Path, resume: bool) -> list[dict[str, Any]]:
+    if not resume or not path.is_file():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def append_row(path: Path, row: dict[str, Any], fields: list[str]) -> None:
+    new = not path.is_file()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def log_metrics(client: Any, run_id: str, values: dict[str, Any]) -> None:
+    """The finite numbers of ``values`` as metrics of ``run_id``."""
+    for k, v in values.items():
+        if isinstance(v, (int, float)) and np.isfinite(v):
+            client.log_metric(run_id, k, float(v))
+
+
+def log_child(client: Any, parent: str, row: dict[str, Any], val_only: bool = False) -> None:
+    """A baseline's nested MLflow run, tagged as the sweep runner tags a trained model's: its metrics
+    (units in their names) and what was chosen on val."""
+    model, h, seed = row["model"], row["horizon"], row["seed"]
+    tags = {"mlflow.parentRunId": parent, **child_tags(model, h), f"{NAMESPACE}.seed": str(seed),
+            f"{NAMESPACE}.chosen": row.get("chosen", "")[:5000]}
+    exp_id = client.get_run(parent).info.experiment_id
+    rid = client.create_run(exp_id, run_name=f"{model}-H{h}-seed{seed}", tags=tags).info.run_id
+    log_metrics(client, rid, {k: v for k, v in row.items() if k not in ("model", "horizon", "seed", "chosen")
+                              and not (val_only and k.startswith("test/"))})
+    client.set_tag(rid, f"{NAMESPACE}.complete", "true")
+    client.set_terminated(rid, "FINISHED")
+
+
+def progress_line(row: dict[str, Any], val_only: bool) -> str:
+    test = "" if val_only else f"test MSE {row['test/mse_scaled']:.4f} MAE {row['test/mae_scaled']:.4f}; "
+    return (f"{row['model']} H={row['horizon']} seed={row['seed']}: {test}"
+            f"val MSE {row['val/mse_scaled']:.4f} "
+            f"({row['time/cpu_s']:.0f} CPU s, {row['time/wall_s']:.0f} s wall)")
+
+
+def run(argv: Sequence[str] | None = None) -> Path:
+    import mlflow
+
+    from pipelines.tracking.store import experiment_id, tracking_uri
+
+    args = parse_args(argv)
+    configure(verbose=False, progress=False)
+    check_args(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    configs = model_configs(args)
+    data = read_ltsf(args.data, time_col=args.time_col)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.csv"
+    rows = done_rows(results, args.resume)
+    if not args.resume and results.exists():
+        results.unlink()
+    have = {(r["model"], int(r["horizon"]), int(r["seed"])) for r in rows}
+    fields = FIELDS + [f"test/mse_scaled_L{n}" for n in args.test_lookbacks] + ["chosen"]
+    client = mlflow.MlflowClient(tracking_uri())
+    exp_id = experiment_id(client, args.experiment)
+    parent = client.create_run(exp_id, run_name=f"ltsf-{Path(args.data).stem}",
+                               tags={"posenc.ltsf": "parent"}).info.run_id
+    command = " ".join(["python -m pipelines.studies.ltsf", *(argv or sys.argv[1:])])
+    client.log_param(parent, "command", command[:500])
+    skipped = []
+    for job in jobs(args, configs):
+        if job[:3] in have:
+            continue
+        row = run_one(job, data, args, client, parent)
+        if isinstance(row, str):
+            skipped.append(f"{job[0]}: {row}")
+            client.set_tag(parent, f"posenc.ltsf.skipped.{job[0]}", row[:250])
+            print(f"skipped {job[0]}: {row}", file=sys.stderr)
+            continue
+        append_row(results, row, fields)
+        rows.append(row)
+        print(progress_line(row, args.val_only), file=sys.stderr, flush=True)
+    summary = out / "summary.md"
+    summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))
+    files = [results, summary]
+    if rows and not args.val_only:
+        figure(rows, out / "ltsf.png")
+        files.append(out / "ltsf.png")
+    for f in files:
+        client.log_artifact(parent, str(f))
+    client.set_terminated(parent, "FINISHED")
+    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {client.tracking_uri}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        run(argv)
+    except PosencError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

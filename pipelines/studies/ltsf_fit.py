@@ -1,0 +1,167 @@
+"""The LTSF benchmark's model configs, trained by the sweep runner (:func:`pipelines.eval.sweep.train_run`).
+
+A benchmark model config (``configs/ltsf/*.yaml``: ``model`` and ``train``) becomes a LightningCLI
+config (:func:`cli_config`): the model, the protocol's windows (:class:`LTSFDataModule`), early stopping
+and the best-val-epoch checkpoint on ``val/loss``, and :class:`LTSFProtocol`, the callback that does
+what the protocol needs around the fit: the closed-form warm start of the linear path before it, and
+after it the choice between the best epoch and the warm start on val and the scaled metrics of every
+val and test window (the Forecaster's own test pass is off). Each model × horizon × seed is a nested
+child of the benchmark's parent run, as ``compare``'s are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from datamodules.timeseries.ltsf import scaled_errors
+from pipelines.studies.ltsf_models import forecast, longer_lookbacks, warm_start
+
+NAMESPACE = "posenc.ltsf"  # the children's tags: <namespace>.model/.horizon (ours), .seed/.key/.complete
+DATAMODULE = "datamodules.timeseries.ltsf_data.LTSFDataModule"
+
+
+class LTSFProtocol(Callback):
+    """Warm start before the fit; after it, the model the protocol reports and its scaled metrics.
+
+    Before training (``setup``, so the frozen path is outside the optimiser): with
+    ``linear_warm_start`` the model's linear path is ridge in closed form on every train window
+    (:func:`~pipelines.studies.ltsf_models.warm_start`) and its val MSE is noted. After training
+    (``on_fit_end``): the best val epoch's weights are loaded, and replaced by the warm start when no
+    epoch beat it on val (the kept start checkpointed as ``warm_start.ckpt``, the run's best
+    checkpoint); then ``val/mse_scaled``, ``test/mse_scaled``, ``test/mae_scaled`` (every
+    window, float64) and ``test/mse_scaled_L<n>`` per ``test_lookbacks`` are logged to the run, and
+    what was chosen as the tag ``posenc.ltsf.chosen`` (both also in ``result``).
+
+    Args:
+        linear_warm_start: start the linear path at ridge (the model needs ``warm_start_linear``).
+        test: forecast the test windows (``False``: model selection, val only).
+        test_lookbacks: also score the test targets from these longer lookbacks.
+    """
+
+    def __init__(self, linear_warm_start: bool = False, test: bool = True,
+                 test_lookbacks: list[int] | None = None) -> None:
+        self.linear_warm_start, self.test = linear_warm_start, test
+        self.test_lookbacks = list(test_lookbacks or [])
+        self.start: dict[str, Any] = {}
+        self.initial: dict[str, torch.Tensor] | None = None
+        self.result: dict[str, Any] | None = None  # after the fit: {"metrics": …, "chosen": …}
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or not self.linear_warm_start:
+            return
+        dm = trainer.datamodule
+        self.start = warm_start(pl_module, dm.data, dm.lookback, dm.horizon)
+        xv, yv = dm.data.windows("val", dm.lookback, dm.horizon)
+        self.start["val_at_start"] = scaled_errors(forecast(pl_module, xv), yv)["mse_scaled"]
+        self.initial = {k: v.clone() for k, v in pl_module.state_dict().items()}
+        pl_module.train()  # forecast() left it in eval mode
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        dm, best = trainer.datamodule, trainer.checkpoint_callback.best_model_path
+        state = torch.load(best, map_location="cpu", weights_only=True)
+        pl_module.load_state_dict(state["state_dict"])
+        xv, yv = dm.data.windows("val", dm.lookback, dm.horizon)
+        val = scaled_errors(forecast(pl_module, xv), yv)
+        start = dict(self.start)
+        if start and start["val_at_start"] <= val["mse_scaled"]:  # training did not beat the start on val
+            pl_module.load_state_dict(self.initial)
+            val = scaled_errors(forecast(pl_module, xv), yv)
+            start["kept"] = "warm start (no epoch beat it on val)"
+            self._save_kept(trainer, best)
+        metrics = {"val/mse_scaled": val["mse_scaled"], **self._test_metrics(pl_module, dm)}
+        chosen = {"epochs_run": trainer.current_epoch, "best_epoch": state["epoch"], **start}
+        self.result = {"metrics": metrics, "chosen": chosen}
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics)
+            if hasattr(logger, "run_id"):  # MLflow: what was chosen on val, as a tag
+                text = "; ".join(f"{k}={v}" for k, v in chosen.items())
+                logger.experiment.set_tag(logger.run_id, f"{NAMESPACE}.chosen", text[:5000])
+
+    @staticmethod
+    def _save_kept(trainer: Any, best: str) -> None:
+        """Checkpoint the kept warm start beside the best epoch's and make it the run's best
+        checkpoint, so the run's checkpoint is the model its metrics are of."""
+        kept = str(Path(best).with_name("warm_start.ckpt"))
+        trainer.save_checkpoint(kept, weights_only=True)
+        trainer.checkpoint_callback.best_model_path = kept
+
+    def _test_metrics(self, model: Any, dm: Any) -> dict[str, float]:
+        """The scaled test metrics at the training lookback and at each longer one it is defined at."""
+        if not self.test:
+            return {}
+        x, y = dm.data.windows("test", dm.lookback, dm.horizon)
+        test = scaled_errors(forecast(model, x), y)
+        out = {"test/mse_scaled": test["mse_scaled"], "test/mae_scaled": test["mae_scaled"]}
+        for n, pred in longer_lookbacks(model, dm.data, tuple(self.test_lookbacks), dm.lookback,
+                                        dm.horizon).items():
+            if not isinstance(pred, str):  # a string: the model is undefined at that lookback
+                out[f"test/mse_scaled_L{n}"] = scaled_errors(pred, y)["mse_scaled"]
+        return out
+
+
+def log_interval(train: dict[str, Any], default: int = 50) -> int:
+    """Lightning's ``log_every_n_steps``: its default, or the steps of one epoch when an epoch is
+    shorter (2,048 windows in batches of 128: 16 steps), so every epoch logs its training loss and
+    Lightning has nothing to warn about."""
+    if not train.get("samples_per_epoch"):
+        return default
+    steps = -(-int(train["samples_per_epoch"]) // int(train["batch_size"]))  # ceil
+    return max(1, min(default, steps))
+
+
+def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
+               time_col: str = "date", test: bool = True, test_lookbacks: tuple[int, ...] = (),
+               accelerator: str = "cpu") -> dict:
+    """The LightningCLI config that trains a benchmark model config
+    (:func:`~pipelines.studies.ltsf_models.load_model_config`) on
+    the protocol's windows of ``data``: AdamW + the model's schedule, early stopping on ``val/loss``
+    (``train.patience``), the best val epoch checkpointed, :class:`LTSFProtocol` around the fit; no
+    Forecaster test pass, model registration or resume checkpoints. ``accelerator``: Lightning's
+    (``cpu``, ``gpu``, ``auto``), one device, float32 either way."""
+    train = config["train"]
+    model = config["model"]
+    protocol = {"linear_warm_start": bool(train["linear_warm_start"]), "test": test,
+                "test_lookbacks": list(test_lookbacks)}
+    callbacks = [
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+         "init_args": {"monitor": "val/loss", "mode": "min", "save_top_k": 1}},
+        {"class_path": "lightning.pytorch.callbacks.EarlyStopping",
+         "init_args": {"monitor": "val/loss", "mode": "min", "patience": int(train["patience"])}},
+        {"class_path": f"{__name__}.LTSFProtocol", "init_args": protocol},
+    ]
+    return {
+        "model": {"class_path": model["class_path"],
+                  "init_args": {**(model.get("init_args") or {}), "plot_examples": 0}},
+        "data": {"class_path": DATAMODULE, "init_args": {
+            "path": str(Path(data).resolve()), "time_col": time_col, "lookback": lookback, "horizon": horizon,
+            "batch_size": int(train["batch_size"]), "samples_per_epoch": train["samples_per_epoch"]}},
+        "trainer": {"max_epochs": int(train["max_epochs"]), "accelerator": accelerator, "devices": 1,
+                    "log_every_n_steps": log_interval(train),
+                    "num_sanity_val_steps": 0, "gradient_clip_val": train["gradient_clip_val"],
+                    "enable_model_summary": False, "callbacks": callbacks},
+        "test_after_fit": False, "resume": False, "register": {"register": False}, "progress": False,
+    }
+
+
+def child_tags(model: str, horizon: int) -> dict[str, str]:
+    """The caller's tags of a child (beside the runner's ``.seed``, ``.key`` and ``.complete``)."""
+    return {f"{NAMESPACE}.model": model, f"{NAMESPACE}.horizon": str(horizon)}
+
+
+def train_child(config: dict[str, Any], horizon: int, seed: int, args: Any, parent: str) -> Any:
+    """Train one model config at ``horizon`` and ``seed`` as a nested child of ``parent`` with
+    :func:`~pipelines.eval.sweep.train_run` (always trained: ``--resume`` works from results.csv;
+    the key is tagged); the :class:`~pipelines.eval.sweep.TrainedRun`."""
+    from pipelines.eval.sweep import config_key, train_run
+
+    overlay = cli_config(config, args.data, args.lookback, horizon, time_col=args.time_col,
+                         test=not args.val_only, test_lookbacks=tuple(args.test_lookbacks),
+                         accelerator=args.accelerator)
+    return train_run([], overlay, seed, experiment=args.experiment,
+                     run_name=f"{config['name']}-H{horizon}-seed{seed}", parent_run_id=parent,
+                     namespace=NAMESPACE, key=config_key([overlay]), tags=child_tags(config["name"], horizon),
+                     reuse=False, log_model=False)

@@ -1,0 +1,189 @@
+"""The models of the LTSF benchmark (:mod:`pipelines.studies.ltsf`): the model configs, the pieces the
+neural models' training uses around the Lightning loop (:mod:`pipelines.studies.ltsf_fit` trains them
+through the sweep runner: the closed-form warm start, forecasting every window) and the baselines
+fitted on the same windows.
+
+Every baseline takes the protocol's data, lookback, horizon and seed and returns a :class:`Result`: the
+forecast of every test window (scaled), the validation MSE the choices were made on, and what was
+chosen. The test windows are forecast once, after every choice (epoch, penalty) is made on val.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from datamodules.timeseries.ltsf import LTSFData, scaled_errors
+from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, LinearBaseline, seasonal_naive
+from posenc import PosencError
+
+
+@dataclass
+class Result:
+    """One model × horizon × seed: its test forecast (n, H, C) scaled, the val metrics it was chosen
+    on, what was chosen (``params``) and how long it took (process CPU seconds, wall seconds)."""
+
+    pred: np.ndarray
+    val: dict[str, float]
+    params: dict[str, Any] = field(default_factory=dict)
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class Timer:
+    """Process CPU time (every thread) and wall time of a ``with`` block."""
+
+    def __enter__(self) -> Timer:
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cpu_s = time.process_time() - self.cpu0
+        self.wall_s = time.perf_counter() - self.wall0
+
+
+# ----------------------------------------------------------------------------- neural (see ltsf_fit)
+TRAIN_DEFAULTS = {"max_epochs": 10, "patience": 3, "batch_size": 128, "samples_per_epoch": None,
+                  "gradient_clip_val": None, "linear_warm_start": False}
+
+
+def missing_package(package: str) -> str | None:
+    """Why an optional baseline cannot run here (``package`` is not importable), or ``None``."""
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return f"{package} is not installed (pip install -e '.[ltsf]')"
+    return None
+
+
+def load_model_config(path: str | Path) -> dict[str, Any]:
+    """A benchmark model config: ``model`` ({class_path, init_args}) and ``train`` (max_epochs,
+    patience, batch_size, samples_per_epoch, gradient_clip_val); a clear error naming the file when
+    a key is missing or unknown."""
+    file = Path(path)
+    if not file.is_file():
+        raise PosencError(f"{file}: no such model config")
+    config = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(config.get("model"), dict) or "class_path" not in config["model"]:
+        raise PosencError(f"{file}: needs model.class_path (and model.init_args)")
+    train = {**TRAIN_DEFAULTS, **(config.get("train") or {})}
+    unknown = sorted(set(train) - set(TRAIN_DEFAULTS))
+    if unknown:
+        raise PosencError(f"{file}: unknown train keys {', '.join(unknown)}; "
+                          f"known: {', '.join(TRAIN_DEFAULTS)}")
+    return {"name": config.get("name", file.stem), "model": config["model"], "train": train}
+
+
+def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, Any]:
+    """``config`` with its encoding replaced by the one of ``configs/posenc/<scheme>.yaml`` (its
+    ``model.init_args.pe``); a ``periods`` list there counts in the model's token positions."""
+    scheme = (yaml.safe_load(Path(scheme_file).read_text()) or {}).get("model") or {}
+    pe = (scheme.get("init_args") or {}).get("pe")
+    model = {**config["model"], "init_args": {**config["model"].get("init_args", {}), "pe": pe}}
+    return {**config, "model": model, "name": f"{config['name']}-{Path(scheme_file).stem}"}
+
+
+def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:
+    """The model's forecast (n, H, C) of lookbacks x (n, L, C), in eval mode, batched, on the
+    model's device (a GPU when it was trained there)."""
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(x), batch):
+            xb = torch.as_tensor(x[i : i + batch], dtype=torch.float32, device=device)  # (b, L, C)
+            out.append(model(xb).cpu().numpy())
+    return np.concatenate(out)
+
+
+def longer_lookbacks(model: Any, data: LTSFData, lookbacks: tuple[int, ...], lookback: int,
+                     horizon: int) -> dict[int, np.ndarray | str]:
+    """``{n: forecast}`` of the test targets from ``n``-step lookbacks (the reason, when the model is
+    undefined there: a learned table too short, a flatten head)."""
+    out: dict[int, np.ndarray | str] = {}
+    for n in lookbacks:
+        try:
+            out[n] = forecast(model, _test_lookback(data, n, lookback, horizon))
+        except PosencError as exc:
+            out[n] = str(exc)
+    return out
+
+
+def _normalised(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
+    """RevIN without affine, per window and channel: ((x − μ)/σ, (y − μ)/σ, μ, σ) as rows (n·C, ·)."""
+    rows = _per_channel(x)
+    mu, sd = rows.mean(axis=1, keepdims=True), np.sqrt(rows.var(axis=1, keepdims=True) + 1e-5)
+    return (rows - mu) / sd, None if y is None else (_per_channel(y) - mu) / sd, mu, sd
+
+
+def _as_rows(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
+    """As :func:`_normalised` without normalising (μ = 0, σ = 1)."""
+    rows = _per_channel(x)
+    return rows, None if y is None else _per_channel(y), np.zeros((len(rows), 1)), np.ones((len(rows), 1))
+
+
+def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[str, Any]:
+    """Fit the model's linear path in closed form: ridge from the lookback to the horizon (both
+    RevIN-normalised when the path reads the normalised lookback) on every train window, the penalty
+    the best of :data:`RIDGE_ALPHAS` on val (MSE, scaled)."""
+    normalise = _normalised if getattr(model, "linear_input", "raw") == "revin" else _as_rows
+    xt, yt, _, _ = normalise(*data.windows("train", lookback, horizon))
+    xv, yv = data.windows("val", lookback, horizon)
+    xvn, _, mu, sd = normalise(xv)
+    fits = LinearBaseline.fit_path(RIDGE_ALPHAS, xt, yt[:, :, None])
+    errors = [float(np.mean((f.predict(xvn)[..., 0] * sd + mu - _per_channel(yv)) ** 2)) for f in fits]
+    best = int(np.argmin(errors))
+    fit = fits[best]
+    model.warm_start_linear(torch.as_tensor(fit.coef.T, dtype=torch.float32),
+                            torch.as_tensor(fit.intercept, dtype=torch.float32))
+    return {"linear_alpha": RIDGE_ALPHAS[best]}
+
+
+def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.ndarray:
+    """Lookbacks of ``n`` steps ending where the protocol's test windows (lookback ``lookback``) start."""
+    from datamodules.timeseries.windows import gather_windows
+
+    starts = data.starts("test", lookback, horizon)
+    if starts.min() < n:
+        raise PosencError(f"test lookback {n} reaches before the first row")
+    return gather_windows(data.values, starts, n, 0)
+
+
+# ----------------------------------------------------------------------------- closed-form baselines
+def seasonal_naive_run(data: LTSFData, lookback: int, horizon: int, seed: int, period: int = 24) -> Result:
+    """The value ``period`` steps (a day of hours) earlier, repeated over the horizon."""
+    with Timer() as clock:
+        pred = {s: seasonal_naive(data.values, data.starts(s, lookback, horizon), horizon, period)
+                for s in ("val", "test")}
+    val = scaled_errors(pred["val"], data.windows("val", lookback, horizon)[1])
+    return Result(pred["test"], val, {"period": period}, clock.cpu_s, clock.wall_s)
+
+
+def _per_channel(x: np.ndarray) -> np.ndarray:
+    """(n, T, C) → (n·C, T): one row per window and channel (channel-independent)."""
+    return x.transpose(0, 2, 1).reshape(-1, x.shape[1])
+
+
+def _from_channels(rows: np.ndarray, c: int) -> np.ndarray:
+    """(n·C, H) → (n, H, C)."""
+    return rows.reshape(-1, c, rows.shape[1]).transpose(0, 2, 1)
+
+
+def ridge_run(data: LTSFData, lookback: int, horizon: int, seed: int) -> Result:
+    """Ridge from a channel's lookback to its horizon (the model's inputs), shared by every channel
+    and fitted on every train window; the penalty the best of :data:`RIDGE_ALPHAS` on val."""
+    c = data.n_channels
+    with Timer() as clock:
+        (xt, yt), (xv, yv), (xs, _) = (data.windows(s, lookback, horizon) for s in ("train", "val", "test"))
+        fits = LinearBaseline.fit_path(RIDGE_ALPHAS, _per_channel(xt), _per_channel(yt)[:, :, None])
+        errors = [scaled_errors(_from_channels(f.predict(_per_channel(xv))[..., 0], c), yv) for f in fits]
+        best = int(np.argmin([e["mse_scaled"] for e in errors]))
+        pred = _from_channels(fits[best].predict(_per_channel(xs))[..., 0], c)
+    return Result(pred, errors[best], {"alpha": RIDGE_ALPHAS[best]}, clock.cpu_s, clock.wall_s)

@@ -1,0 +1,258 @@
+"""The LTSF benchmark's summary: mean ± 95 % CI over seeds per model and horizon beside the published
+numbers, paired differences against the reference model, and CPU time."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from pipelines.eval.statistics import estimate, paired_difference
+
+FIELDS = ["model", "horizon", "seed", "n_test_windows", "test/mse_scaled", "test/mae_scaled",
+          "val/mse_scaled", "time/cpu_s", "time/wall_s"]
+
+#: ETTh1 MSE, PatchTST paper Table 3 (drop_last test loader) and the all-windows re-runs (FITS README)
+PUBLISHED = {
+    "PatchTST/64 (paper)": {96: 0.370, 192: 0.413, 336: 0.422, 720: 0.447},
+    "PatchTST/42 (paper)": {96: 0.375, 192: 0.414, 336: 0.431, 720: 0.449},
+    "DLinear (paper)": {96: 0.375, 192: 0.405, 336: 0.439, 720: 0.472},
+    "PatchTST (all windows)": {96: 0.385, 192: 0.413, 336: 0.440, 720: 0.456},
+    "DLinear (all windows)": {96: 0.384, 192: 0.443, 336: 0.446, 720: 0.504},
+}
+
+
+def _group(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, int], dict[int, float]]:
+    out: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    for r in rows:
+        if r.get(key) not in ("", None):  # a row from a run without that column (merged results)
+            out[(r["model"], int(r["horizon"]))][int(r["seed"])] = float(r[key])
+    return out
+
+
+def _row(model: str, table: dict, horizons: list[int], cell: Any) -> str:
+    """``| model | cell | … |`` over the horizons (``–`` where the model has no run)."""
+    return f"| {model} | " + " | ".join(cell(table[(model, h)]) if table.get((model, h)) else "–"
+                                        for h in horizons) + " |"
+
+
+def _cell(values: dict[int, float]) -> str:
+    est = estimate(list(values.values()))
+    return est.text(3) + (f" (n={est.n})" if est.n > 1 else "")
+
+
+def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) -> str:
+    """The tables of ``summary.md``: test MSE/MAE (scaled) mean ± 95 % CI per model and horizon, the
+    published numbers, CPU seconds per run, and (encoding tables) paired MSE differences against the
+    first model config."""
+    horizons = sorted({int(r["horizon"]) for r in rows})
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    mse, mae, cpu = (_group(rows, k) for k in ("test/mse_scaled", "test/mae_scaled", "time/cpu_s"))
+    head = "| model | " + " | ".join(f"H={h}" for h in horizons) + " |"
+    rule = "|---" * (len(horizons) + 1) + "|"
+    lines = [f"# LTSF benchmark on {args.data}", "",
+             f"Lookback {args.lookback}; seeds {' '.join(map(str, args.seeds))}; every test window; "
+             "metrics on the train-scaled data; mean ± 95 % Student-t half-width over seeds.", "",
+             "## Test MSE (scaled)", "", head, rule]
+    lines += [_row(m, mse, horizons, _cell) for m in models]
+    for name, nums in PUBLISHED.items():
+        lines.append(f"| *{name}* | " + " | ".join(f"{nums[h]:.3f}" if h in nums else "–" for h in horizons)
+                     + " |")
+    lines += ["", "## Test MAE (scaled)", "", head, rule]
+    lines += [_row(m, mae, horizons, _cell) for m in models]
+    lines += ["", "## CPU seconds per run (mean over seeds; process time, all threads)", "", head, rule]
+    lines += [_row(m, cpu, horizons, lambda v: f"{sum(v.values()) / len(v):.0f}") for m in models]
+    lines += _paired(mse, models, horizons, args)
+    lines += lookback_lines(rows, args.lookback)
+    if skipped:
+        lines += ["", "## Skipped", ""] + [f"- {s}" for s in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> list[str]:
+    """Paired (same seed) MSE differences of every neural model against the first config's."""
+    if not getattr(args, "configs", None) or len(args.seeds) < 2:
+        return []
+    ref = next((m for m in models if any(len(mse.get((m, h), {})) > 1 for h in horizons)), None)
+    if ref is None:
+        return []
+    lines = ["", f"## Paired MSE difference vs {ref} (same seeds; 95 % CI; ▲/▼ when it excludes 0)", "",
+             "| model | " + " | ".join(f"H={h}" for h in horizons) + " |", "|---" * (len(horizons) + 1) + "|"]
+    for m in models:
+        if m == ref or not any(len(mse.get((m, h), {})) > 1 for h in horizons):
+            continue
+        cells = []
+        for h in horizons:
+            a, b = mse.get((m, h), {}), mse.get((ref, h), {})
+            seeds = sorted(set(a) & set(b))
+            if len(seeds) < 2:
+                cells.append("–")
+                continue
+            d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+            mark = "" if not d.excludes_zero or math.isnan(d.lo) else ("▲" if d.mean > 0 else "▼")
+            cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines if len(lines) > 5 else []
+
+
+def _lookbacks(rows: list[dict[str, Any]]) -> list[int]:
+    """The longer test lookbacks the rows were scored at (``test/mse_scaled_L<n>`` with a number)."""
+    found = set()
+    for r in rows:
+        for k, v in r.items():
+            if k.startswith("test/mse_scaled_L") and v not in ("", None) and math.isfinite(float(v)):
+                found.add(int(k.removeprefix("test/mse_scaled_L")))
+    return sorted(found)
+
+
+def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
+    """Lookback extrapolation (``--test-lookbacks``): per model and horizon, test MSE at the training
+    lookback and each longer one (mean ± 95 % CI over seeds), the paired change from the training
+    lookback, and the retained gain over seasonal naive (the ``naive`` row of that horizon: its forecast
+    reads the last day only, so it is the same at every lookback) — a ratio of mean gains with a paired
+    bootstrap interval, undefined unless the gain at the training lookback is clearly above 0."""
+    from pipelines.eval.bootstrap import Arm
+    from pipelines.eval.verdicts import retained
+
+    longer = _lookbacks(rows)
+    if not longer:
+        return []
+    naive = {int(r["horizon"]): float(r["test/mse_scaled"]) for r in rows if r["model"] == "naive"}
+    lines = ["", f"## Lookback extrapolation: trained at {lookback}, scored at "
+             + ", ".join(map(str, longer)) + " (test MSE, same test windows)", "",
+             "| model | H | " + " | ".join(f"L={n}" for n in [lookback, *longer]) + " | "
+             + " | ".join(f"L={n} − L={lookback} | retained at {n}" for n in longer) + " |",
+             "|---" * (2 + 1 + 3 * len(longer)) + "|"]
+    by_lookback = {n: _group(rows, f"test/mse_scaled_L{n}") for n in longer}
+    for (model, h), at_train in sorted(_group(rows, "test/mse_scaled").items(), key=lambda kv: kv[0][1]):
+        curves = {n: by_lookback[n].get((model, h), {}) for n in longer}
+        if not any(v and all(math.isfinite(x) for x in v.values()) for v in curves.values()):
+            continue
+        seeds = sorted(at_train)
+        cells = [_cell(at_train)] + [_cell(curves[n]) if curves[n] else "–" for n in longer]
+        for n in longer:
+            xs, x0 = [curves[n].get(s, math.nan) for s in seeds], [at_train[s] for s in seeds]
+            d = paired_difference(xs, x0)
+            cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]" if len(seeds) > 1 else f"{d.mean:+.4f}")
+            if h not in naive or len(seeds) < 2:
+                cells.append("no naive row" if h not in naive else "one seed")
+                continue
+            triv = Arm.from_values([naive[h]] * len(seeds))
+            r = retained(Arm.from_values(xs), Arm.from_values(x0), triv, triv, False, "mse")
+            cells.append(f"{r.mean:.2f} [{r.lo:.2f}, {r.hi:.2f}]" if r.defined else f"undefined: {r.why}")
+        lines.append(f"| {model} | {h} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def figure(rows: list[dict[str, Any]], path: Any) -> None:
+    """Test MSE per horizon: each model's mean with its 95 % CI (bars where it has several seeds), and
+    the published PatchTST/64 and all-windows re-run numbers as dashed lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mse = _group(rows, "test/mse_scaled")
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, m in enumerate(models):
+        hs = sorted(h for (name, h) in mse if name == m)
+        ests = [estimate(list(mse[(m, h)].values())) for h in hs]
+        err = [[e.mean - e.lo if e.n > 1 else 0 for e in ests],
+               [e.hi - e.mean if e.n > 1 else 0 for e in ests]]
+        ax.errorbar([h * (1 + 0.012 * (i - len(models) / 2)) for h in hs], [e.mean for e in ests], yerr=err,
+                    marker="o", capsize=3, label=m)
+    for name, style in (("PatchTST/64 (paper)", "k--"), ("PatchTST (all windows)", "k:")):
+        hs = sorted(PUBLISHED[name])
+        ax.plot(hs, [PUBLISHED[name][h] for h in hs], style, label=name, linewidth=1)
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks([96, 192, 336, 720], ["96", "192", "336", "720"])
+    ax.set_xlabel("horizon (hours)")
+    ax.set_ylabel("test MSE (scaled), every window")
+    ax.set_title("ETTh1, lookback 336")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def lookback_figure(rows: list[dict[str, Any]], lookback: int, path: Any) -> bool:
+    """Test MSE against the lookback the model reads (trained at ``lookback``), mean and 95 % CI over
+    seeds per model, seasonal naive dashed; one panel per horizon. False (nothing drawn) without
+    ``--test-lookbacks`` columns."""
+    longer = _lookbacks(rows)
+    if not longer:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    horizons = sorted({int(r["horizon"]) for r in rows})
+    curves = {n: _group(rows, f"test/mse_scaled_L{n}") for n in longer}
+    at_train = _group(rows, "test/mse_scaled")
+    fig, axes = plt.subplots(1, len(horizons), figsize=(5.6 * len(horizons), 3.8), squeeze=False)
+    for ax, h in zip(axes[0], horizons, strict=True):
+        for model in dict.fromkeys(r["model"] for r in rows if int(r["horizon"]) == h):
+            pts = [(lookback, at_train.get((model, h)))] + [(n, curves[n].get((model, h))) for n in longer]
+            pts = [(n, estimate(list(v.values()))) for n, v in pts if v]
+            if model == "naive" or len(pts) < 2:
+                continue
+            ax.errorbar([n for n, _ in pts], [e.mean for _, e in pts], marker="o", capsize=3, label=model,
+                        yerr=[[e.mean - e.lo if e.n > 1 else 0 for _, e in pts],
+                              [e.hi - e.mean if e.n > 1 else 0 for _, e in pts]])
+        naive = at_train.get(("naive", h))
+        if naive:
+            ax.axhline(estimate(list(naive.values())).mean, color="k", ls="--", lw=1, label="seasonal naive")
+        ax.axvline(lookback, color="grey", lw=0.8)
+        ax.set_xticks([lookback, *longer], [str(n) for n in [lookback, *longer]])
+        ax.set(xlabel=f"lookback read at test (trained at {lookback})", ylabel="test MSE (scaled)",
+               title=f"H={h}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m pipelines.studies.ltsf_report --results A.csv [B.csv …] --out DIR``: one ``results.csv``,
+    ``summary.md`` and ``ltsf.png`` from the results of several benchmark runs (e.g. horizons or seeds
+    run as separate commands); a row repeated (same model, horizon, seed) keeps its last copy."""
+    import argparse
+    import csv
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.studies.ltsf_report", description=main.__doc__)
+    p.add_argument("--results", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--data", default="ETTh1.csv", help="the data's name, for the title")
+    p.add_argument("--lookback", type=int, default=336)
+    args = p.parse_args(argv)
+    rows: dict[tuple, dict[str, Any]] = {}
+    for path in args.results:
+        if not Path(path).is_file():
+            raise SystemExit(f"error: {path}: no such results file")
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                rows[(r["model"], int(r["horizon"]), int(r["seed"]))] = r
+    merged = list(rows.values())
+    args.seeds = sorted({int(r["seed"]) for r in merged})
+    args.configs = [r["model"] for r in merged]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(k for r in merged for k in r))
+    with (out / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(merged)
+    (out / "summary.md").write_text(summary_markdown(merged, args, []))
+    figure(merged, out / "ltsf.png")
+    drawn = lookback_figure(merged, args.lookback, out / "lookbacks.png")
+    extra = f" {out / 'lookbacks.png'}" if drawn else ""
+    print(f"files: {out / 'results.csv'} {out / 'summary.md'} {out / 'ltsf.png'}{extra}")
+
+
+if __name__ == "__main__":
+    main()
