@@ -116,7 +116,7 @@ predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INP
 
 bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_results.md (ARGS=--quick)
 	@$(PY) -c "import x_transformers" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[bench]"
-	$(PY) -m pipelines.bench $(ARGS)
+	$(PY) -m pipelines.studies.bench $(ARGS)
 
 # The long-horizon forecasting benchmark (docs/ltsf.md): DATA is your copy of ETTh1.csv (not shipped).
 LTSF_CONFIGS ?= configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear_etth1.yaml

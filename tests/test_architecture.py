@@ -120,7 +120,7 @@ RANKS = (
     ("pipelines.inference", 7),
     ("pipelines.cli", 8), ("pipelines.ckpt_config", 8), ("pipelines.config_errors", 8),
     ("pipelines.eval", 9),
-    ("pipelines.studies", 10), ("pipelines.bench", 10),
+    ("pipelines.studies", 10),
     ("pipelines.train", 11),
 )
 PUBLIC_SURFACE = 12  # the ``pipelines`` package itself (its ``__init__``), above everything it names

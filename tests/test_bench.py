@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pipelines.bench.models import (
+from pipelines.studies.bench.models import (
     SCHEMES,
     XT_KWARGS,
     XT_NO_FLASH,
@@ -20,9 +20,17 @@ from pipelines.bench.models import (
     hand_model,
     param_groups,
 )
-from pipelines.bench.plan import Cell, Plan, Workload
-from pipelines.bench.report import ratio, render, spread_summary
-from pipelines.bench.run import dense_estimate_gb, main, measure_group, parse_cpus, pin_cpus, run, run_group
+from pipelines.studies.bench.plan import Cell, Plan, Workload
+from pipelines.studies.bench.report import ratio, render, spread_summary
+from pipelines.studies.bench.run import (
+    dense_estimate_gb,
+    main,
+    measure_group,
+    parse_cpus,
+    pin_cpus,
+    run,
+    run_group,
+)
 
 HAVE_XT = importlib.util.find_spec("x_transformers") is not None
 NEEDS_XT = pytest.mark.skipif(not HAVE_XT, reason="x-transformers not installed: pip install -e '.[dev]' "

@@ -1,11 +1,12 @@
-"""``python -m pipelines.bench.gpu_attention``: a clear refusal without CUDA; on CUDA both paths run."""
+"""``python -m pipelines.studies.bench.gpu_attention``: a clear refusal without CUDA; on CUDA both paths
+run."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from pipelines.bench import gpu_attention
+from pipelines.studies.bench import gpu_attention
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

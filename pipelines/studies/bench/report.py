@@ -10,9 +10,9 @@ from importlib import metadata
 
 import torch
 
-from pipelines.bench.models import XT_NO_FLASH, build, forward_flops, param_groups
-from pipelines.bench.plan import IMPLS, NOPE_REF, Cell, Plan
 from pipelines.machine import cpu_model
+from pipelines.studies.bench.models import XT_NO_FLASH, build, forward_flops, param_groups
+from pipelines.studies.bench.plan import IMPLS, NOPE_REF, Cell, Plan
 
 IMPL_NAMES = {"posenc": "posenc", "xt": "x-transformers", "xt-flash": "x-transformers flash",
               "sdpa": "hand SDPA"}
@@ -119,7 +119,7 @@ def machine_header(argv: list[str], plan: Plan | None = None) -> list[str]:
     except metadata.PackageNotFoundError:
         xt = "x-transformers not installed"
     out = ["# posenc benchmark", "",
-           f"Command: `python -m pipelines.bench.run {' '.join(argv)}`".replace("bench `", "bench`"),
+           f"Command: `python -m pipelines.studies.bench.run {' '.join(argv)}`".replace("bench `", "bench`"),
            f"Machine: {cpu}, {os.cpu_count()} cores ({len(usable) or '?'} usable, {pinned}); "
            f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); {xt}; "
            f"load average at start {load:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]
@@ -132,7 +132,7 @@ def shape_lines(plan: Plan) -> list[str]:
     d, h = plan.d, plan.heads
     out = [f"Shapes: D {d}, {h} heads × {d // h} (attention width {d}), MLP {d} → {4 * d} → {d} (GELU), "
            f"{plan.layers} pre-LN layers and a final LayerNorm, in every implementation. "
-           "Parameters by part (NoPE; `pipelines.bench.models.param_groups`):", "",
+           "Parameters by part (NoPE; `pipelines.studies.bench.models.param_groups`):", "",
            "| implementation | attention weights | attention biases | MLP (with biases) | "
            "norm gains | norm biases |", "|---|---|---|---|---|---|"]
     scheme_counts: dict[str, list[str]] = {}

@@ -6,7 +6,7 @@ d_model 128, 8 heads of 16, causal) runs a training step (bf16 autocast, forward
 warmed up 5 times, then timed 20 times with CUDA events (median), and its peak GPU memory read.
 Printed: both times, both peaks, their ratio (same process, same GPU).
 
-Usage: ``python -m pipelines.bench.gpu_attention`` (on a machine with CUDA; measured on an H200:
+Usage: ``python -m pipelines.studies.bench.gpu_attention`` (on a machine with CUDA; measured on an H200:
 docs/performance.md).
 """
 
@@ -56,7 +56,8 @@ def time_step(scheme: str, batch: int, length: int, flex: bool) -> tuple[float, 
 
 def main() -> int:
     if not torch.cuda.is_available():
-        print("error: pipelines.bench.gpu_attention needs a CUDA GPU (none is visible)", file=sys.stderr)
+        print("error: pipelines.studies.bench.gpu_attention needs a CUDA GPU (none is visible)",
+              file=sys.stderr)
         return 2
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     for scheme in SCHEMES:

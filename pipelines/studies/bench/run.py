@@ -14,7 +14,8 @@ On a noisy host: ``--rounds N`` times every group N interleaved rounds (no time 
 0,1`` binds the process and all its threads to those CPUs (as ``taskset -c``) with one torch thread
 per CPU. The header records the CPU set and threads; a closing line gives the spread of the timings.
 
-Usage: ``python -m pipelines.bench.run [--quick] [--rounds N] [--stat min] [--pin CPUS] [--out FILE]``.
+Usage: ``python -m pipelines.studies.bench.run [--quick] [--rounds N] [--stat min] [--pin CPUS]
+[--out FILE]``.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from dataclasses import replace
 
 import torch
 
-from pipelines.bench.models import SCHEMES, build, matmul_peak
-from pipelines.bench.plan import IMPLS, NOPE_REF, QUICK, Cell, Plan, Workload
-from pipelines.bench.report import data_line, fmt_rate, machine_header, render
+from pipelines.studies.bench.models import SCHEMES, build, matmul_peak
+from pipelines.studies.bench.plan import IMPLS, NOPE_REF, QUICK, Cell, Plan, Workload
+from pipelines.studies.bench.report import data_line, fmt_rate, machine_header, render
 
 __all__ = ["dense_estimate_gb", "main", "measure_group", "pin_cpus", "run", "run_group"]
 _GROUPS = itertools.count()  # one id per measure_group call: cells timed in the same rounds share it

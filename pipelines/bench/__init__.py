@@ -1,1 +1,0 @@
-"""``python -m pipelines.bench``: throughput and memory of posenc's model against peer implementations."""

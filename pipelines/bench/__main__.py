@@ -1,4 +1,0 @@
-from pipelines.bench.run import main
-
-if __name__ == "__main__":
-    main()
