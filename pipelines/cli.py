@@ -24,7 +24,12 @@ from pipelines.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.config_errors import user_error
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
-from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
+from pipelines.safety import (
+    check_class_paths,
+    check_local_checkpoint,
+    enforce_import_policy,
+    unsafe_checkpoint,
+)
 from pipelines.tasks.base import TaskModule, mlflow_loggers
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tasks.resources import check_fit
@@ -328,6 +333,7 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 def make_cli(args: list[str] | None = None, run: bool = True, command: str | None = None) -> PosencCLI:
     """The CLI over ``args``; with ``run=False`` it only parses and instantiates (no subcommand)."""
+    enforce_import_policy()  # a value (config, checkpoint, option) names only trusted modules
     parser_kwargs = {"parser_mode": "yaml", "exit_on_error": False}
     if run:
         parser_kwargs = {**parser_kwargs, **{cmd: parser_kwargs for cmd in SUBCOMMANDS}}

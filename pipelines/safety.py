@@ -14,15 +14,23 @@
 from __future__ import annotations
 
 import argparse
+import collections.abc
+import dataclasses
+import importlib.util
+import inspect
 import os
 import re
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
+from jsonargparse import set_parsing_settings
+
 from datamodules.scrub import scrub_text
 from posenc import PosencError
-from posenc.registry import TRUST_ENV, check_trusted, trust_modules
+from posenc.registry import NEVER_TRUSTED, TRUST_ENV, check_trusted, trust_modules, trusted_modules
 
 #: ``ckpt_path`` values Lightning resolves to a local file itself
 LOCAL_KEYWORDS = ("best", "last", "hpc")
@@ -67,6 +75,74 @@ def check_class_paths(value: Any, source: str) -> None:
             check_class_paths(item, source)
 
 
+def imports_a_name(annotation: Any) -> bool:
+    """Whether a value of this type hint may be given as a dotted name that the config parser imports: a
+    callable, a class (``type[...]``), or a class to instantiate (anything but primitives, containers of
+    them and dataclasses), alone or inside a union/optional."""
+    if annotation in (inspect.Parameter.empty, Any, type(None), str, int, float, bool, bytes):
+        return False
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list, tuple, dict, set,
+                  typing.Literal, collections.abc.Sequence, collections.abc.Mapping):
+        return any(imports_a_name(arg) for arg in typing.get_args(annotation) if arg is not Ellipsis)
+    if origin is not None:
+        return origin in (collections.abc.Callable, type)
+    return annotation in (type, collections.abc.Callable) or (
+        isinstance(annotation, type) and not dataclasses.is_dataclass(annotation))
+
+
+def init_hints(cls: type) -> dict[str, Any]:
+    """The type hints of every constructor argument of ``cls``, its bases' included (a task passes
+    ``pe``, ``net``… on to :class:`~pipelines.tasks.base.TaskModule` through ``**kwargs``)."""
+    hints: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if "__init__" not in klass.__dict__ or klass is object:
+            continue
+        try:
+            hints.update(typing.get_type_hints(klass.__init__))
+        except Exception:  # an annotation that does not resolve (a third-party base): the raw ones
+            hints.update({k: p.annotation for k, p in inspect.signature(klass.__init__).parameters.items()})
+    return hints
+
+
+def check_plain_names(cls: type, init_args: dict[str, Any], source: str) -> None:
+    """Refuse a plain string where ``cls`` takes a class or callable (``pe: "evil.f"``): the config parser
+    would import the module it names to check it. Such a value must be ``{class_path, init_args}``,
+    whose module :func:`check_class_paths` checks before anything is imported.
+
+    Raises:
+        PosencError: ``source``, the key and the string, in one line.
+    """
+    hints = init_hints(cls)
+    for key, value in init_args.items():
+        if isinstance(value, str) and imports_a_name(hints.get(key, inspect.Parameter.empty)):
+            raise PosencError(f"{source}: model.init_args.{key} is the plain string {scrub_text(value)!r}: a "
+                              "class or callable is read from a file only as {class_path, init_args} under a "
+                              "trusted module; nothing was imported")
+
+
+def modules_run_at_import(prefixes: list[str]) -> list[str]:
+    """Every ``__main__`` module inside the packages of ``prefixes`` (found on disk, nothing imported):
+    importing one runs a program, so a trusted prefix never covers it."""
+    found: set[str] = set()
+    for top in sorted({p.split(".")[0] for p in prefixes}):
+        spec = importlib.util.find_spec(top) if top not in NEVER_TRUSTED else None
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for path in Path(root).rglob("__main__.py"):
+                found.add(".".join((top, *path.relative_to(root).parent.parts, "__main__")))
+    return sorted(found)
+
+
+def enforce_import_policy() -> None:
+    """Let the config parser (jsonargparse) import only what is trusted when a value names it (a
+    ``class_path``, a callable, a type, from a config file, a checkpoint or the command line): every
+    other path is denied before anything is imported, ``__main__`` modules and :data:`NEVER_TRUSTED`
+    included. Call it before parsing (it reads the trusted prefixes as they are then)."""
+    prefixes = trusted_modules()
+    set_parsing_settings(import_path_denylist=["*", *NEVER_TRUSTED, *modules_run_at_import(prefixes)],
+                         import_path_allowlist=prefixes)
+
+
 def weights_only_reason(exc: BaseException) -> str:
     """What ``torch.load(weights_only=True)`` refused, in a few words (a damaged file gives its error)."""
     found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
@@ -108,4 +184,5 @@ def drop_working_folder() -> None:
 
 
 __all__ = ["LOCAL_KEYWORDS", "add_trust_args", "apply_trust_args", "check_class_paths",
-           "check_local_checkpoint", "drop_working_folder", "unsafe_checkpoint", "weights_only_reason"]
+           "check_local_checkpoint", "check_plain_names", "drop_working_folder", "enforce_import_policy",
+           "imports_a_name", "unsafe_checkpoint", "weights_only_reason"]
