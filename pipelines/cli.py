@@ -28,6 +28,7 @@ from pipelines.safety import (
     check_class_paths,
     check_local_checkpoint,
     enforce_import_policy,
+    local_checkpoint_path,
     unsafe_checkpoint,
 )
 from pipelines.tasks.base import TaskModule, mlflow_loggers
@@ -112,7 +113,8 @@ class PosencCLI(LightningCLI):
         explicit ``weights_only=True``; a checkpoint that refuses, or whose weights do not fit the model
         built (data linked to other sizes), is one line, not a traceback."""
         try:
-            return method(**kwargs, weights_only=True)
+            return method(**{**kwargs, "ckpt_path": local_checkpoint_path(kwargs.get("ckpt_path"))},
+                          weights_only=True)
         except pickle.UnpicklingError as exc:
             raise PosencError(unsafe_checkpoint(kwargs.get("ckpt_path"), exc)) from None
         except RuntimeError as exc:  # weights that do not fit the model the config built: one line

@@ -41,17 +41,27 @@ def check_local_checkpoint(ckpt_path: Any) -> None:
     """Refuse a ``ckpt_path`` that is not a local checkpoint file, before anything is loaded.
 
     Raises:
-        PosencError: a URL (``http://``, ``s3://``, ``file://``…), Lightning's ``registry`` form, or a
-            local file that does not exist.
+        PosencError: a URL (``http://``, ``s3://``, ``file://``…), an fsspec chain (``simplecache::http://…``,
+            refused even when a local file of that name exists: fsspec would follow the chain), Lightning's
+            ``registry`` form, or a local file that does not exist.
     """
     if ckpt_path is None or str(ckpt_path) in LOCAL_KEYWORDS:
         return
     text = str(ckpt_path)
-    if _URL.match(text) or text.lower() == "registry" or text.lower().startswith("registry:"):
+    if (_URL.match(text) or "::" in text or "://" in text or text.lower() == "registry"
+            or text.lower().startswith("registry:")):
         raise PosencError(f"ckpt_path {scrub_text(text)!r}: only a local checkpoint file is loaded (a remote "
                           "one would be unpickled with weights_only=False); download it and give its path")
     if not Path(text).is_file():
         raise PosencError(f"ckpt_path {text}: checkpoint file not found")
+
+
+def local_checkpoint_path(ckpt_path: Any) -> Any:
+    """The path Lightning is given for a checked ``ckpt_path``: a local file's resolved absolute path (so no
+    spelling of it reaches fsspec's URL parsing); a keyword (``best``, ``last``…) or ``None`` as given."""
+    if ckpt_path is None or str(ckpt_path) in LOCAL_KEYWORDS or not Path(str(ckpt_path)).is_file():
+        return ckpt_path
+    return str(Path(str(ckpt_path)).resolve())
 
 
 def check_class_paths(value: Any, source: str) -> None:
@@ -185,4 +195,4 @@ def drop_working_folder() -> None:
 
 __all__ = ["LOCAL_KEYWORDS", "add_trust_args", "apply_trust_args", "check_class_paths",
            "check_local_checkpoint", "check_plain_names", "drop_working_folder", "enforce_import_policy",
-           "imports_a_name", "unsafe_checkpoint", "weights_only_reason"]
+           "imports_a_name", "local_checkpoint_path", "unsafe_checkpoint", "weights_only_reason"]
