@@ -57,7 +57,7 @@ def test_no_documented_command_imports_from_the_working_folder(tmp_path, module)
     folder = bait_folder(tmp_path)
     done = run_from(folder, module)
     assert sorted(p.name for p in folder.glob("marker-*")) == [], done.stderr[-2000:]
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]  # (some print usage and exit 1 or 2)
 
 
 def test_every_documented_command_is_found():
