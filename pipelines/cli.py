@@ -7,6 +7,7 @@ User mistakes (bad files, bad values) end as one ``error: …`` line and exit st
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import signal
 import sys
@@ -20,6 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from datamodules.legacy import SAFE_LOADER, data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
+from pipelines.children import die_with_parent
 from pipelines.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.config_errors import user_error
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
@@ -362,6 +364,8 @@ def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI
     ``command`` is how a person reruns this training (the model card shows it); default: this
     process's own command line.
     """
+    if os.environ.get("LOCAL_RANK", "0") != "0":  # a DDP rank started by rank 0: it dies with rank 0
+        die_with_parent()
     if args is None:
         sys.argv[1:] = spell_out_verbose(sys.argv[1:])
     else:
