@@ -1,9 +1,13 @@
 """Guards for files and names that come from elsewhere: checkpoints, class paths, the working folder.
 
 * :func:`check_local_checkpoint` — a ``ckpt_path`` must be a local file (or one of Lightning's
-  ``best``/``last``/``hpc``): a URL would be downloaded and unpickled by Lightning with
-  ``weights_only=False``. Every load is weights-only (:class:`pipelines.cli.PosencCLI`);
-  :func:`unsafe_checkpoint` words what ``weights_only`` refused.
+  ``best``/``last``/``hpc``): a URL or an fsspec chain (``simplecache::http://…``) would be downloaded
+  by Lightning; :func:`local_checkpoint_path` is what Lightning is given (the resolved file). Every
+  load is weights-only (:class:`pipelines.cli.PosencCLI`); :func:`unsafe_checkpoint` words what
+  ``weights_only`` refused.
+* :func:`enforce_import_policy` — the config parser (jsonargparse) imports only trusted modules, never
+  a ``__main__`` one, whatever a config, checkpoint or option names; :func:`check_plain_names` refuses
+  a checkpoint's plain string where a class or callable is expected (``pe: "evil.f"``).
 * :func:`add_trust_args` / :func:`apply_trust_args` — ``--trust-module`` for the commands that read
   class paths from checkpoints, saved configs and registered models (see
   :func:`posenc.registry.import_class`, which imports nothing outside the trusted modules).

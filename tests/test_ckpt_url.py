@@ -30,8 +30,8 @@ def serve(folder: Path, hits: list[str]) -> ThreadingHTTPServer:
     return server
 
 
-@pytest.mark.parametrize("chain", ["simplecache::http", "filecache::http", "blockcache::http"])
-def test_a_url_chain_is_refused_even_beside_a_local_file_of_its_name(tmp_path, capsys, chain):
+def test_a_url_chain_is_refused_even_beside_a_local_file_of_its_name(tmp_path, capsys):
+    chain = "simplecache::http"
     served, hits = tmp_path / "served", []
     served.mkdir()
     model_checkpoint(served / "m.ckpt", "posenc.RoPE")
@@ -61,3 +61,16 @@ def test_lightning_is_given_the_resolved_local_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     PosencCLI._weights_only(lambda **kw: seen.append(kw["ckpt_path"]), {"ckpt_path": "m.ckpt"})
     assert seen == [str((tmp_path / "m.ckpt").resolve())]
+
+
+@pytest.mark.parametrize("text", ["filecache::http://h/m.ckpt", "blockcache::s3://b/m.ckpt", "a::b",
+                                  "zip://m.ckpt::file:///tmp/x.zip", "./sub/http://h/m.ckpt"])
+def test_every_chain_or_url_spelling_is_refused(tmp_path, monkeypatch, text):
+    from pipelines.safety import check_local_checkpoint
+    from posenc import PosencError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / Path(text)).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / Path(text)).write_bytes(b"x")  # a local file of that name does not make it local
+    with pytest.raises(PosencError, match="only a local checkpoint file is loaded"):
+        check_local_checkpoint(text)

@@ -21,8 +21,8 @@ def plain_pe_checkpoint(folder, value: str):
     return path
 
 
-@pytest.mark.parametrize("value", ["evil.f", "this.x"])
-@pytest.mark.parametrize("sub", ["fit", "validate", "test", "predict"])
+@pytest.mark.parametrize(("sub", "value"), [("fit", "evil.f"), ("validate", "this.x"), ("test", "evil.f"),
+                                             ("predict", "this.x")])
 def test_a_plain_string_for_a_callable_in_a_checkpoint_is_refused_before_import(tmp_path, monkeypatch, capsys,
                                                                               sub, value):
     """``pe: "evil.f"`` with ``evil.py`` beside the checkpoint (and the folder first on ``sys.path``, as
