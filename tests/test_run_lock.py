@@ -287,3 +287,28 @@ def test_a_failed_run_is_not_resumed_and_stays_failed(tmp_path, monkeypatch, cap
     assert len(status) == 2 and status.pop(failed.info.run_id) == "FAILED"
     assert list(status.values()) == ["FINISHED"]
     assert [m.step for m in client.get_metric_history(failed.info.run_id, "train/loss")] == logged
+
+
+@pytest.mark.slow  # the store stays locked past sqlite's own 20 s timeout
+def test_a_run_stopped_while_another_process_locks_the_store_still_ends_killed(tmp_path):
+    """Another process holds the sqlite store's write lock for 25 s (longer than sqlite waits): the
+    stopping run keeps trying and ends KILLED, not RUNNING."""
+    import mlflow
+
+    from pipelines.tracking.failure import set_status_when_free
+
+    db = migrated_store(tmp_path / "mlflow.db")
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    run_id = client.create_run(client.create_experiment("x")).info.run_id
+    code = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(25)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        start = time.monotonic()
+        set_status_when_free(client, run_id, "KILLED", budget_s=60)
+        assert time.monotonic() - start >= 20
+    finally:
+        holder.kill()
+        holder.wait()
+    assert client.get_run(run_id).info.status == "KILLED"
