@@ -4,10 +4,11 @@
 and holds it until the process ends, so a second process with the same config never resumes into, or
 writes the checkpoint of, a run that is still training: it stops with one line naming the live run.
 
-The lock is created with ``O_CREAT | O_EXCL`` and holds JSON: the PID, the host name, the start time
-and the process's start tick (``/proc/<pid>/stat``, so a reused PID is not taken for the old process).
-While held, a thread touches the file every :data:`HEARTBEAT_S` seconds. A lock left behind by a
-process that is gone is *stale* and taken over:
+The lock is created with ``O_CREAT | O_EXCL`` and holds JSON: the PID, the host name, machine id, boot
+id and PID namespace (:func:`machine_identity`), the start time and the process's start tick
+(``/proc/<pid>/stat``, so a reused PID is not taken for the old process). While held, a thread
+touches the file every :data:`HEARTBEAT_S` seconds. A lock left behind by a process that is gone is
+*stale* and taken over:
 
 * same machine — the same host name, machine id, boot and PID namespace, all recorded in the lock —:
   its PID is not running, or runs another process (its start tick differs); after a reboot (another
