@@ -20,6 +20,9 @@ endif
 # The machines here set PYTHONDONTWRITEBYTECODE=1 and pip runs with --no-compile: unset it for our
 # commands so .pyc files get written once, lazily, instead of every process recompiling torch/lightning.
 unexport PYTHONDONTWRITEBYTECODE
+# The working folder is never on the import path (Python >= 3.11; pipelines/__init__.py also drops it):
+# a yaml.py or evil.py beside the data is never imported.
+export PYTHONSAFEPATH := 1
 # No network at run time: MLflow's usage telemetry off for every command (the UI server included).
 export MLFLOW_DISABLE_TELEMETRY ?= true
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check

@@ -6,7 +6,8 @@ datamodule's arguments, the data description for inference). :func:`scrub_text` 
 
 * the home directory by ``~`` (``/home/alice/data/g.fa`` → ``~/data/g.fa``, which
   ``datamodules.paths.resolve_path`` expands again);
-* the user-info of URLs by ``***`` (``postgresql://bob:pw@db/x`` → ``postgresql://***@db/x``);
+* the user-info of URLs by ``***`` (``postgresql://bob:pw@db/x`` → ``postgresql://***@db/x``), and
+  the values of secret-looking query parameters (``?password=…``, ``&sslpassword=…``, ``?token=…``);
 * the values of secret-looking environment variables (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``,
   ``*KEY*``…) by ``***``.
 """
@@ -22,6 +23,8 @@ from typing import Any
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
+_SECRET_QUERY = re.compile(r"(?P<name>[?&;][\w.-]*(?:pass|pwd|token|secret|key|credential|auth)[\w.-]*=)"
+                           r"[^&;#\s'\"]+", re.IGNORECASE)
 #: checkpoint entries that describe the run (what it was given), scrubbed in every checkpoint
 CHECKPOINT_KEYS = ("hyper_parameters", "datamodule_hyper_parameters", "posenc_inference")
 
@@ -33,6 +36,7 @@ def scrub_text(text: str) -> str:
         if _SECRET_NAME.search(name) and len(value) >= 6:
             text = text.replace(value, "***")
     text = _URL_USERINFO.sub(lambda m: m.group("scheme") + "***@", text)
+    text = _SECRET_QUERY.sub(lambda m: m.group("name") + "***", text)
     home = os.path.expanduser("~").rstrip("/")
     if len(home) > 1:
         text = re.sub(re.escape(home) + r"(?=/|$|[\s'\",\]])", "~", text)
@@ -88,5 +92,14 @@ def scrub_run_tags(client: Any, run_id: str) -> None:
             client.set_tag(run_id, key, clean)
 
 
-__all__ = ["CHECKPOINT_KEYS", "scrub_checkpoint", "scrub_logged_params", "scrub_run_tags", "scrub_text",
-           "scrub_value"]
+def scrub_logged_model_tags(client: Any, model_id: str) -> None:
+    """Rewrite the tags of a logged model (MLflow 3's ``LoggedModel``: its own ``mlflow.source.name``
+    holds the script's absolute path) whose values :func:`scrub_text` changes."""
+    tags = client.get_logged_model(model_id).tags or {}
+    changed = {k: scrub_text(v) for k, v in tags.items() if isinstance(v, str) and scrub_text(v) != v}
+    if changed:
+        client.set_logged_model_tags(model_id, changed)
+
+
+__all__ = ["CHECKPOINT_KEYS", "scrub_checkpoint", "scrub_logged_model_tags", "scrub_logged_params",
+           "scrub_run_tags", "scrub_text", "scrub_value"]

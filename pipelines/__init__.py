@@ -8,6 +8,17 @@ names below are public API: configs, checkpoints and registered MLflow models na
 """
 
 import os
+import sys
+
+# `python -m pipelines.<command>` puts the working folder first on sys.path: a `yaml.py`, `numpy.py` or
+# `secrets.py` beside the user's data would then stand in for the real module at its first import. This
+# package is the first thing such a command imports (only the interpreter's own start-up modules are
+# loaded yet), so the entry goes here, before any other import; the project itself is installed (or
+# the working folder *is* the project, which is then kept). `PYTHONSAFEPATH=1` (the Makefile) does the
+# same for every command.
+if (sys.argv[:1] == ["-m"] and sys.path and sys.path[0] in ("", ".", os.getcwd())
+        and os.path.dirname(os.path.dirname(os.path.abspath(__file__))) != os.getcwd()):
+    del sys.path[0]
 
 # No network at run time: MLflow 3's usage telemetry sends events to a remote host from a background
 # thread unless switched off (a user who wants it sets MLFLOW_DISABLE_TELEMETRY=false).

@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from datamodules.legacy import flatten, group_default, groups_of, regroup
+from pipelines.safety import check_plain_names
 from pipelines.tasks.base import TASKS
 from pipelines.tasks.resources import check_checkpoint
 from posenc import PosencError
@@ -91,6 +92,7 @@ def checkpoint_model(ckpt: dict[str, Any], configured: type | None, class_path: 
     hparams = dict(ckpt.get("hyper_parameters") or {})
     if cls is None or not hparams:
         return None
+    check_plain_names(cls, hparams, source)
     check_checkpoint(flatten(hparams, cls), source)
     return {"class_path": class_path_of(cls), "init_args": checkpoint_init_args(cls, hparams)}
 

@@ -7,6 +7,7 @@ User mistakes (bad files, bad values) end as one ``error: …`` line and exit st
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import signal
 import sys
@@ -20,12 +21,19 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from datamodules.legacy import SAFE_LOADER, data_class, flatten, translate_args
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
+from pipelines.children import die_with_parent
 from pipelines.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.config_errors import user_error
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.inference.registry import RegisterModel
-from pipelines.safety import check_class_paths, check_local_checkpoint, unsafe_checkpoint
+from pipelines.safety import (
+    check_class_paths,
+    check_local_checkpoint,
+    enforce_import_policy,
+    local_checkpoint_path,
+    unsafe_checkpoint,
+)
 from pipelines.tasks.base import TaskModule, mlflow_loggers
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tasks.resources import check_fit
@@ -107,7 +115,8 @@ class PosencCLI(LightningCLI):
         explicit ``weights_only=True``; a checkpoint that refuses, or whose weights do not fit the model
         built (data linked to other sizes), is one line, not a traceback."""
         try:
-            return method(**kwargs, weights_only=True)
+            return method(**{**kwargs, "ckpt_path": local_checkpoint_path(kwargs.get("ckpt_path"))},
+                          weights_only=True)
         except pickle.UnpicklingError as exc:
             raise PosencError(unsafe_checkpoint(kwargs.get("ckpt_path"), exc)) from None
         except RuntimeError as exc:  # weights that do not fit the model the config built: one line
@@ -328,6 +337,7 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 def make_cli(args: list[str] | None = None, run: bool = True, command: str | None = None) -> PosencCLI:
     """The CLI over ``args``; with ``run=False`` it only parses and instantiates (no subcommand)."""
+    enforce_import_policy()  # a value (config, checkpoint, option) names only trusted modules
     parser_kwargs = {"parser_mode": "yaml", "exit_on_error": False}
     if run:
         parser_kwargs = {**parser_kwargs, **{cmd: parser_kwargs for cmd in SUBCOMMANDS}}
@@ -354,6 +364,8 @@ def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI
     ``command`` is how a person reruns this training (the model card shows it); default: this
     process's own command line.
     """
+    if os.environ.get("LOCAL_RANK", "0") != "0":  # a DDP rank started by rank 0: it dies with rank 0
+        die_with_parent()
     if args is None:
         sys.argv[1:] = spell_out_verbose(sys.argv[1:])
     else:

@@ -8,6 +8,9 @@ from argparse import ArgumentError
 
 from pipelines.tracking.failure import exception_chain
 from posenc import PosencError
+from posenc.registry import check_trusted
+
+_DENIED = re.compile(r"Importing '([\w.]+)' is not allowed")
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -27,7 +30,7 @@ def user_error(exc: BaseException) -> str | None:
         m = re.match(r'Parser key "([^"]+)"', str(e))
         if m and m.group(1) not in keys:
             keys.append(m.group(1))
-    reason = str(chain[-1]).strip().splitlines()[0]
+    reason = denied_import(chain) or str(chain[-1]).strip().splitlines()[0]
     if not keys:
         return reason
     unknown = re.match(r"(?:unrecognized arguments: --|Option ')([\w.]+)", reason)
@@ -43,3 +46,17 @@ def config_key(keys: list[str]) -> str:
     if head in ("model", "data") and rest and not rest.startswith(("init_args", "class_path")):
         rest = f"init_args.{rest}"
     return f"{head}.{rest}" if rest else head
+
+
+def denied_import(chain: list[BaseException]) -> str | None:
+    """Why the parser's import policy (:func:`pipelines.safety.enforce_import_policy`) refused a path a
+    value named, in the words of :func:`posenc.registry.check_trusted`; ``None`` if none was refused."""
+    for exc in chain:
+        found = _DENIED.search(str(exc))
+        if found:
+            try:
+                check_trusted(found.group(1), "class or callable")
+            except PosencError as why:
+                return str(why)
+            return f"{found.group(1)!r} is denied by the config parser's import policy; nothing was imported"
+    return None

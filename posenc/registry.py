@@ -21,6 +21,11 @@ EncodingFactory = Callable[[int, int], PositionalEncoding]
 DEFAULT_TRUSTED = ("posenc", "torch")
 _TRUSTED: set[str] = set(DEFAULT_TRUSTED)
 TRUST_ENV = "POSENC_TRUSTED_MODULES"
+#: modules whose import runs a program (a ``__main__`` module anywhere, even under a trusted prefix such
+#: as ``torch.utils.model_dump.__main__``; the standard library's ``this`` and ``antigravity``): never
+#: trusted, whatever the prefixes say
+NEVER_TRUSTED = ("this", "antigravity")
+RUNS_AT_IMPORT = "__main__"
 
 
 def trust_modules(*prefixes: str) -> None:
@@ -46,8 +51,16 @@ def is_trusted(module_name: str) -> bool:
     """Whether ``module_name`` is a trusted prefix or below one, matched by whole dotted components
     (``posenc.rotary`` is under ``posenc``; ``posenc_evil`` is not)."""
     parts = module_name.split(".")
-    return _is_module_name(module_name) and any(
-        parts[: len(p.split("."))] == p.split(".") for p in trusted_modules())
+    if not _is_module_name(module_name) or runs_at_import(module_name):
+        return False
+    return any(parts[: len(p.split("."))] == p.split(".") for p in trusted_modules())
+
+
+def runs_at_import(module_name: str) -> bool:
+    """Whether importing ``module_name`` runs a program: a ``__main__`` module (at any depth) or one of
+    :data:`NEVER_TRUSTED` (or below it)."""
+    parts = module_name.split(".")
+    return RUNS_AT_IMPORT in parts or parts[0] in NEVER_TRUSTED
 
 
 def check_trusted(class_path: str, what: str = "class") -> None:
@@ -57,6 +70,9 @@ def check_trusted(class_path: str, what: str = "class") -> None:
         PosencError: naming the class, its module and how to trust it.
     """
     module_name = str(class_path).rpartition(".")[0]
+    if runs_at_import(module_name):
+        raise PosencError(f"{what} {class_path!r}: module {module_name!r} runs a program when imported, so "
+                          "it is never imported")
     if not is_trusted(module_name):
         raise PosencError(f"{what} {class_path!r}: module {module_name!r} is not trusted, so it was not "
                           f"imported (trusted: {', '.join(trusted_modules())}; to allow it, set "

@@ -12,7 +12,12 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``make test``: ``-n 2``) each worker runs torch on one thread, and so do
     the processes it starts: two workers × torch's default of one thread per core would put four busy
-    threads on two cores, where the threads of tiny models' ops spend their time waiting on each other."""
+    threads on two cores, where the threads of tiny models' ops spend their time waiting on each other.
+
+    The tests' own classes (``tests.toy``: a fault-injecting callback, a toy task) are named in configs,
+    so ``tests`` is a trusted module for them and the commands they start (the config parser imports
+    nothing else than the trusted modules)."""
+    os.environ.setdefault("POSENC_TRUSTED_MODULES", "tests")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 

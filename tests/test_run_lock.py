@@ -29,11 +29,17 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _write_lock(run_dir: Path, pid: int, host: str | None = None, ticks: int | None = None) -> Path:
+def _write_lock(run_dir: Path, pid: int, host: str | None = None, ticks: int | None = None, **over) -> Path:
+    """A lock as this machine writes one (host, machine id, boot id, PID namespace), fields overridden."""
+    from pipelines.tracking.runlock import machine_identity
+
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "run.lock"
-    path.write_text(json.dumps({"pid": pid, "host": host or socket.gethostname(), "ticks": ticks,
-                                "started": "2026-01-01T00:00:00+00:00", "token": "theirs"}))
+    if ticks is None and pid > 0 and Path(f"/proc/{pid}").exists():
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    info = {"pid": pid, **machine_identity(), "ticks": ticks, "started": "2026-01-01T00:00:00+00:00",
+            "token": "theirs", **over}
+    path.write_text(json.dumps({**info, "host": host or socket.gethostname()}))
     return path
 
 
@@ -92,6 +98,87 @@ def test_another_hosts_lock_is_live_until_its_heartbeat_is_old_or_the_user_says(
     old = time.time() - STALE_AFTER_S - 60
     os.utime(path, (old, old))
     acquire(tmp_path / "run").release()
+
+
+# ----------------------------------------------------------------------------- forged locks (issue 42)
+def test_a_fifo_or_link_named_run_lock_is_one_line_not_a_hang(tmp_path):
+    """A FIFO would block the read for ever; a symbolic link is never followed (its target untouched)."""
+    from pipelines.tracking.runlock import NotAFile, acquire
+
+    (tmp_path / "run").mkdir()
+    os.mkfifo(tmp_path / "run" / "run.lock")
+    start = time.monotonic()
+    with pytest.raises(NotAFile, match="run.lock is a FIFO, not a lock file: remove it"):
+        acquire(tmp_path / "run")
+    assert time.monotonic() - start < 5
+    (tmp_path / "run" / "run.lock").unlink()
+    target = tmp_path / "precious.txt"
+    target.write_text("keep")
+    (tmp_path / "run" / "run.lock").symlink_to(target)
+    with pytest.raises(NotAFile, match="is a symbolic link"):
+        acquire(tmp_path / "run")
+    assert target.read_text() == "keep"
+
+
+def test_a_lock_of_another_pid_namespace_with_our_host_name_is_not_taken_over(tmp_path):
+    """Same host name, but a PID namespace (a container) whose PIDs cannot be checked from here: its PID
+    not running *here* says nothing, so the lock stays live and the message says how to clear it."""
+    from pipelines.tracking.runlock import RunLocked, acquire
+
+    path = _write_lock(tmp_path / "run", _dead_pid(), pid_ns="pid:[1]")
+    with pytest.raises(RunLocked, match="cannot be checked from here.*--take_over_lock true"):
+        acquire(tmp_path / "run")
+    assert json.loads(path.read_text())["token"] == "theirs"
+
+
+@pytest.mark.parametrize("missing", ["machine_id", "boot_id", "pid_ns", "ticks"])
+def test_a_lock_missing_what_makes_it_checkable_counts_as_another_machines(tmp_path, missing):
+    from pipelines.tracking.runlock import RunLocked, acquire
+
+    holder = _sleeper() if missing == "ticks" else None
+    try:
+        pid = holder.pid if holder else _dead_pid()
+        path = _write_lock(tmp_path / "run", pid)
+        info = json.loads(path.read_text())
+        info[missing] = None
+        path.write_text(json.dumps(info))
+        with pytest.raises(RunLocked, match="cannot be checked from here"):
+            acquire(tmp_path / "run")
+    finally:
+        if holder:
+            holder.kill()
+            holder.wait()
+
+
+def test_take_over_lock_works_on_this_host_even_for_a_lock_naming_pid_1(tmp_path, capsys):
+    from pipelines.tracking.runlock import RunLocked, acquire
+
+    _write_lock(tmp_path / "run", 1)  # PID 1 runs, with the start tick the lock names
+    with pytest.raises(RunLocked, match="process 1 on"):
+        acquire(tmp_path / "run")
+    acquire(tmp_path / "run", take_over=True).release()
+    assert "--take_over_lock true (process 1 on" in capsys.readouterr().err
+
+
+def test_a_heartbeat_in_the_future_does_not_keep_a_lock_fresh(tmp_path):
+    from pipelines.tracking.runlock import STALE_AFTER_S, RunLocked, acquire
+
+    path = _write_lock(tmp_path / "run", 1, host="some-other-node")
+    soon = time.time() + 120  # a clock a little ahead: still live
+    os.utime(path, (soon, soon))
+    with pytest.raises(RunLocked):
+        acquire(tmp_path / "run")
+    later = time.time() + 10 * STALE_AFTER_S
+    os.utime(path, (later, later))
+    acquire(tmp_path / "run").release()
+
+
+def test_a_lock_written_before_this_machine_restarted_is_stale(tmp_path, capsys):
+    from pipelines.tracking.runlock import acquire
+
+    _write_lock(tmp_path / "run", 1, boot_id="00000000-0000-0000-0000-000000000000")
+    acquire(tmp_path / "run").release()
+    assert "this machine has restarted since" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------- real runs
@@ -200,3 +287,28 @@ def test_a_failed_run_is_not_resumed_and_stays_failed(tmp_path, monkeypatch, cap
     assert len(status) == 2 and status.pop(failed.info.run_id) == "FAILED"
     assert list(status.values()) == ["FINISHED"]
     assert [m.step for m in client.get_metric_history(failed.info.run_id, "train/loss")] == logged
+
+
+@pytest.mark.slow  # the store stays locked past sqlite's own 20 s timeout
+def test_a_run_stopped_while_another_process_locks_the_store_still_ends_killed(tmp_path):
+    """Another process holds the sqlite store's write lock for 25 s (longer than sqlite waits): the
+    stopping run keeps trying and ends KILLED, not RUNNING."""
+    import mlflow
+
+    from pipelines.tracking.failure import set_status_when_free
+
+    db = migrated_store(tmp_path / "mlflow.db")
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    run_id = client.create_run(client.create_experiment("x")).info.run_id
+    code = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(25)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        start = time.monotonic()
+        set_status_when_free(client, run_id, "KILLED", budget_s=60)
+        assert time.monotonic() - start >= 20
+    finally:
+        holder.kill()
+        holder.wait()
+    assert client.get_run(run_id).info.status == "KILLED"

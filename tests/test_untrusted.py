@@ -19,9 +19,7 @@ import pytest
 import torch
 
 from tests.helpers import ROOT, run_cli_in, runs, tiny_setup, workdir_with_store, write_fasta
-
-TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}
-EVIL = "from pathlib import Path\nPath({marker!r}).write_text('imported')\n\nclass Bad:\n    pass\n"
+from tests.hostile import evil_folder, model_checkpoint
 
 
 class Payload:
@@ -147,29 +145,6 @@ def test_ckpt_path_hyperparameters_naming_an_untrusted_class_are_refused(tmp_pat
     line = one_error_line(done.stderr)
     assert "ckpt_path model.ckpt" in line and "module 'evil' is not trusted" in line
     assert not marker.exists()
-
-
-def model_checkpoint(path: Path, pe_class: str) -> Path:
-    """A real tiny DNA LM checkpoint whose saved encoding spec names ``pe_class``."""
-    from pipelines import DNALanguageModel
-    from pipelines.inference.registry import RegisterModel
-
-    torch.manual_seed(0)
-    model = DNALanguageModel(**TINY, pe={"class_path": "posenc.RoPE"})
-    model.posenc_inference = {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}
-    ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
-    model.on_save_checkpoint(ckpt)
-    RegisterModel().on_save_checkpoint(None, model, ckpt)
-    ckpt["hyper_parameters"]["pe"] = {"class_path": pe_class, "init_args": {}}
-    torch.save(ckpt, path)
-    return path
-
-
-def evil_folder(tmp: Path, module: str) -> tuple[Path, Path]:
-    """``tmp/<module>.py``, which writes ``tmp/imported`` when imported; returns (folder, marker)."""
-    marker = tmp / "imported"
-    (tmp / f"{module}.py").write_text(EVIL.format(marker=str(marker)))
-    return tmp, marker
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from typing import Literal
 
 import numpy as np
 
+from datamodules.memory import checks_enabled, host_available_bytes
 from posenc import PosencError
 
 ALPHABET = "ACGTN"
@@ -156,6 +157,51 @@ class _CountingRaw(io.RawIOBase):
         super().close()
 
 
+#: bytes of memory one decompressed base of a record costs while it is read and encoded (the peak of
+#: a 100 Mb record, docs/reliability.md: ≈ 7.7)
+BYTES_PER_BASE = 8
+_RECORD_STARTS = (b"\n>", b"\nLOCUS")
+
+
+class _BoundedRaw(io.RawIOBase):
+    """A decompressed stream that stops, in one line, once the record being read has grown past what
+    the memory available can hold (:data:`BYTES_PER_BASE` per byte): a gzip bomb (gigabytes from a few
+    megabytes) is refused instead of exhausting memory. The count restarts at every record."""
+
+    def __init__(self, fh: io.BufferedIOBase, path: Path, limit: int) -> None:
+        self._fh, self._path, self._limit, self._record, self._total = fh, path, limit, 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        n = self._fh.readinto(buf) or 0
+        chunk = bytes(memoryview(buf)[:n])
+        start = max(chunk.rfind(mark) for mark in _RECORD_STARTS)
+        self._record = n - start - 1 if start >= 0 else self._record + n
+        self._total += n
+        if self._record > self._limit:
+            raise PosencError(
+                f"{self._path}: a record decompresses past {self._record / 1e9:.2f} GB "
+                f"({self._total / 1e9:.2f} GB read so far); at ~{BYTES_PER_BASE} bytes of memory per base "
+                f"that needs more than the {self._limit * BYTES_PER_BASE / 1e9:.1f} GB available: a "
+                "decompression bomb, or a record too large for this machine (POSENC_MEMORY_CHECK=0 skips "
+                "this check)")
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def _bounded(gz: io.BufferedIOBase, path: Path) -> io.BufferedIOBase:
+    """``gz`` read through :class:`_BoundedRaw` when the memory available is known and checks are on."""
+    have = host_available_bytes() if checks_enabled() else None
+    if have is None:
+        return gz
+    return io.BufferedReader(_BoundedRaw(gz, path, have // BYTES_PER_BASE), buffer_size=1 << 20)
+
+
 def _open_text(path: Path, on_read: Callable[[int], object] | None = None) -> io.TextIOBase:
     """Open plain, gzip or bgzip text (bgzip shares gzip's magic), optionally counting raw bytes."""
     with open(path, "rb") as fh:
@@ -164,7 +210,7 @@ def _open_text(path: Path, on_read: Callable[[int], object] | None = None) -> io
     if on_read is not None:
         raw = io.BufferedReader(_CountingRaw(raw, on_read), buffer_size=1 << 20)
     if magic == b"\x1f\x8b":
-        raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        raw = _bounded(gzip.GzipFile(fileobj=raw, mode="rb"), path)  # type: ignore[assignment]
     # latin-1 decodes any byte: a non-ASCII header (say 'µ') is fine, a non-ASCII base is reported
     # by encode_bases as "not a nucleotide code" with its record and position
     return io.TextIOWrapper(raw, encoding="latin-1")

@@ -15,19 +15,22 @@ file with the project's CSV parsing, :func:`split_windows` gives a split's windo
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from sklearn.preprocessing import StandardScaler
 
-from datamodules.timeseries.parse import parse_series, read_table
+from datamodules.timeseries.parse import Series, parse_series, read_table
 from datamodules.timeseries.windows import apply_scaler, fit_scaler, gather_windows, window_starts
 from posenc import PosencError
 
 #: The hourly ETT row borders: train [0, 8640), val [8640, 11520), test [11520, 14400).
 ETT_HOURLY_BORDERS = (8640, 11520, 14400)
 SPLITS = ("train", "val", "test")
+#: the largest share of a target column that may be missing in the protocol's rows (all in train)
+MAX_MISSING = 0.10
 
 
 def split_bounds(n_rows: int, borders: tuple[int, int, int] = ETT_HOURLY_BORDERS,
@@ -109,7 +112,43 @@ def read_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] |
     series = parse_series(table, time_col, columns, source=file.name)
     if not series.report.regular:
         raise PosencError(f"{file.name}: the protocol needs a regular series (rows not evenly spaced)")
+    check_filled(series, borders, file.name)
     return scale_protocol(series.targets, columns, borders, file.name)
+
+
+def check_filled(series: Series, borders: tuple[int, int, int], source: str) -> int:
+    """Nothing fabricated is scored: a target column more than :data:`MAX_MISSING` empty in the
+    protocol's rows is refused, and so is any missing value in the scored (val and test) rows; missing
+    train values are filled (linear in time), counted on stderr, trained on and never scored.
+
+    Returns:
+        How many train values were filled.
+
+    Raises:
+        PosencError: the column (and, in a scored split, the row and time), in one line.
+    """
+    end = min(borders[2], len(series))
+    missing = ~series.observed[:end]
+    for j, col in enumerate(series.target_cols):
+        share = missing[:, j].mean() if end else 0.0
+        if share > MAX_MISSING:
+            raise PosencError(f"{source}: column {col!r} is {share:.0%} empty ({int(missing[:, j].sum())} of "
+                              f"{end} protocol rows): the benchmark refuses a target more than "
+                              f"{MAX_MISSING:.0%} missing (it would score forecasts against filled values)")
+        scored = np.flatnonzero(missing[borders[0]:end, j])
+        if len(scored):
+            row = borders[0] + int(scored[0])
+            split = "val" if row < borders[1] else "test"
+            raise PosencError(f"{source}: column {col!r} has no value at {series.row_label(row)}, in the "
+                              f"{split} split: the benchmark scores only values in the file; fill it "
+                              "yourself or leave the column out")
+    filled = int(missing.sum())
+    if filled:
+        counts = ", ".join(f"{c}={int(missing[:, j].sum())}" for j, c in enumerate(series.target_cols)
+                           if missing[:, j].any())
+        print(f"note: {source}: {filled} missing train value(s) filled by linear interpolation ({counts}); "
+              "trained on, never scored", file=sys.stderr)
+    return filled
 
 
 def scaled_errors(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:

@@ -37,6 +37,8 @@ from datamodules.timeseries.timestamps import (
 from posenc import PosencError
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: the largest magnitude whose square is finite in float32 (≈ 1.84e19)
+SQUARE_MAX = float(np.sqrt(np.float64(FLOAT32_MAX)))
 NanPolicy = Literal["interpolate", "ffill", "mask"]
 NAN_POLICIES = ("interpolate", "ffill", "mask")
 
@@ -157,6 +159,17 @@ class Series:
     def row_label(self, i: int) -> str:
         """Row ``i`` (in time order) for messages, with its time: ``row 5 (2024-01-01 05:00:00)``."""
         return f"row {i} ({self.timestamps[i]})" if self.timestamps is not None else f"row {i}"
+
+
+def _check_square(values: np.ndarray, col: str, source: str, csv: bool) -> None:
+    """A target value whose square overflows float32 (every squared-error metric would be inf, from a
+    finite file) is refused, naming the column and the row."""
+    big = np.flatnonzero(np.abs(values) > SQUARE_MAX)  # NaN compares False: missing values pass
+    if len(big):
+        i = int(big[0])
+        raise PosencError(f"{source}: column {col!r} has the value {values[i]:g} at {row_name(i, csv)}, "
+                          f"whose square overflows float32 (beyond ±{SQUARE_MAX:.3g}: every squared-error "
+                          f"metric would be inf); rescale the column (other units) or leave the value empty")
 
 
 def _numeric_column(df: pd.DataFrame, col: str, source: str, csv: bool) -> np.ndarray:
@@ -331,6 +344,8 @@ def parse_series(
         report.time_kind = "datetime" if ts is not None else "numeric"
     columns = [np.stack([_numeric_column(df, c, source, csv) for c in cols], axis=1) if cols
                else np.zeros((len(df), 0)) for cols in (target_cols, covariate_cols)]
+    for j, c in enumerate(target_cols):  # the metrics square the targets' errors
+        _check_square(columns[0][:, j], c, source, csv)
     for c, col in zip(target_cols + covariate_cols, np.concatenate(columns, axis=1).T, strict=True):
         if np.isnan(col).all():
             key = "target_cols" if c in target_cols else "covariate_cols"

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipelines.children import child_environment, die_with_parent_from_env, terminate
+
 
 def _devices(value: Any) -> int | None:
     """Number of devices a ``trainer.devices`` value names (``None``: "auto" or -1, i.e. all)."""
@@ -61,9 +63,15 @@ def run_in_subprocess(fit_args: list[str], result: Path) -> tuple[str | None, st
     run by rank 0, where the caller reads it back like any other run's.
     """
     cmd = [sys.executable, "-m", "pipelines.eval.sweep_child", "--result", str(result), "--", *fit_args]
-    done = subprocess.run(cmd, check=False)
-    if done.returncode != 0 or not result.is_file():
-        return None, f"exit status {done.returncode}", None
+    child = subprocess.Popen(cmd, env=child_environment())  # it dies with this process (killed too)
+    try:
+        code = child.wait()
+    except BaseException:  # stopped (SIGTERM, Ctrl-C): the child is stopped too and marks its run KILLED
+        terminate([child.pid])
+        child.wait()
+        raise
+    if code != 0 or not result.is_file():
+        return None, f"exit status {code}", None
     found = json.loads(result.read_text())
     if not found["swept"]:
         return None, "training was interrupted", None
@@ -76,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipelines.eval.evaluate import ExtrapolationEval
     from pipelines.tasks.base import mlflow_loggers
 
+    die_with_parent_from_env()  # started by run_in_subprocess: stop when the runner stops or is killed
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 3 or argv[0] != "--result" or argv[2] != "--":
         raise SystemExit("usage: python -m pipelines.eval.sweep_child --result FILE -- <fit arguments>")

@@ -19,12 +19,14 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 
+from datamodules.scrub import scrub_logged_model_tags
 from pipelines.inference.loading import META_KEY, load_model
 from pipelines.tracking.card import ModelCard, card_metrics, command_line, from_training, write_card
 
@@ -87,9 +89,28 @@ def log_pyfunc(ckpt: Path, run_id: str, tracking_uri: str, example: Any, output:
     import pipelines.inference.pyfunc as code
 
     with _use_tracking_uri(tracking_uri):
-        return Model.log(None, mlflow.pyfunc, name="posenc_model", python_model=code.__file__,
+        info = Model.log(None, portable_pyfunc(), name="posenc_model", python_model=code.__file__,
                          artifacts={"checkpoint": str(ckpt)}, signature=signature_for(example, output),
                          input_example=example, pip_requirements=pip_requirements(), run_id=run_id)
+        if getattr(info, "model_id", None):
+            scrub_logged_model_tags(mlflow.MlflowClient(tracking_uri), info.model_id)
+    return info
+
+
+def portable_pyfunc() -> Any:
+    """``mlflow.pyfunc`` as the flavor of :meth:`mlflow.models.Model.log`, except that the saved
+    ``MLmodel`` names the model's code file by its name alone: MLflow records its absolute path
+    (``model_code_path``: a home folder, a user name), and reads back only its base name."""
+    import mlflow
+
+    def save_model(path: str, mlflow_model: Any, **kwargs: Any) -> None:
+        mlflow.pyfunc.save_model(path=path, mlflow_model=mlflow_model, **kwargs)
+        conf = mlflow_model.flavors.get(mlflow.pyfunc.FLAVOR_NAME, {})
+        if conf.get("model_code_path"):
+            conf["model_code_path"] = Path(conf["model_code_path"]).name
+            mlflow_model.save(str(Path(path) / "MLmodel"))
+
+    return types.SimpleNamespace(__name__="mlflow.pyfunc", save_model=save_model)
 
 
 def register_version(client: Any, name: str, info: Any, run_id: str, card: ModelCard) -> str:

@@ -37,6 +37,7 @@ import numpy as np
 
 from datamodules.timeseries.ltsf import LTSFData, read_ltsf, scaled_errors
 from pipelines.console import configure
+from pipelines.results_table import read_results
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
 from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
 from pipelines.studies.ltsf_report import FIELDS, figure, summary_markdown
@@ -182,10 +183,12 @@ def row_for(job: tuple, result: Result, data: LTSFData, args: argparse.Namespace
 
 
 def done_rows(path: Path, resume: bool) -> list[dict[str, Any]]:
+    """``--resume``: the rows of an earlier ``results.csv``, checked before any job runs (one line
+    naming the row and column: :func:`pipelines.results_table.read_results`)."""
     if not resume or not path.is_file():
         return []
-    with path.open() as f:
-        return list(csv.DictReader(f))
+    return read_results(path, FIELDS, integers=("horizon", "seed", "n_test_windows"),
+                        text=("model", "chosen"))
 
 
 def append_row(path: Path, row: dict[str, Any], fields: list[str]) -> None:

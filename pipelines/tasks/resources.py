@@ -26,10 +26,9 @@ memory. Tested against the measured peak of a small training step (within a fact
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
+from datamodules.memory import checks_enabled, host_available_bytes
 from posenc import PosencError
 
 GB = 1e9
@@ -81,35 +80,15 @@ def inference_bytes(s: Shape) -> dict[str, int]:
             "attention": per.get(s.attention, 0), "logits": 2 * 4 * tokens * s.vocab}
 
 
-def _read_int(path: str) -> int | None:
-    try:
-        text = Path(path).read_text().split()[0]
-    except (OSError, IndexError):
-        return None
-    return int(text) if text.isdigit() else None
-
-
 def available_bytes(device: str = "cpu") -> int | None:
     """Memory this process may still take: on ``cuda…`` the device's free memory; otherwise the
-    smaller of ``MemAvailable`` and the cgroup (v2 or v1) limit minus usage; None if unknown."""
+    smaller of ``MemAvailable`` and the cgroup (v2 or v1) limit minus usage
+    (:func:`datamodules.memory.host_available_bytes`); None if unknown."""
     if device.startswith("cuda"):
         import torch
 
         return int(torch.cuda.mem_get_info(torch.device(device))[0]) if torch.cuda.is_available() else None
-    found = []
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        cap, used = _read_int(limit), _read_int(usage)
-        if cap is not None and used is not None and cap < 1 << 60:
-            found.append(max(0, cap - used))
-    return min(found) if found else None
+    return host_available_bytes()
 
 
 def check_fits(parts: dict[str, int], what: str, advice: str, device: str = "cpu") -> None:
@@ -121,7 +100,7 @@ def check_fits(parts: dict[str, int], what: str, advice: str, device: str = "cpu
         advice: what to lower, e.g. ``"lower data.batch_size or data.seq_len"``.
         device: ``cpu`` or ``cuda[:n]`` (whose memory is compared).
     """
-    if os.environ.get("POSENC_MEMORY_CHECK", "1") == "0":
+    if not checks_enabled():
         return
     need, have = sum(parts.values()), available_bytes(device)
     if have is None or need <= have:

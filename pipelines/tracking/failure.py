@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -77,14 +78,40 @@ def mark_runs_failed(trainer: L.Trainer, status: str = "FAILED") -> list[str]:
             continue
         try:
             client, run_id = logger.experiment, logger.run_id
-            if client.get_run(run_id).info.status == "RUNNING":
-                client.set_terminated(run_id, status)
+            set_status_when_free(client, run_id, status)
             if status != "FAILED":
                 logger.finalize = lambda *_, _lg=logger, **__: type(_lg).finalize(_lg, status)
             failed.append(run_id)
         except Exception as exc:  # the store itself may be what failed; report, never mask the cause
-            log.warning("could not mark MLflow run %s %s: %s", getattr(logger, "_run_id", None), status, exc)
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            log.warning("could not mark MLflow run %s %s (%s); the same command resumes it",
+                        getattr(logger, "_run_id", None), status, first)
     return failed
+
+
+#: how long a stopping run keeps trying to record its status in a store another process holds locked
+#: (sqlite gives up after 20 s each time); a second SIGTERM ends the wait at once
+STATUS_BUDGET_S = 120.0
+
+
+def set_status_when_free(client: object, run_id: str, status: str, budget_s: float = STATUS_BUDGET_S) -> None:
+    """Set a RUNNING run's status, retrying while the store is locked by another process (sqlite's
+    ``database is locked``) for up to ``budget_s`` seconds, so that a run stopped under contention ends
+    KILLED or FAILED, not RUNNING.
+
+    Raises:
+        Exception: the store's error once the budget is spent, or at once for any other error.
+    """
+    deadline = time.monotonic() + budget_s
+    while True:
+        try:
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status)
+            return
+        except Exception as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 class FailedRunGuard(L.Callback):

@@ -42,6 +42,7 @@ import torch
 import yaml
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
+from datamodules.scrub import scrub_value
 from pipelines.tracking.runlock import acquire, hold
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,12 @@ def run_dir_for(config_yaml: str, root: str | Path) -> Path:
 
 
 def _atomic_json(path: Path, value: dict) -> None:
+    """Write ``value`` (scrubbed: no credential or home path, :func:`datamodules.scrub.scrub_value`) to
+    ``path`` through a temporary file, readable by its owner only."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(value))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(scrub_value(value)))
     os.replace(tmp, path)
 
 

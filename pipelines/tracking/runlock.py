@@ -4,17 +4,26 @@
 and holds it until the process ends, so a second process with the same config never resumes into, or
 writes the checkpoint of, a run that is still training: it stops with one line naming the live run.
 
-The lock is created with ``O_CREAT | O_EXCL`` and holds JSON: the PID, the host name, the start time
-and the process's start tick (``/proc/<pid>/stat``, so a reused PID is not taken for the old process).
-While held, a thread touches the file every :data:`HEARTBEAT_S` seconds. A lock left behind by a
-process that is gone is *stale* and taken over:
+The lock is created with ``O_CREAT | O_EXCL`` and holds JSON: the PID, the host name, machine id, boot
+id and PID namespace (:func:`machine_identity`), the start time and the process's start tick
+(``/proc/<pid>/stat``, so a reused PID is not taken for the old process). While held, a thread
+touches the file every :data:`HEARTBEAT_S` seconds. A lock left behind by a process that is gone is
+*stale* and taken over:
 
-* same host: its PID is not running (or runs another process, per the start tick);
-* another host (a shared folder): its PID cannot be checked, so it is live until its heartbeat is
-  older than :data:`STALE_AFTER_S` (one hour), or the user passes ``--take_over_lock true``.
+* same machine — the same host name, machine id, boot and PID namespace, all recorded in the lock —:
+  its PID is not running, or runs another process (its start tick differs); after a reboot (another
+  boot id) every lock of the machine is stale;
+* anything that cannot be checked from here — another host (a shared folder), another PID namespace
+  (a container with the same host name), a lock without those fields or without the start tick of a
+  running PID — counts as another machine: live until its heartbeat is older than
+  :data:`STALE_AFTER_S` (one hour; a heartbeat in the future counts by its distance from now, so a
+  forged mtime cannot keep it fresh), or until the user passes ``--take_over_lock true``, which takes
+  over any lock (said on stderr, naming the holder).
 
-Checking and replacing a stale lock happens under ``flock`` on the run directory, so two processes
-never both take the same stale lock.
+The lock is opened with ``O_NOFOLLOW`` and must be a regular file: a symbolic link, a FIFO (whose
+read would block for ever) or a device named ``run.lock`` is one line saying to remove it. Checking
+and replacing a stale lock happens under ``flock`` on the run directory, so two processes never both
+take the same stale lock.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -37,6 +47,9 @@ from posenc import PosencError
 LOCK = "run.lock"
 HEARTBEAT_S = 60.0
 STALE_AFTER_S = 3600.0
+MAX_LOCK_BYTES = 65536  # a lock is a line of JSON; a bigger file is not one of ours
+REMOVE_IT = "remove it if no run of this config is training"
+_MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
 
 class RunLocked(PosencError):
@@ -52,7 +65,29 @@ def _start_ticks(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name in (…) may hold spaces
 
 
-def _alive(pid: int, ticks: int | None) -> bool:
+def _first_line(*paths: str) -> str | None:
+    for name in paths:
+        with suppress(OSError, UnicodeDecodeError):
+            text = Path(name).read_text().strip()
+            if text:
+                return text
+    return None
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def machine_identity() -> dict[str, str | None]:
+    """What makes a PID checkable from here: host name, machine id, boot id and PID namespace (Linux)."""
+    return {"host": socket.gethostname(), "machine_id": _first_line(*_MACHINE_ID_FILES),
+            "boot_id": _first_line("/proc/sys/kernel/random/boot_id"), "pid_ns": _pid_namespace()}
+
+
+def _alive(pid: int) -> bool:
     if pid <= 0:  # (kill(0 or -1, 0) would ask about whole process groups)
         return False
     try:
@@ -61,35 +96,78 @@ def _alive(pid: int, ticks: int | None) -> bool:
         return False
     except PermissionError:  # someone else's process: it exists
         pass
-    now = _start_ticks(pid)
-    return ticks is None or now is None or now == ticks
+    return True
+
+
+def _same_machine(info: dict[str, Any], here: dict[str, str | None]) -> str | bool:
+    """``True`` when the lock's PID can be checked here; ``"rebooted"`` when it was written on this
+    machine before its last boot; ``False`` when it cannot be checked (another host or PID namespace,
+    or fields missing)."""
+    if any(here[k] is None or info.get(k) != here[k] for k in ("host", "machine_id")):
+        return False
+    if isinstance(info.get("boot_id"), str) and info["boot_id"] != here["boot_id"]:
+        return "rebooted"
+    return (here["pid_ns"] is not None and info.get("pid_ns") == here["pid_ns"]
+            and info.get("boot_id") is not None)
 
 
 def stale_reason(info: dict[str, Any] | None, age_s: float, take_over: bool = False) -> str | None:
-    """Why the lock described by ``info`` (its heartbeat ``age_s`` seconds old) may be taken over;
-    ``None`` while its holder may still be running."""
+    """Why the lock described by ``info`` (its heartbeat ``age_s`` seconds from now, either way) may be
+    taken over; ``None`` while its holder may still be running."""
     if info is None:
         return "its content is unreadable (the process died while writing it)"
-    if info.get("host") == socket.gethostname():
-        pid = info.get("pid")
-        if not isinstance(pid, int) or not _alive(pid, info.get("ticks")):
-            return f"process {info.get('pid')} is no longer running"
-        return None
+    pid, ticks = info.get("pid"), info.get("ticks")
+    same = _same_machine(info, machine_identity())
+    if same == "rebooted":
+        return f"this machine has restarted since process {pid} took it"
+    if same and (not isinstance(pid, int) or not _alive(pid)):
+        return f"process {pid} is no longer running"
+    if same and isinstance(ticks, int) and _start_ticks(pid) not in (None, ticks):
+        return f"process {pid} is no longer running (its PID now runs another process)"
     if take_over:
-        return "--take_over_lock true"
-    if age_s > STALE_AFTER_S:
-        return f"its heartbeat is {age_s / 3600:.1f} h old (host {info.get('host')})"
+        return f"--take_over_lock true ({describe(info)}{', which still runs' if same else ''})"
+    if abs(age_s) > STALE_AFTER_S:
+        return f"its heartbeat is {abs(age_s) / 3600:.1f} h from now (host {info.get('host')})"
     return None
+
+
+def checkable(info: dict[str, Any]) -> bool:
+    """Whether this process can tell if the lock's holder runs (same machine and a start tick)."""
+    return _same_machine(info, machine_identity()) is True and isinstance(info.get("ticks"), int)
 
 
 def describe(info: dict[str, Any]) -> str:
     return f"process {info.get('pid')} on {info.get('host')}, started {info.get('started')}"
 
 
+class NotAFile(PosencError):
+    """``run.lock`` (or ``run.json``) is a link, a FIFO, a device or a folder: never read or followed."""
+
+
 def _read(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; ``None`` if it is missing, unreadable or not an object.
+
+    Raises:
+        NotAFile: ``path`` is a symbolic link or not a regular file (opened with ``O_NOFOLLOW`` and
+            ``O_NONBLOCK``, so neither is followed or waited on).
+    """
     try:
-        info = json.loads(path.read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        link = os.path.islink(path)
+        why = "is a symbolic link, not a lock file" if link else f"cannot be read ({exc.strerror})"
+        raise NotAFile(f"{path} {why}: {REMOVE_IT}") from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fh.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device"
+            raise NotAFile(f"{path} is {kind}, not a lock file: {REMOVE_IT}")
+        data = fh.read(MAX_LOCK_BYTES + 1)
+    try:
+        info = json.loads(data) if len(data) <= MAX_LOCK_BYTES else None
+    except ValueError:
         return None
     return info if isinstance(info, dict) else None
 
@@ -125,8 +203,9 @@ class RunLock:
             return
         self._stop.set()
         atexit.unregister(self.release)
-        if (_read(self.path) or {}).get("token") == self.info["token"]:
-            self.path.unlink(missing_ok=True)
+        with suppress(NotAFile):  # (a lock replaced by something else is not ours to remove)
+            if (_read(self.path) or {}).get("token") == self.info["token"]:
+                self.path.unlink(missing_ok=True)
         for folder in self.created:  # the run folder, and any parent this lock created (deepest first)
             with suppress(OSError):
                 folder.rmdir()  # only when empty
@@ -141,12 +220,12 @@ def acquire(run_dir: Path, take_over: bool = False) -> RunLock:
     created = [run_dir, *[p for p in run_dir.parents if not p.exists()]]
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "ticks": _start_ticks(os.getpid()),
+    info = {"pid": os.getpid(), **machine_identity(), "ticks": _start_ticks(os.getpid()),
             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "token": uuid.uuid4().hex}
     with _dir_flock(run_dir):
         for _ in range(3):  # (a lock released between the two looks is simply gone: try again)
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
                 break
             except FileExistsError:
                 _take_over_or_refuse(path, take_over)
@@ -157,21 +236,31 @@ def acquire(run_dir: Path, take_over: bool = False) -> RunLock:
     return RunLock(path, info, created)
 
 
+def _run_id(run_dir: Path) -> str | None:
+    """The MLflow run id ``run_dir/run.json`` names (``None`` if none, or if it is not a plain file)."""
+    try:
+        return (_read(run_dir / "run.json") or {}).get("run_id")
+    except NotAFile:
+        return None
+
+
 def _take_over_or_refuse(path: Path, take_over: bool) -> None:
     """Remove ``path`` if its lock is stale (said on stderr), else raise :class:`RunLocked`."""
     import sys
 
     try:
-        age = time.time() - path.stat().st_mtime
+        age = time.time() - os.lstat(path).st_mtime
     except FileNotFoundError:
         return
     held = _read(path)
     reason = stale_reason(held, age, take_over)
     if reason is None:
-        run = (_read(path.parent / "run.json") or {}).get("run_id")
+        run = _run_id(path.parent)
         which = f"MLflow run {run}, " if run else ""
+        clear = ("" if checkable(held or {}) else "; its process cannot be checked from here (another host, "
+                 "container or PID namespace): if it no longer runs, pass --take_over_lock true")
         raise RunLocked(f"{path.parent}: this config is already training ({which}{describe(held or {})}): "
-                        "wait for it or stop it; --resume false trains a separate run")
+                        f"wait for it or stop it{clear}; --resume false trains a separate run")
     print(f"taking over the stale run lock {path}: {reason}", file=sys.stderr)
     path.unlink(missing_ok=True)
 
@@ -190,4 +279,5 @@ def release_all() -> None:
         _HELD.pop().release()
 
 
-__all__ = ["LOCK", "RunLock", "RunLocked", "acquire", "describe", "hold", "release_all", "stale_reason"]
+__all__ = ["LOCK", "NotAFile", "RunLock", "RunLocked", "acquire", "checkable", "describe", "hold",
+           "machine_identity", "release_all", "stale_reason"]

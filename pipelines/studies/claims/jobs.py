@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from pipelines.children import die_with_parent, terminate
 from pipelines.studies.claims.base import Experiment, md_table
 from pipelines.studies.claims.context import Context, fit_child
 
@@ -37,9 +38,11 @@ def default_jobs() -> int:
     return max(1, min(MAX_JOBS, cpus))
 
 
-def _start_worker(threads: int) -> None:
+def _start_worker(threads: int, parent: int | None = None) -> None:
+    """A worker's start: it stops when the main process exits, however (see :mod:`pipelines.children`)."""
     import torch
 
+    die_with_parent(parent)
     torch.set_num_threads(threads)
 
 
@@ -50,12 +53,15 @@ class ChildPool:
     def __init__(self, jobs: int) -> None:
         self.jobs, self.executor = jobs, None
 
-    def _submit(self, kwargs: dict[str, Any]) -> Any:
+    def _pool(self) -> ProcessPoolExecutor:
         if self.executor is None:
             context = multiprocessing.get_context("spawn")
             self.executor = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_start_worker,
-                                                initargs=(1,))
-        return self.executor.submit(fit_child, kwargs)
+                                                initargs=(1, os.getpid()))
+        return self.executor
+
+    def _submit(self, kwargs: dict[str, Any]) -> Any:
+        return self._pool().submit(fit_child, kwargs)
 
     def submit(self, planned: Sequence[tuple[Experiment, Context]]) -> int:
         """Queue every new child of ``planned`` (experiment, its context), in run order; returns how
@@ -69,6 +75,13 @@ class ChildPool:
                 ctx.pool[key, child.seed] = (ctx.name, self._submit(kwargs))
                 queued += 1
         return queued
+
+    def terminate(self) -> None:
+        """Stop the workers now (``SIGTERM``: a child in training marks its run KILLED), the queued
+        children dropped: what a stopped main process does instead of waiting for them."""
+        if self.executor is not None:
+            terminate([p.pid for p in list((self.executor._processes or {}).values()) if p.pid])
+            self.executor.shutdown(wait=True, cancel_futures=True)
 
     def close(self, cancel: bool = False) -> None:
         """Wait for the workers to finish (``cancel``: drop the children not started yet first)."""

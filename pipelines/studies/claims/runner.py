@@ -23,6 +23,7 @@ import math
 import re
 import resource
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.studies.claims.jobs import MAX_JOBS, ChildPool, cost_rows, cost_table, default_jobs
 from pipelines.studies.claims.judge import parse_primary
 from pipelines.studies.claims.report import claims_markdown, provenance, summary_table
+from pipelines.tracking.failure import Terminated, stop_on_sigterm
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class
@@ -281,6 +283,8 @@ def run_all(planned: list[tuple[Experiment, Context]], paths: list[Path], jobs: 
         for (experiment, ctx), path in zip(planned, paths, strict=True):
             results.append(run_one(experiment, ctx, path, factor))
     except BaseException:
+        if workers is not None:  # stopped or failed: the workers stop too, never left training
+            workers.terminate()
         for _, ctx in planned[len(results) + 1:]:
             ctx.client.set_terminated(ctx.parent, "KILLED")
         raise
@@ -326,5 +330,11 @@ def write_docs(path: Path, results: list[ClaimResult], table: str, out: Path) ->
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The command; SIGTERM stops it (its workers too, see :func:`run_all`): one line, exit 143."""
     with user_errors_exit():
-        run(argv)
+        try:
+            with stop_on_sigterm():
+                run(argv)
+        except Terminated as exc:
+            print(f"error: stopped by signal {signal.Signals(exc.signum).name}", file=sys.stderr)
+            raise SystemExit(exc.code) from None

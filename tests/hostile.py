@@ -1,0 +1,34 @@
+"""Helpers for the hostile-input tests (``test_untrusted``, ``test_no_imports``, ``test_safe_path``):
+modules that leave a marker when imported, and real tiny checkpoints whose saved encoding is chosen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}
+EVIL = "from pathlib import Path\nPath({marker!r}).write_text('imported')\n\nclass Bad:\n    pass\n"
+
+
+def evil_folder(tmp: Path, module: str, marker_name: str = "imported") -> tuple[Path, Path]:
+    """``tmp/<module>.py``, which writes ``tmp/<marker_name>`` when imported; returns (folder, marker)."""
+    marker = tmp / marker_name
+    (tmp / f"{module}.py").write_text(EVIL.format(marker=str(marker)))
+    return tmp, marker
+
+
+def model_checkpoint(path: Path, pe_class: str) -> Path:
+    """A real tiny DNA LM checkpoint whose saved encoding spec names ``pe_class``."""
+    from pipelines import DNALanguageModel
+    from pipelines.inference.registry import RegisterModel
+
+    torch.manual_seed(0)
+    model = DNALanguageModel(**TINY, pe={"class_path": "posenc.RoPE"})
+    model.posenc_inference = {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}
+    ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
+    model.on_save_checkpoint(ckpt)
+    RegisterModel().on_save_checkpoint(None, model, ckpt)
+    ckpt["hyper_parameters"]["pe"] = {"class_path": pe_class, "init_args": {}}
+    torch.save(ckpt, path)
+    return path
