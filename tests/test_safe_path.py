@@ -61,7 +61,8 @@ def test_no_documented_command_imports_from_the_working_folder(tmp_path, module)
 
 
 def test_every_documented_command_is_found():
-    assert {"pipelines.train", "pipelines.inference.predict", "pipelines.studies.bench"} <= set(documented_commands())
+    expected = {"pipelines.train", "pipelines.inference.predict", "pipelines.studies.bench"}
+    assert expected <= set(documented_commands())
 
 
 def test_the_makefile_runs_every_command_with_a_safe_path():
