@@ -29,9 +29,9 @@ from torch import Tensor
 
 from datamodules.legacy import fold
 from datamodules.scrub import scrub_checkpoint
-from pipelines.tasks.options import TASK_GROUPS, AttentionOptions, Net, Optim
+from pipelines.tasks.options import TASK_GROUPS, Net, Optim
 from posenc import PosencError, PositionalEncoding, build_encoding
-from posenc.nn import Transformer
+from posenc.nn import AttentionSettings, Transformer
 from posenc.registry import EncodingFactory
 
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
@@ -118,7 +118,7 @@ class TaskModule(L.LightningModule):
             d_model/n_heads, which come from this model); ``None`` means no encoding.
         net: the Transformer's shape (:class:`~pipelines.tasks.options.Net`).
         optim: AdamW and its schedule (:class:`~pipelines.tasks.options.Optim`).
-        attention: how the attention runs (kernels, ``compile``; :class:`AttentionOptions`); a
+        attention: how the attention runs (kernels, ``compile``; :class:`~posenc.nn.AttentionSettings`); a
             checkpoint from before it existed loads with the defaults.
         **flat: the groups' fields as flat keys, as before the groups (``d_model=64``, ``lr=0.01``:
             checkpoints and code of before); each wins over its group's field.
@@ -147,7 +147,7 @@ class TaskModule(L.LightningModule):
         pe: EncodingFactory | None = None,
         net: Net = Net(),  # noqa: B008 - frozen dataclasses: a shared default is safe
         optim: Optim = Optim(),  # noqa: B008
-        attention: AttentionOptions = AttentionOptions(),  # noqa: B008
+        attention: AttentionSettings = AttentionSettings(),  # noqa: B008
         **flat: Any,
     ) -> None:
         super().__init__()
