@@ -28,11 +28,11 @@ import torch
 
 from datamodules import DNADataModule, TimeSeriesDataModule
 from datamodules.dna.classify import ClassificationDataModule
-from datamodules.legacy import legacy_keys, nest
+from datamodules.legacy import legacy_keys
 from pipelines import DNALanguageModel, Forecaster
 from pipelines.inference.registry import RegisterModel
 from posenc import PosencError
-from tests.helpers import dm_kwargs, random_bases, seasonal_frame, write_csv, write_fasta
+from tests.helpers import dm_kwargs, nest, random_bases, seasonal_frame, write_csv, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "pe": {"class_path": "posenc.RoPE"}}

@@ -34,6 +34,10 @@ from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import AttentionSettings, Transformer
 from posenc.registry import EncodingFactory
 
+#: the spelling of the settings this code writes into checkpoints (``checkpoint["config_version"]``);
+#: older checkpoints are upgraded where they are read (:mod:`pipelines.tasks.upgrade`)
+CONFIG_VERSION = 2
+
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
 #: looks tasks up after importing the built-in ones).
 TASKS: dict[str, type[TaskModule]] = {}
@@ -120,8 +124,10 @@ class TaskModule(L.LightningModule):
         optim: AdamW and its schedule (:class:`~pipelines.tasks.options.Optim`).
         attention: how the attention runs (kernels, ``compile``; :class:`~posenc.nn.AttentionSettings`); a
             checkpoint from before it existed loads with the defaults.
-        **flat: the groups' fields as flat keys, as before the groups (``d_model=64``, ``lr=0.01``:
-            checkpoints and code of before); each wins over its group's field.
+        **flat: the groups' fields as flat keyword arguments, for Python callers (``d_model=64``); each
+            wins over its group's field. Configs and checkpoints are translated where they are read.
+
+    Each group is given as its dataclass, or as a mapping over its defaults (saved hyperparameters).
     """
 
     task_name: ClassVar[str] = ""
@@ -171,9 +177,10 @@ class TaskModule(L.LightningModule):
         self.save_hyperparameters(hp)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Name the task, and scrub what the checkpoint says about the run (home paths, credentials):
-        called last, for every checkpoint, weights-only ones included."""
+        """Name the task and the settings' version, and scrub what the checkpoint says about the run
+        (home paths, credentials): called last, for every checkpoint, weights-only ones included."""
         checkpoint["posenc_task"] = self.task_name
+        checkpoint["config_version"] = CONFIG_VERSION
         scrub_checkpoint(checkpoint)
 
     @property
