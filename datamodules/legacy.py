@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from datamodules.config import as_group, as_mapping, groups_of
+from datamodules.config import as_mapping, groups_of
 
 #: (old module, new module) of the modules that moved; a class path under an old one is read as the new
 MOVED: tuple[tuple[str, str], ...] = (
@@ -93,21 +93,6 @@ def regroup(cls: type, settings: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in flat.items():
         group = table[key].split(".")[0]
         out[group] = {**out.get(group, {}), key: value}
-    return out
-
-
-def fold(groups: Mapping[str, type], settings: Mapping[str, Any], section: str = "model") -> dict[str, Any]:
-    """Constructor arguments with the flat keys of ``groups``' fields folded into their group, each
-    group built as its dataclass (:func:`~datamodules.config.as_group`); a flat key wins over its
-    group's field. Other keys are returned as they are. How a task still takes flat keyword arguments
-    from Python code (``Forecaster(d_model=16, head="last")``); checkpoints and configs no longer need it."""
-    table = {f.name: group for group, dc in groups.items() for f in fields(dc)}
-    out = {k: v for k, v in settings.items() if k not in table}
-    for group, dc in groups.items():
-        value, flat = out.get(group), {k: v for k, v in settings.items() if table.get(k) == group}
-        if flat:
-            value = {**(as_mapping(value) if value is not None else {}), **flat}
-        out[group] = as_group(dc, value, group, section)
     return out
 
 

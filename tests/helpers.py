@@ -124,13 +124,19 @@ def flat_dm(cls: type, **flat):
     return cls(**nest(cls, flat))
 
 
-def nest(cls: type, settings: dict) -> dict:
+def nest(cls: type, settings: dict, section: str = "data") -> dict:
     """Constructor arguments of ``cls`` from flat and/or grouped settings (a test's shorthand: the flat
     keys moved into their groups as the CLI moves them, each group built over its default)."""
     from datamodules.config import build_groups
     from datamodules.legacy import regroup
 
-    return build_groups(cls, regroup(cls, settings))
+    return build_groups(cls, regroup(cls, settings), section)
+
+
+def task(cls: type, **settings):
+    """A task model from flat and/or grouped settings (a test's shorthand: ``task(Forecaster,
+    d_model=16, head="last")``; the model itself takes its groups only, :func:`nest`)."""
+    return cls(**nest(cls, settings, "model"))
 
 
 def flatten(settings: dict, cls: type) -> dict:

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from pipelines import load_model
+from tests.helpers import task
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy"
 OLD_ROOT = "/tmp/posenc-legacy-root"
@@ -150,7 +151,7 @@ def fresh_checkpoint(path: Path) -> dict:
     from pipelines.tasks.options import Net
 
     torch.manual_seed(0)
-    model = DNALanguageModel(vocab_size=6, pad_id=5, net=Net(d_model=16, n_heads=2, n_layers=2),
+    model = task(DNALanguageModel, vocab_size=6, pad_id=5, net=Net(d_model=16, n_heads=2, n_layers=2),
                              pe={"class_path": RBF_NEW, "init_args": {"train_len": 32, "n_centres": 8}})
     ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
             "posenc_inference": {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ROOT, run_cli_in, runs, tiny_setup, workdir_with_store, write_fasta
+from tests.helpers import ROOT, run_cli_in, runs, task, tiny_setup, workdir_with_store, write_fasta
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}
 EVIL = "from pathlib import Path\nPath({marker!r}).write_text('imported')\n\nclass Bad:\n    pass\n"
@@ -155,7 +155,7 @@ def model_checkpoint(path: Path, pe_class: str) -> Path:
     from pipelines.inference.registry import RegisterModel
 
     torch.manual_seed(0)
-    model = DNALanguageModel(**TINY, pe={"class_path": "posenc.RoPE"})
+    model = task(DNALanguageModel, **TINY, pe={"class_path": "posenc.RoPE"})
     model.posenc_inference = {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}
     ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
     model.on_save_checkpoint(ckpt)

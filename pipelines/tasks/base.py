@@ -27,7 +27,7 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 
-from datamodules.legacy import fold
+from datamodules.config import as_group
 from datamodules.scrub import scrub_checkpoint
 from pipelines.tasks.options import TASK_GROUPS, Net, Optim
 from posenc import PosencError, PositionalEncoding, build_encoding
@@ -124,10 +124,10 @@ class TaskModule(L.LightningModule):
         optim: AdamW and its schedule (:class:`~pipelines.tasks.options.Optim`).
         attention: how the attention runs (kernels, ``compile``; :class:`~posenc.nn.AttentionSettings`); a
             checkpoint from before it existed loads with the defaults.
-        **flat: the groups' fields as flat keyword arguments, for Python callers (``d_model=64``); each
-            wins over its group's field. Configs and checkpoints are translated where they are read.
 
     Each group is given as its dataclass, or as a mapping over its defaults (saved hyperparameters).
+    Flat keys of before the groups are translated where settings come in (configs, checkpoints), not
+    here: see :mod:`datamodules.legacy`.
     """
 
     task_name: ClassVar[str] = ""
@@ -154,15 +154,12 @@ class TaskModule(L.LightningModule):
         net: Net = Net(),  # noqa: B008 - frozen dataclasses: a shared default is safe
         optim: Optim = Optim(),  # noqa: B008
         attention: AttentionSettings = AttentionSettings(),  # noqa: B008
-        **flat: Any,
     ) -> None:
         super().__init__()
-        given = fold(TASK_GROUPS, {"net": net, "optim": optim, "attention": attention, **flat})
-        unknown = sorted(set(given) - set(TASK_GROUPS))
-        if unknown:
-            raise PosencError(f"model.init_args.{unknown[0]}: unknown key for {type(self).__name__}")
+        given = {name: as_group(TASK_GROUPS[name], value, name)
+                 for name, value in (("net", net), ("optim", optim), ("attention", attention))}
         self.net, self.optim, attention = given["net"], given["optim"], given["attention"]
-        self._base_hparams = {name: asdict(given[name]) for name in TASK_GROUPS}
+        self._base_hparams = {name: asdict(value) for name, value in given.items()}
         n = self.net
         encoding = build_encoding(pe, n.d_model, n.n_heads)
         self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, n.d_ff, n.dropout,
