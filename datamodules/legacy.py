@@ -20,10 +20,11 @@ A flat key given beside its group wins over the group's field (it is the later, 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -107,17 +108,25 @@ def _section_key(section: str) -> re.Pattern:
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _load_config(value: str) -> tuple[Any, bool]:
-    """A ``--config`` value's YAML document and whether it came from a file."""
+def _load_config(value: str) -> Any:
+    """A ``--config`` value's YAML document (of a file or the value itself; ``None``: unreadable)."""
     path = Path(value)
     try:
         is_file = path.is_file()
     except OSError:  # a YAML string too long or odd for a file name
         is_file = False
     try:
-        return yaml.load(path.read_text() if is_file else value, Loader=SAFE_LOADER), is_file
+        return yaml.load(path.read_text() if is_file else value, Loader=SAFE_LOADER)
     except (OSError, yaml.YAMLError):
-        return None, is_file
+        return None
+
+
+def _rewrite_config(value: str, change: Callable[[Any], Any]) -> str:
+    """A ``--config`` value with ``change`` applied to its document: the same value when nothing
+    changed, else the changed document as a YAML string."""
+    doc = _load_config(value)
+    new = change(doc)
+    return value if new == doc else yaml.safe_dump(new, sort_keys=False)
 
 
 def _class_in(doc: Any, section: str) -> str | None:
@@ -132,19 +141,13 @@ def section_class(args: list[str], section: str = "data", resolve: Any = None) -
     found = None
     for i, arg in enumerate(args):
         if arg == "--config" and i + 1 < len(args):
-            found = _class_in(_load_config(args[i + 1])[0], section) or found
+            found = _class_in(_load_config(args[i + 1]), section) or found
         elif arg.startswith("--config="):
-            found = _class_in(_load_config(arg.split("=", 1)[1])[0], section) or found
+            found = _class_in(_load_config(arg.split("=", 1)[1]), section) or found
         elif arg.startswith((f"--{section}=", f"--{section}.class_path=")):
             found = arg.split("=", 1)[1]
-    cls = (resolve or _project_class)(found)
+    cls = resolve(found) if resolve else project_class(found, "datamodules")
     return cls if cls is not None and groups_of(cls) else None
-
-
-def data_class(args: list[str]) -> type | None:
-    """The datamodule class the arguments name last, when it is one of this project's with typed
-    groups (:func:`section_class`)."""
-    return section_class(args, "data")
 
 
 def project_class(class_path: Any, package: str) -> type | None:
@@ -159,10 +162,6 @@ def project_class(class_path: Any, package: str) -> type | None:
         return None
 
 
-def _project_class(class_path: Any) -> type | None:
-    return project_class(class_path, "datamodules")
-
-
 def translate_config(doc: Any, cls: type, section: str = "data") -> Any:
     """A config document with its flat ``<section>.init_args`` keys moved into their groups."""
     part = doc.get(section) if isinstance(doc, dict) else None
@@ -170,12 +169,6 @@ def translate_config(doc: Any, cls: type, section: str = "data") -> Any:
     if not isinstance(init, dict) or not set(init) & set(legacy_keys(cls)):
         return doc
     return {**doc, section: {**part, "init_args": regroup(cls, init)}}
-
-
-def _config_value(value: str, cls: type, section: str) -> str:
-    doc, _ = _load_config(value)
-    new = translate_config(doc, cls, section)
-    return value if new is doc else yaml.safe_dump(new, sort_keys=False)
 
 
 def translate_cli(args: list[str], resolve_model: Any = None) -> list[str]:
@@ -191,21 +184,15 @@ def move_args(args: list[str]) -> list[str]:
     out = []
     for i, arg in enumerate(args):
         if i > 0 and args[i - 1] == "--config":
-            out.append(_moved_config(arg))
+            out.append(_rewrite_config(arg, move_class_paths))
         elif arg.startswith("--config="):
-            out.append("--config=" + _moved_config(arg.split("=", 1)[1]))
+            out.append("--config=" + _rewrite_config(arg.split("=", 1)[1], move_class_paths))
         elif arg.startswith("--") and "=" in arg:
             key, value = arg.split("=", 1)
             out.append(f"{key}={moved(value)}")
         else:
             out.append(moved(arg))
     return out
-
-
-def _moved_config(value: str) -> str:
-    doc, _ = _load_config(value)
-    new = move_class_paths(doc)
-    return value if new == doc else yaml.safe_dump(new, sort_keys=False)
 
 
 def translate_args(args: list[str], section: str = "data", resolve: Any = None) -> list[str]:
@@ -218,11 +205,12 @@ def translate_args(args: list[str], section: str = "data", resolve: Any = None) 
     if cls is None:
         return list(args)
     table, key, out = legacy_keys(cls), _section_key(section), []
+    grouped = functools.partial(translate_config, cls=cls, section=section)
     for i, arg in enumerate(args):
         if i > 0 and args[i - 1] == "--config":
-            out.append(_config_value(arg, cls, section))
+            out.append(_rewrite_config(arg, grouped))
         elif arg.startswith("--config="):
-            out.append("--config=" + _config_value(arg.split("=", 1)[1], cls, section))
+            out.append("--config=" + _rewrite_config(arg.split("=", 1)[1], grouped))
         elif (m := key.fullmatch(arg)) and m.group(1) in table:
             out.append(f"--{section}.init_args.{table[m.group(1)]}{m.group(2) or ''}")
         else:
