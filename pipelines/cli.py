@@ -50,7 +50,6 @@ from pipelines.tracking.store import (
 )
 from pipelines.tracking.system_metrics import GpuSystemMetrics
 from posenc import PosencError
-from posenc.registry import is_trusted
 
 
 class PosencCLI(LightningCLI):
@@ -280,11 +279,9 @@ class PosencCLI(LightningCLI):
 
 def model_class(class_path: Any) -> type | None:
     """The task (:class:`TaskModule` subclass, this project's or one added from outside) a class path
-    names; ``None`` for anything else, an untrusted module (never imported here), or one that does not
-    import (left to jsonargparse, which names it)."""
+    names; ``None`` for anything else, or one that does not import (left to jsonargparse, which names
+    it, and which imports the config's class paths right after this anyway)."""
     module, _, name = str(class_path or "").rpartition(".")
-    if not is_trusted(module):
-        return None
     try:
         cls = getattr(importlib.import_module(module), name) if module else None
     except (ImportError, AttributeError, ValueError):

@@ -44,8 +44,8 @@ def test_positions_scaled_by_one_change_nothing_and_a_mismatch_changes_rope_only
 
 def test_the_causal_classifier_masks_later_tokens_and_nope_position_is_decodable_only_with_it():
     torch.manual_seed(0)
-    args = dict(vocab_size=5, pad_id=4, d_model=16, n_heads=2, n_layers=2)
-    causal, bidir = CausalSequenceClassifier(**args).eval(), task(SequenceClassifier, **args).eval()
+    args = dict(vocab_size=5, pad_id=4, net={"d_model": 16, "n_heads": 2, "n_layers": 2})
+    causal, bidir = CausalSequenceClassifier(**args).eval(), SequenceClassifier(**args).eval()
     assert causal.backbone.causal and not bidir.backbone.causal
     loader = [{"tokens": torch.randint(0, 4, (16, 32))} for _ in range(4)]
     bidir_r2 = position_r2(bidir, loader, None)
