@@ -15,9 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
-from pipelines import load_model
-from tests.helpers import task
+from datamodules.legacy import moved, translate_cli
+from pipelines import DNALanguageModel, load_model
+from pipelines.inference.loading import read_checkpoint
+from pipelines.tasks.options import Net
+from posenc import PosencError
+from tests.helpers import write_fasta
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy"
 OLD_ROOT = "/tmp/posenc-legacy-root"
@@ -145,13 +150,8 @@ RBF_OLD = "pipelines.eval.claims.rbf.RBFFeatureScores"  # its home before the st
 def fresh_checkpoint(path: Path) -> dict:
     """A tiny DNA LM's checkpoint as this code writes it (grouped, ``config_version`` stamped), its
     encoding a claims study's class (a class path that moved)."""
-    import torch
-
-    from pipelines import DNALanguageModel
-    from pipelines.tasks.options import Net
-
     torch.manual_seed(0)
-    model = task(DNALanguageModel, vocab_size=6, pad_id=5, net=Net(d_model=16, n_heads=2, n_layers=2),
+    model = DNALanguageModel(vocab_size=6, pad_id=5, net=Net(d_model=16, n_heads=2, n_layers=2),
                              pe={"class_path": RBF_NEW, "init_args": {"train_len": 32, "n_centres": 8}})
     ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
             "posenc_inference": {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}}
@@ -171,11 +171,6 @@ def old_spelling(ckpt: dict) -> dict:
 
 
 def test_a_checkpoint_in_the_old_spelling_loads_and_predicts_as_the_new(tmp_path):
-    import torch
-
-    from pipelines.inference.loading import read_checkpoint
-    from tests.helpers import write_fasta
-
     new = fresh_checkpoint(tmp_path / "new.ckpt")
     assert new["config_version"] == 2 and "d_model" not in new["hyper_parameters"]
     old = old_spelling(new)
@@ -191,10 +186,6 @@ def test_a_checkpoint_in_the_old_spelling_loads_and_predicts_as_the_new(tmp_path
 
 
 def test_a_checkpoint_of_a_newer_version_is_one_line(tmp_path):
-    import torch
-
-    from posenc import PosencError
-
     ckpt = fresh_checkpoint(tmp_path / "new.ckpt")
     torch.save({**ckpt, "config_version": 3}, tmp_path / "newer.ckpt")
     newer = r"newer\.ckpt: checkpoint config_version 3; this code reads 1 to 2"
@@ -203,8 +194,6 @@ def test_a_checkpoint_of_a_newer_version_is_one_line(tmp_path):
 
 
 def test_moved_class_paths_are_read_at_their_new_home_without_importing_anything():
-    from datamodules.legacy import moved, translate_cli
-
     assert moved(RBF_OLD) == RBF_NEW
     assert moved("pipelines.bench.gpu_attention.run") == "pipelines.studies.bench.gpu_attention.run"
     assert moved("pipelines.benchmark.Nowhere") == "pipelines.benchmark.Nowhere"  # whole components only
