@@ -86,6 +86,8 @@ CLI_ERRORS = {  # argument → the start of the one error line
     "model_group_value": (f"--{M}net.d_model=0", f"{M}net.d_model: must be ≥ 1, got 0"),
     "model_flat_value": (f"--{M}warmup_steps=-1", f"{M}optim.warmup_steps: must be ≥ 0, got -1"),
     "model_unknown": (f"--{M}net.dmodel=3", f"{M}net.dmodel: unknown key"),
+    "attention_value": (f"--{M}attention.long_threshold=0",
+                        f"{M}attention.long_threshold: must be ≥ 1, got 0"),
 }
 
 
