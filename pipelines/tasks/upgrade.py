@@ -30,8 +30,8 @@ SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "posenc_inference
 def _grouped(ckpt: dict[str, Any]) -> dict[str, Any]:
     """Version 1 → 2: moved class paths replaced, flat keys moved into their groups."""
     out = {**ckpt, **{k: move_class_paths(ckpt[k]) for k in SETTINGS if isinstance(ckpt.get(k), dict)}}
-    task = TASKS.get(out.get("posenc_task"))
-    if task is not None and out.get("hyper_parameters"):
+    task = TASKS.get(str(out.get("posenc_task")))
+    if task is not None and isinstance(out.get("hyper_parameters"), dict):
         out["hyper_parameters"] = regroup(task, out["hyper_parameters"])
     data = out.get("datamodule_hyper_parameters")
     dm = project_class(moved(data.get("_class_path")), "datamodules") if isinstance(data, dict) else None
