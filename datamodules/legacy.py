@@ -1,41 +1,73 @@
-"""Flat settings (before the typed groups) translated to the groups, where they enter.
+"""Settings of older code, translated once where they come in: flat keys → typed groups, and class
+paths of modules that moved → their new homes. Nothing past the ingress reads the old spellings.
 
 A datamodule or a model (task) with typed settings lists them on its class as ``config_groups``
 ({parameter: group dataclass}, see :mod:`datamodules.config` and :mod:`pipelines.tasks.options`).
 Each field kept its flat name, so the one mapping table, flat key → ``group.field``, is read off the
 dataclasses (:func:`legacy_keys`): for :class:`~datamodules.timeseries.datamodule.TimeSeriesDataModule`,
 ``lookback`` → ``windows.lookback``, ``path`` → ``source.path``, ``seed`` → ``loader.seed``; for a
-task, ``d_model`` → ``net.d_model``, ``lr`` → ``optim.lr``… It is applied where settings come in:
+task, ``d_model`` → ``net.d_model``, ``lr`` → ``optim.lr``… Moved modules are listed in :data:`MOVED`.
+Both are applied at the two ingresses:
 
 * the command line and its config files (:func:`translate_args`: ``--data.init_args.lookback=48``,
-  ``--model.init_args.d_model=64`` and a YAML whose ``data.init_args`` / ``model.init_args`` is
-  flat), before jsonargparse parses them;
-* saved datamodule hyperparameters (checkpoints before the groups are flat) and code that builds a
-  datamodule from a dict (:func:`nest`); a model folds flat keys into its groups itself, when built
-  (:func:`fold`: checkpoints and registered models from before load unchanged);
-* readers of saved hyperparameters that want one flat view, old or new (:func:`flatten`).
+  ``--model.init_args.d_model=64``, a YAML whose ``data.init_args`` / ``model.init_args`` is flat, a
+  ``class_path`` of a moved module), before jsonargparse parses them or imports anything;
+* checkpoints, through the versioned upgrade of :mod:`pipelines.tasks.upgrade` (:func:`regroup`,
+  :func:`move_class_paths`), before a class path in them is checked or imported.
 
 A flat key given beside its group wins over the group's field (it is the later, narrower setting).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
-from collections.abc import Mapping
-from dataclasses import asdict, fields, is_dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from posenc import PosencError
+from datamodules.config import as_mapping, groups_of
+
+#: (old module, new module) of the modules that moved; a class path under an old one is read as the new
+MOVED: tuple[tuple[str, str], ...] = (
+    ("pipelines.eval.claims", "pipelines.studies.claims"),
+    ("pipelines.tracking.registry", "pipelines.inference.registry"),
+    ("pipelines.tracking.pyfunc", "pipelines.inference.pyfunc"),
+    *((f"pipelines.eval.{name}", f"pipelines.studies.{name}") for name in (
+        "compare", "compare_report", "compare_runs", "compare_stats", "ltsf", "ltsf_fit", "ltsf_models",
+        "ltsf_report", "ltsf_stats", "ltsf_trees", "ts_defaults", "val_choice", "forecast_seeds", "figures",
+        "diagnose")),
+    ("pipelines.eval.whole_window", "pipelines.tracking.whole_window"),
+    ("pipelines.eval.compare_child", "pipelines.eval.sweep_child"),
+    ("pipelines.bench", "pipelines.studies.bench"),
+)
+_DOTTED = re.compile(r"[A-Za-z_][\w.]*")
 
 
-def groups_of(cls: type) -> dict[str, type]:
-    """{parameter: group dataclass} of a datamodule class (empty for one with flat arguments)."""
-    return dict(getattr(cls, "config_groups", None) or {})
+def moved(class_path: Any) -> Any:
+    """``class_path`` with a moved module's prefix replaced by its new home (by whole dotted components:
+    ``pipelines.benchmark`` is not under ``pipelines.bench``); anything else as it is. Nothing is imported."""
+    if not isinstance(class_path, str) or not _DOTTED.fullmatch(class_path):
+        return class_path
+    for old, new in MOVED:
+        if class_path == old or class_path.startswith(old + "."):
+            return new + class_path[len(old):]
+    return class_path
+
+
+def move_class_paths(value: Any) -> Any:
+    """``value`` (a config document, saved hyperparameters) with every dotted string of a moved module
+    (``class_path`` values, a callback list's names) replaced by :func:`moved`."""
+    if isinstance(value, Mapping):
+        return {k: move_class_paths(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(move_class_paths(v) for v in value)
+    return moved(value)
 
 
 def legacy_keys(cls: type) -> dict[str, str]:
@@ -46,14 +78,6 @@ def legacy_keys(cls: type) -> dict[str, str]:
             if f.name not in own}
 
 
-def _as_mapping(value: Any) -> dict[str, Any]:
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if hasattr(value, "as_dict"):  # a jsonargparse Namespace
-        return dict(value.as_dict())
-    return dict(value)
-
-
 def regroup(cls: type, settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` (flat, grouped or both) with every flat key moved into its group's mapping."""
     groups, table = groups_of(cls), legacy_keys(cls)
@@ -62,7 +86,7 @@ def regroup(cls: type, settings: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in settings.items():
         if key in groups:
             if value is not None:
-                out[key] = {**out.get(key, {}), **_as_mapping(value)}
+                out[key] = {**out.get(key, {}), **as_mapping(value)}
         elif key in table:
             flat[key] = value
         else:
@@ -70,75 +94,6 @@ def regroup(cls: type, settings: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in flat.items():
         group = table[key].split(".")[0]
         out[group] = {**out.get(group, {}), key: value}
-    return out
-
-
-def build_group(dc: type, values: Mapping[str, Any], group: str, section: str = "data") -> Any:
-    """The ``group`` dataclass from a mapping; an unknown key is one line naming it."""
-    known = {f.name for f in fields(dc)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise PosencError(f"{section}.init_args.{group}.{unknown[0]}: unknown key (known: "
-                          f"{', '.join(sorted(known))})")
-    return dc(**values)
-
-
-def fold(groups: Mapping[str, type], settings: Mapping[str, Any], section: str = "model") -> dict[str, Any]:
-    """Constructor arguments with the flat keys of ``groups``' fields folded into their group, each
-    group built as its dataclass (given as one, as a mapping such as saved hyperparameters, or
-    ``None``: its defaults); a flat key wins over its group's field. Other keys are returned as they
-    are (for the next constructor up). How a model takes the flat settings of before."""
-    table = {f.name: group for group, dc in groups.items() for f in fields(dc)}
-    out = {k: v for k, v in settings.items() if k not in table}
-    for group, dc in groups.items():
-        value, flat = out.get(group), {k: v for k, v in settings.items() if table.get(k) == group}
-        if not isinstance(value, dc) or flat:
-            base = _as_mapping(value) if value is not None else {}
-            out[group] = build_group(dc, {**base, **flat}, group, section)
-    return out
-
-
-def group_default(cls: type, group: str) -> dict[str, Any]:
-    """The constructor's default of ``group`` as a mapping (a datamodule may default a group to other
-    values than its dataclass's: the genome's loader draws 8192 windows per epoch)."""
-    for klass in cls.__mro__:
-        param = inspect.signature(klass.__init__).parameters.get(group)
-        if param is not None:
-            default = param.default
-            return asdict(default) if is_dataclass(default) and not isinstance(default, type) else {}
-    return {}
-
-
-def nest(cls: type, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Constructor arguments of ``cls`` from flat and/or grouped settings (saved hyperparameters, a
-    config's ``init_args``): every group built as its dataclass over the constructor's default, as
-    jsonargparse builds it. Keys starting with ``_`` (LightningCLI's ``_class_path``) are dropped."""
-    settings = {k: v for k, v in settings.items() if not str(k).startswith("_")}
-    groups = groups_of(cls)
-    if not groups:
-        return settings
-    out = regroup(cls, settings)
-    for group, dc in groups.items():
-        value = out.get(group)
-        if not isinstance(value, dc):
-            out[group] = build_group(dc, {**group_default(cls, group), **(value or {})}, group)
-    return out
-
-
-def flatten(hparams: Any, cls: type | None = None) -> dict[str, Any]:
-    """One flat view of saved or parsed datamodule settings, old (flat) or new (grouped): each group's
-    fields lifted to the top level. ``cls``: the datamodule class (default: the one saved hyperparameters
-    name in ``_class_path``)."""
-    hparams = _as_mapping(hparams or {})
-    if cls is None:
-        cls = _project_class(hparams.get("_class_path"))
-    groups = groups_of(cls) if cls is not None else {}
-    out: dict[str, Any] = {}
-    for key, value in hparams.items():
-        if key in groups and value is not None:
-            out.update(_as_mapping(value))
-        else:
-            out[key] = value
     return out
 
 
@@ -153,17 +108,25 @@ def _section_key(section: str) -> re.Pattern:
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _load_config(value: str) -> tuple[Any, bool]:
-    """A ``--config`` value's YAML document and whether it came from a file."""
+def _load_config(value: str) -> Any:
+    """A ``--config`` value's YAML document (of a file or the value itself; ``None``: unreadable)."""
     path = Path(value)
     try:
         is_file = path.is_file()
     except OSError:  # a YAML string too long or odd for a file name
         is_file = False
     try:
-        return yaml.load(path.read_text() if is_file else value, Loader=SAFE_LOADER), is_file
+        return yaml.load(path.read_text() if is_file else value, Loader=SAFE_LOADER)
     except (OSError, yaml.YAMLError):
-        return None, is_file
+        return None
+
+
+def _rewrite_config(value: str, change: Callable[[Any], Any]) -> str:
+    """A ``--config`` value with ``change`` applied to its document: the same value when nothing
+    changed, else the changed document as a YAML string."""
+    doc = _load_config(value)
+    new = change(doc)
+    return value if new == doc else yaml.safe_dump(new, sort_keys=False)
 
 
 def _class_in(doc: Any, section: str) -> str | None:
@@ -178,19 +141,13 @@ def section_class(args: list[str], section: str = "data", resolve: Any = None) -
     found = None
     for i, arg in enumerate(args):
         if arg == "--config" and i + 1 < len(args):
-            found = _class_in(_load_config(args[i + 1])[0], section) or found
+            found = _class_in(_load_config(args[i + 1]), section) or found
         elif arg.startswith("--config="):
-            found = _class_in(_load_config(arg.split("=", 1)[1])[0], section) or found
+            found = _class_in(_load_config(arg.split("=", 1)[1]), section) or found
         elif arg.startswith((f"--{section}=", f"--{section}.class_path=")):
             found = arg.split("=", 1)[1]
-    cls = (resolve or _project_class)(found)
+    cls = resolve(found) if resolve else project_class(found, "datamodules")
     return cls if cls is not None and groups_of(cls) else None
-
-
-def data_class(args: list[str]) -> type | None:
-    """The datamodule class the arguments name last, when it is one of this project's with typed
-    groups (:func:`section_class`)."""
-    return section_class(args, "data")
 
 
 def project_class(class_path: Any, package: str) -> type | None:
@@ -205,10 +162,6 @@ def project_class(class_path: Any, package: str) -> type | None:
         return None
 
 
-def _project_class(class_path: Any) -> type | None:
-    return project_class(class_path, "datamodules")
-
-
 def translate_config(doc: Any, cls: type, section: str = "data") -> Any:
     """A config document with its flat ``<section>.init_args`` keys moved into their groups."""
     part = doc.get(section) if isinstance(doc, dict) else None
@@ -218,10 +171,28 @@ def translate_config(doc: Any, cls: type, section: str = "data") -> Any:
     return {**doc, section: {**part, "init_args": regroup(cls, init)}}
 
 
-def _config_value(value: str, cls: type, section: str) -> str:
-    doc, _ = _load_config(value)
-    new = translate_config(doc, cls, section)
-    return value if new is doc else yaml.safe_dump(new, sort_keys=False)
+def translate_cli(args: list[str], resolve_model: Any = None) -> list[str]:
+    """Command-line arguments with every old spelling replaced, before they are parsed: moved class
+    paths (:func:`move_args`), then flat datamodule and model settings (:func:`translate_args`;
+    ``resolve_model``: class path → task class or ``None``)."""
+    return translate_args(translate_args(move_args(args)), "model", resolve_model)
+
+
+def move_args(args: list[str]) -> list[str]:
+    """``args`` with the class paths of moved modules (:data:`MOVED`) replaced: a value
+    (``--model=…``, ``--trainer.callbacks+=…``) and every ``class_path`` of a ``--config``."""
+    out = []
+    for i, arg in enumerate(args):
+        if i > 0 and args[i - 1] == "--config":
+            out.append(_rewrite_config(arg, move_class_paths))
+        elif arg.startswith("--config="):
+            out.append("--config=" + _rewrite_config(arg.split("=", 1)[1], move_class_paths))
+        elif arg.startswith("--") and "=" in arg:
+            key, value = arg.split("=", 1)
+            out.append(f"{key}={moved(value)}")
+        else:
+            out.append(moved(arg))
+    return out
 
 
 def translate_args(args: list[str], section: str = "data", resolve: Any = None) -> list[str]:
@@ -234,11 +205,12 @@ def translate_args(args: list[str], section: str = "data", resolve: Any = None) 
     if cls is None:
         return list(args)
     table, key, out = legacy_keys(cls), _section_key(section), []
+    grouped = functools.partial(translate_config, cls=cls, section=section)
     for i, arg in enumerate(args):
         if i > 0 and args[i - 1] == "--config":
-            out.append(_config_value(arg, cls, section))
+            out.append(_rewrite_config(arg, grouped))
         elif arg.startswith("--config="):
-            out.append("--config=" + _config_value(arg.split("=", 1)[1], cls, section))
+            out.append("--config=" + _rewrite_config(arg.split("=", 1)[1], grouped))
         elif (m := key.fullmatch(arg)) and m.group(1) in table:
             out.append(f"--{section}.init_args.{table[m.group(1)]}{m.group(2) or ''}")
         else:

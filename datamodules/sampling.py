@@ -132,10 +132,3 @@ def eval_shard(trainer: Any) -> tuple[int, int]:
 
 __all__ = ["EpochSampler", "ShardSampler", "draw_epoch", "eval_shard", "train_shard"]
 
-
-def check_counts(**settings: tuple[int, int]) -> None:
-    """``name=(value, least)`` per ``data.*`` count (batch size, samples, workers): a one-line
-    :class:`PosencError` naming the first below its least value."""
-    for name, (value, least) in settings.items():
-        if value < least:
-            raise PosencError(f"data.{name} must be ≥ {least}, got {value}")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from datamodules.legacy import flatten, group_default, groups_of, regroup
+from datamodules.config import group_default, groups_of
 from pipelines.safety import check_plain_names
 from pipelines.tasks.base import TASKS
 from pipelines.tasks.resources import check_checkpoint
@@ -67,10 +67,10 @@ def task_for(ckpt: dict[str, Any], configured: type | None, class_path: str, sou
 
 
 def checkpoint_init_args(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's hyperparameters as ``cls``'s ``init_args``: flat keys of before the groups moved
-    into them, each given group completed with the class defaults; ``attention`` and ``_``-keys dropped."""
-    given = {k: v for k, v in hparams.items() if not str(k).startswith("_") and k not in CONFIG_GROUPS}
-    out = regroup(cls, given)  # a name the class takes itself (DLinear's revin) stays top-level
+    """The (upgraded, grouped: :mod:`pipelines.tasks.upgrade`) checkpoint's hyperparameters as ``cls``'s
+    ``init_args``: each given group completed with the class defaults; ``attention`` and ``_``-keys
+    dropped."""
+    out = {k: v for k, v in hparams.items() if not str(k).startswith("_") and k not in CONFIG_GROUPS}
     for group in groups_of(cls):
         if group in CONFIG_GROUPS:
             out.pop(group, None)
@@ -93,7 +93,7 @@ def checkpoint_model(ckpt: dict[str, Any], configured: type | None, class_path: 
     if cls is None or not hparams:
         return None
     check_plain_names(cls, hparams, source)
-    check_checkpoint(flatten(hparams, cls), source)
+    check_checkpoint(hparams, source)
     return {"class_path": class_path_of(cls), "init_args": checkpoint_init_args(cls, hparams)}
 
 

@@ -18,7 +18,8 @@ import lightning as L
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from datamodules.legacy import SAFE_LOADER, data_class, flatten, translate_args
+from datamodules.config import as_mapping
+from datamodules.legacy import SAFE_LOADER, translate_cli
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
 from pipelines.children import die_with_parent
@@ -147,13 +148,13 @@ class PosencCLI(LightningCLI):
             del self.subcommands
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse, after moving flat datamodule and model settings (``--data.init_args.lookback=48``,
-        ``--model.init_args.d_model=64``, a config whose ``init_args`` are flat) into their typed
-        groups (:mod:`datamodules.legacy`)."""
+        """Parse, after replacing the old spellings (:func:`datamodules.legacy.translate_cli`): class
+        paths of moved modules, and flat datamodule and model settings (``--data.init_args.lookback=48``,
+        ``--model.init_args.d_model=64``, a config whose ``init_args`` are flat) moved into their groups."""
         if args is None:
-            sys.argv[1:] = translate_flat(sys.argv[1:])
+            sys.argv[1:] = translate_cli(sys.argv[1:], model_class)
         elif isinstance(args, list | tuple):
-            args = translate_flat([str(a) for a in args])
+            args = translate_cli([str(a) for a in args], model_class)
         super().parse_arguments(parser, args)
 
     def _dump_config(self) -> None:
@@ -304,11 +305,6 @@ def named_subcommand(args: Any) -> str | None:
     return None
 
 
-def translate_flat(args: list[str]) -> list[str]:
-    """``args`` with flat datamodule and model settings moved into their groups."""
-    return translate_args(translate_args(args), "model", model_class)
-
-
 def check_fit_memory(cfg: Any) -> None:
     """Refuse, before the model exists, a training step that cannot fit (:mod:`pipelines.tasks.resources`)."""
     import torch
@@ -319,9 +315,10 @@ def check_fit_memory(cfg: Any) -> None:
     pe = model.init_args.get("pe")
     accel = str(cfg.trainer.get("accelerator") or "auto")
     device = "cuda" if accel in ("gpu", "cuda", "auto") and torch.cuda.is_available() else "cpu"
-    settings = flatten(data.init_args, data_class([f"--data={data.class_path}"]))  # groups as one flat view
-    check_fit(flatten(model.init_args, model_class(model.class_path)), settings,
-              str(getattr(pe, "class_path", "") or ""), device)
+    init = data.init_args  # the windows and loader groups (or a datamodule's flat arguments)
+    settings = {**as_mapping(init), **as_mapping(init.get("windows")), **as_mapping(init.get("loader"))}
+    net = as_mapping(model.init_args.get("net"))
+    check_fit(net, settings, str(getattr(pe, "class_path", "") or ""), device)
 
 
 def run_name(cfg: Any) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from argparse import ArgumentError
 
+from pipelines.tasks.options import TASK_GROUPS
 from pipelines.tracking.failure import exception_chain
 from posenc import PosencError
 from posenc.registry import check_trusted
@@ -22,7 +23,7 @@ def user_error(exc: BaseException) -> str | None:
     chain = list(exception_chain(exc))
     for e in chain:
         if isinstance(e, PosencError):
-            return str(e)
+            return from_the_top(str(e))
     if not any(isinstance(e, ArgumentError) for e in chain):
         return None
     keys: list[str] = []
@@ -37,6 +38,13 @@ def user_error(exc: BaseException) -> str | None:
     if unknown:  # a key of no group or class: named in full, like the others
         keys, reason = [*keys, unknown.group(1)], "unknown key"
     return f"{config_key(keys)}: {reason}"
+
+
+def from_the_top(message: str) -> str:
+    """A library error naming a key within a model group (:class:`posenc.nn.AttentionSettings`:
+    ``attention.long_threshold: …``) named from the config's top (``model.init_args.attention.…``)."""
+    group, dot, _ = message.partition(".")
+    return f"model.init_args.{message}" if dot and group in TASK_GROUPS else message
 
 
 def config_key(keys: list[str]) -> str:

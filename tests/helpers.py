@@ -101,8 +101,7 @@ def write_csv(path: Path, df: pd.DataFrame) -> Path:
 
 def dm_kwargs(path: Path, **over) -> dict:
     """A small TimeSeriesDataModule config over ``path`` (lookback 24, horizon 6, patches of 4): flat
-    settings (``over`` too), given to the datamodule as its groups (:func:`datamodules.legacy.nest`)."""
-    from datamodules.legacy import nest
+    settings (``over`` too), given to the datamodule as its groups (:func:`nest`)."""
     from datamodules.timeseries.datamodule import TimeSeriesDataModule
 
     kw = dict(path=str(path), time_col="when", target_cols=["load"], covariate_cols=["temp"],
@@ -121,10 +120,34 @@ def ts_cli_args(csv: Path) -> list[str]:
 
 
 def flat_dm(cls: type, **flat):
-    """A datamodule built from flat settings of before its typed groups (:func:`datamodules.legacy.nest`)."""
-    from datamodules.legacy import nest
-
+    """A datamodule built from flat settings of before its typed groups (:func:`nest`)."""
     return cls(**nest(cls, flat))
+
+
+def nest(cls: type, settings: dict, section: str = "data") -> dict:
+    """Constructor arguments of ``cls`` from flat and/or grouped settings (a test's shorthand: the flat
+    keys moved into their groups as the CLI moves them, each group built over its default)."""
+    from datamodules.config import build_groups
+    from datamodules.legacy import regroup
+
+    return build_groups(cls, regroup(cls, settings), section)
+
+
+def task(cls: type, **settings):
+    """A task model from flat and/or grouped settings (a test's shorthand: ``task(Forecaster,
+    d_model=16, head="last")``; the model itself takes its groups only, :func:`nest`)."""
+    return cls(**nest(cls, settings, "model"))
+
+
+def flatten(settings: dict, cls: type) -> dict:
+    """One flat view of grouped settings of ``cls`` (a config's ``init_args``, saved hyperparameters), each
+    group's fields lifted to the top level, for tests that read a field wherever its group is."""
+    from datamodules.config import as_mapping, groups_of
+
+    groups, out = groups_of(cls), {}
+    for key, value in settings.items():
+        out.update(as_mapping(value) if key in groups and value is not None else {key: value})
+    return out
 
 
 # ------------------------------------------------------------------ the CLI in a temporary folder

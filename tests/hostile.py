@@ -22,9 +22,10 @@ def model_checkpoint(path: Path, pe_class: str) -> Path:
     """A real tiny DNA LM checkpoint whose saved encoding spec names ``pe_class``."""
     from pipelines import DNALanguageModel
     from pipelines.inference.registry import RegisterModel
+    from tests.helpers import task
 
     torch.manual_seed(0)
-    model = DNALanguageModel(**TINY, pe={"class_path": "posenc.RoPE"})
+    model = task(DNALanguageModel, **TINY, pe={"class_path": "posenc.RoPE"})
     model.posenc_inference = {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}
     ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}
     model.on_save_checkpoint(ckpt)

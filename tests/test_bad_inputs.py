@@ -159,7 +159,7 @@ def tiny_checkpoint(tmp: Path, task: str = "dna_lm", **override) -> Path:
 
     from pipelines.tasks.lm import DNALanguageModel
 
-    model = DNALanguageModel(d_model=16, n_heads=2, n_layers=1, pe=None)
+    model = DNALanguageModel(net={"d_model": 16, "n_heads": 2, "n_layers": 1}, pe=None)
     hp = dict(model.hparams)
     hp.update(override)
     path = tmp / "m.ckpt"

@@ -20,6 +20,7 @@ from tests.helpers import (
     run_cli_in,
     runs,
     seasonal_frame,
+    task,
     tiny_setup,
     ts_cli_args,
     write_csv,
@@ -103,7 +104,7 @@ def saved_lm(tmp: Path) -> str:
     from pipelines import DNALanguageModel
 
     tiny_setup(tmp)
-    model = DNALanguageModel(vocab_size=7, pad_id=5, d_model=16, n_heads=2, n_layers=2,
+    model = task(DNALanguageModel, vocab_size=7, pad_id=5, d_model=16, n_heads=2, n_layers=2,
                              pe={"class_path": "posenc.RoPE"})
     ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
             "pytorch-lightning_version": lightning.__version__}

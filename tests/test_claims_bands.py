@@ -21,7 +21,7 @@ from pipelines.studies.claims.bands import (
 )
 from pipelines.tasks.lm import DNALanguageModel
 from posenc import PeriodicRoPE, PosencError
-from tests.helpers import workdir_with_store
+from tests.helpers import task, workdir_with_store
 
 
 def heads_with_amplitudes(amplitudes: np.ndarray, n: int = 64, seed: int = 0) -> np.ndarray:
@@ -93,7 +93,7 @@ def test_data_band_share_reads_the_pairs_at_the_data_periods():
 def test_model_bands_reads_each_layers_unrotated_queries_and_keys():
     torch.manual_seed(0)
     pe = {"class_path": "posenc.PeriodicRoPE", "init_args": {"periods": [3.0, 8.0]}}
-    model = DNALanguageModel(vocab_size=5, d_model=16, n_heads=2, n_layers=2, pe=pe).eval()
+    model = task(DNALanguageModel, vocab_size=5, d_model=16, n_heads=2, n_layers=2, pe=pe).eval()
     x = torch.randint(0, 4, (3, 32))
     layers = layer_queries_keys(model, x)
     assert len(layers) == 2 and layers[0][0].shape == (96, 2, 8) and layers[0][0].dtype == np.float64
@@ -107,7 +107,8 @@ def test_model_bands_reads_each_layers_unrotated_queries_and_keys():
     assert np.allclose(2 * math.pi / b["omegas"][:2], [3.0, 8.0])
     assert 0.25 <= b["concentration"] <= 1.0 and 0.0 <= b["information"] <= 1.0
     with pytest.raises(PosencError, match="need a rotary encoding"):
-        model_bands(DNALanguageModel(vocab_size=5, d_model=16, n_heads=2, n_layers=1, pe=None).eval(), x)
+        model_bands(task(DNALanguageModel, vocab_size=5, d_model=16, n_heads=2, n_layers=1,
+                         pe=None).eval(), x)
     with pytest.raises(PosencError, match="KeepInitial"):
         initial_model(model)
 

@@ -13,6 +13,7 @@ from pipelines.studies.claims.rbf import RBFFeatureScores
 from pipelines.tasks.classify import SequenceClassifier
 from pipelines.tasks.classify_causal import CausalSequenceClassifier
 from pipelines.tasks.lm import DNALanguageModel
+from tests.helpers import task
 
 
 def test_rbf_scores_are_a_gaussian_of_the_distance_away_from_the_edges_and_train_sigma():
@@ -31,8 +32,8 @@ def test_rbf_scores_are_a_gaussian_of_the_distance_away_from_the_edges_and_train
 def test_positions_scaled_by_one_change_nothing_and_a_mismatch_changes_rope_only():
     torch.manual_seed(0)
     batches = [torch.randint(0, 4, (2, 17))]
-    rope = DNALanguageModel(d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"}).eval()
-    nope = DNALanguageModel(d_model=16, n_heads=2, n_layers=2, pe=None).eval()
+    rope = task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"}).eval()
+    nope = task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe=None).eval()
     with torch.no_grad():
         x, y = batches[0][:, :-1], batches[0][:, 1:]
         plain = float(torch.nn.functional.cross_entropy(rope(x).transpose(1, 2), y)) / math.log(2)
@@ -43,7 +44,7 @@ def test_positions_scaled_by_one_change_nothing_and_a_mismatch_changes_rope_only
 
 def test_the_causal_classifier_masks_later_tokens_and_nope_position_is_decodable_only_with_it():
     torch.manual_seed(0)
-    args = dict(vocab_size=5, pad_id=4, d_model=16, n_heads=2, n_layers=2)
+    args = dict(vocab_size=5, pad_id=4, net={"d_model": 16, "n_heads": 2, "n_layers": 2})
     causal, bidir = CausalSequenceClassifier(**args).eval(), SequenceClassifier(**args).eval()
     assert causal.backbone.causal and not bidir.backbone.causal
     loader = [{"tokens": torch.randint(0, 4, (16, 32))} for _ in range(4)]

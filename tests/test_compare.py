@@ -135,7 +135,7 @@ def test_comparison_overrides_give_learned_exactly_the_trained_positions():
         return yaml.safe_load(path.read_text())["model"]["init_args"]["pe"]["init_args"]["max_len"]
 
     from datamodules import DNADataModule, TimeSeriesDataModule
-    from datamodules.legacy import flatten
+    from tests.helpers import flatten
 
     data = flatten(yaml.safe_load(dna.read_text())["data"]["init_args"], DNADataModule)
     assert max_len(ROOT / "configs/compare_dna_lm_learned.yaml") == data["seq_len"]

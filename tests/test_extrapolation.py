@@ -13,7 +13,7 @@ import torch
 from pipelines.eval.extrapolation import TRAINED, Extrapolation, LengthResult, evaluate
 from pipelines.eval.lengths import check_lengths, extrapolation_ratio
 from posenc import PosencError
-from tests.helpers import ROOT, flat_dm, store_client, workdir_with_store, write_fasta
+from tests.helpers import ROOT, flat_dm, store_client, task, workdir_with_store, write_fasta
 
 TINY = [
     "--model.init_args.d_model=16",
@@ -331,7 +331,7 @@ def test_forecaster_sweep_over_lookbacks(tmp_path):
     dm = TimeSeriesDataModule(source, windows=Windows(lookback=16, horizon=4, patch_len=4, eval_stride=7),
                               loader=Loader(batch_size=16))
     torch.manual_seed(0)
-    model = Forecaster(
+    model = task(Forecaster,
         n_targets=1,
         horizon=4,
         patch_len=4,
@@ -372,7 +372,7 @@ def test_masked_lm_sweep_matches_its_own_test_pass(tmp_path):
         cache_dir=None,
     )
     torch.manual_seed(0)
-    model = MaskedDNAModel(
+    model = task(MaskedDNAModel,
         vocab_size=dm.vocab_size,
         pad_id=dm.pad_id,
         d_model=16,
@@ -418,7 +418,8 @@ def test_segmentation_sweep_scores_accuracy_and_its_majority_class_baseline(tmp_
     dm = flat_dm(SegmentationDataModule, annotation=str(gff), fasta=str(fasta), seq_len=32, batch_size=4,
                  gap=0, eval_lengths=[32, 64, 128], eval_tokens=256, cache_dir=None)
     torch.manual_seed(0)
-    model = FrameSegmenter(vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2, n_layers=1,
+    model = task(FrameSegmenter, vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2,
+                 n_layers=1,
                            pe={"class_path": "posenc.RoPE"})
     res = evaluate(model, dm, factors=[1, 2, 4], variants=[])
     assert (res.metric, res.higher_is_better, res.trivial_name) == ("acc", True, "majority class")
@@ -446,7 +447,8 @@ def test_classification_sweep_scores_auroc_against_chance(tmp_path, monkeypatch)
     dm = flat_dm(ClassificationDataModule, fasta=str(fasta), labels=str(tmp_path / "labels.csv"), seq_len=16,
                  batch_size=4, split=(0.5, 0.25, 0.25), cache_dir=str(tmp_path / "cache"))
     torch.manual_seed(0)
-    model = SequenceClassifier(vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2, n_layers=1,
+    model = task(SequenceClassifier, vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2,
+                 n_layers=1,
                                pe={"class_path": "posenc.ALiBi"})
     res = evaluate(model, dm, factors=[1, 2, 4])
     assert (res.metric, res.higher_is_better, res.trivial) == ("auroc", True, 0.5)

@@ -13,7 +13,7 @@ from datamodules import DNADataModule, MaskedDNADataModule
 from pipelines import DNALanguageModel
 from pipelines.eval.extrapolation import evaluate
 from pipelines.tasks.markov import MarkovModel
-from tests.helpers import ROOT, flat_dm, write_fasta
+from tests.helpers import ROOT, flat_dm, task, write_fasta
 
 LENGTHS = [8, 16, 32]
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "pe": {"class_path": "posenc.RoPE"}}
@@ -27,7 +27,7 @@ def lm(tmp_path_factory):
     dm = flat_dm(DNADataModule, fasta=str(fasta), seq_len=8, batch_size=128, eval_lengths=LENGTHS,
                  eval_tokens=3200, cache_dir=None)
     torch.manual_seed(0)
-    return DNALanguageModel(vocab_size=dm.vocab_size, pad_id=dm.pad_id, **TINY).eval(), dm
+    return task(DNALanguageModel, vocab_size=dm.vocab_size, pad_id=dm.pad_id, **TINY).eval(), dm
 
 
 def target_codes(dm, split: str, n: int) -> np.ndarray:
@@ -67,7 +67,8 @@ def test_masked_lm_blocks_add_up_to_its_metric(tmp_path):
     dm = flat_dm(MaskedDNADataModule, fasta=str(write_fasta(tmp_path / "g.fa", n=20_000)), seq_len=16,
                  batch_size=4, eval_lengths=[16, 32], eval_tokens=512, cache_dir=None)
     torch.manual_seed(0)
-    model = MaskedDNAModel(vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2, n_layers=2)
+    model = task(MaskedDNAModel, vocab_size=dm.vocab_size, pad_id=dm.pad_id, d_model=16, n_heads=2,
+                 n_layers=2)
     res = evaluate(model.eval(), dm, lengths=[16, 32], variants=[])
     for cell in res.cells:
         assert cell.blocks[:, 0].sum() / cell.blocks[:, 1].sum() == pytest.approx(cell.metric, rel=1e-12)

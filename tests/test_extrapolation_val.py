@@ -15,7 +15,7 @@ from datamodules import DNADataModule
 from pipelines import DNALanguageModel
 from pipelines.eval.extrapolation import evaluate
 from posenc import PosencError
-from tests.helpers import flat_dm, runs, workdir_with_store, write_fasta
+from tests.helpers import flat_dm, runs, task, workdir_with_store, write_fasta
 
 LENGTHS = [32, 64, 128]
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "pe": {"class_path": "posenc.RoPE"}}
@@ -29,7 +29,7 @@ def lm(tmp_path_factory):
     dm = flat_dm(DNADataModule, fasta=str(write_fasta(tmp / "g.fa", n=8000)), seq_len=32, batch_size=4,
                  eval_lengths=LENGTHS, eval_tokens=256, cache_dir=None)
     torch.manual_seed(0)
-    model = DNALanguageModel(vocab_size=dm.vocab_size, pad_id=dm.pad_id, **TINY).eval()
+    model = task(DNALanguageModel, vocab_size=dm.vocab_size, pad_id=dm.pad_id, **TINY).eval()
     ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
             "datamodule_hyper_parameters": dict(dm.hparams)}
     model.on_save_checkpoint(ckpt)
@@ -94,14 +94,14 @@ def test_tasks_without_validation_windows_refuse_the_val_split(tmp_path):
     from datamodules.synthetic.datamodule import SyntheticLMDataModule
 
     dm = SyntheticLMDataModule(seq_len=16, eval_lengths=[16, 32], eval_tokens=64, samples_per_epoch=8)
-    model = DNALanguageModel(vocab_size=dm.vocab_size, pad_id=dm.pad_id, **TINY)
+    model = task(DNALanguageModel, vocab_size=dm.vocab_size, pad_id=dm.pad_id, **TINY)
     with pytest.raises(PosencError, match=r"^evaluate --split val: task 'dna_lm' \(SyntheticLMDataModule\) "
                                           r"has no per-length validation windows"):
         evaluate(model, dm, factors=[1, 2], split="val")
     # a genome whose validation region (400 bases) is shorter than the longest window (513): said, not skipped
     short = flat_dm(DNADataModule, fasta=str(write_fasta(tmp_path / "g.fa", n=8000)), seq_len=32,
                     split=(0.8, 0.05, 0.15), eval_lengths=[32, 512], eval_tokens=512, cache_dir=None)
-    lm = DNALanguageModel(vocab_size=short.vocab_size, pad_id=short.pad_id, **TINY)
+    lm = task(DNALanguageModel, vocab_size=short.vocab_size, pad_id=short.pad_id, **TINY)
     assert evaluate(lm, short, lengths=[32, 512], variants=[], max_batches=1).lengths == [32, 512]  # test
     why = r"^evaluate --split val: every length is scored on blocks of the longest \(512 tokens\) and the "
     with pytest.raises(PosencError, match=why + "validation split has none that fit"):
@@ -166,7 +166,8 @@ def test_cli_split_val_on_a_forecaster_is_one_line_and_exit_2(tmp_path, capsys):
     from tests.helpers import dm_kwargs, seasonal_frame, write_csv
 
     dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "s.csv", seasonal_frame())))
-    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=dm.horizon, patch_len=dm.patch_len,
+    model = task(Forecaster, n_targets=1, n_covariates=dm.n_covariates, horizon=dm.horizon,
+                 patch_len=dm.patch_len,
                        **TINY)
     ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
             "datamodule_hyper_parameters": dict(dm.hparams)}
@@ -189,7 +190,8 @@ def test_logscale_variant_is_the_same_weights_with_the_temperature_of_l0(lm):
     swept = evaluate(model, dm, lengths=LENGTHS, variants=[], log_scale=True, max_batches=2)
     plain, scaled = swept.by_length(), swept.by_length("logscale")
     assert scaled[32] == plain[32] and scaled[64] != plain[64] and scaled[128] != plain[128]
-    built = DNALanguageModel(vocab_size=dm.vocab_size, pad_id=dm.pad_id, log_scale_len=32, **TINY).eval()
+    built = task(DNALanguageModel, vocab_size=dm.vocab_size, pad_id=dm.pad_id, log_scale_len=32,
+                 **TINY).eval()
     built.load_state_dict(model.state_dict())
     direct = evaluate(built, dm, lengths=LENGTHS, variants=[], log_scale=True, max_batches=2)
     assert direct.by_length() == pytest.approx(scaled, rel=1e-6) and direct.variants == ["trained"]

@@ -17,6 +17,7 @@ from pipelines.inference import load_model
 from pipelines.inference.registry import RegisterModel
 from pipelines.tasks.windows import keep_ranges, window_starts
 from posenc import PosencError
+from tests.helpers import task
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}
 DNA_META = {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}
@@ -37,7 +38,7 @@ def save(model, path: Path) -> Path:
 
 def tiny(cls, meta=None, seed: int = 0, **kw):
     torch.manual_seed(seed)
-    model = cls(**{**TINY, **kw}).eval()
+    model = task(cls, **{**TINY, **kw}).eval()
     model.posenc_inference = meta if meta is not None else DNA_META
     return model
 
@@ -210,7 +211,7 @@ def test_forecasts_match_the_datamodule_windows(tmp_path, positions):
     path = write_csv(tmp_path / "load.csv", df)
     dm = TimeSeriesDataModule(**dm_kwargs(path, calendar=["hour", "dayofweek"], positions=positions))
     torch.manual_seed(0)
-    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=6, patch_len=4, **TINY).eval()
+    model = task(Forecaster, n_targets=1, n_covariates=dm.n_covariates, horizon=6, patch_len=4, **TINY).eval()
     model.posenc_inference = model.describe_data(dm)
     ds = dm.dataset("test")
     for i in (0, len(ds) // 2, len(ds) - 1):

@@ -15,8 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
-from pipelines import load_model
+from datamodules.legacy import moved, translate_cli
+from pipelines import DNALanguageModel, load_model
+from pipelines.inference.loading import read_checkpoint
+from pipelines.tasks.options import Net
+from posenc import PosencError
+from tests.helpers import write_fasta
 
 FIXTURE = Path(__file__).parent / "fixtures" / "legacy"
 OLD_ROOT = "/tmp/posenc-legacy-root"
@@ -134,3 +140,67 @@ def test_flat_config_and_flat_overrides_reach_the_groups(tmp_path):
     assert dm.hparams["windows"]["lookback"] == 48 and dm.hparams["seasonality"]["calendar"] == ["hour"]
     assert dm.hparams["source"]["covariate_cols"] == ["temp"] and "lookback" not in dm.hparams
     assert dm.hparams["source"]["timezone"] is None  # a null on the command line is null, not 'None'
+
+
+# ------------------------------------------- the old spelling, upgraded where a checkpoint is read
+RBF_NEW = "pipelines.studies.claims.rbf.RBFFeatureScores"
+RBF_OLD = "pipelines.eval.claims.rbf.RBFFeatureScores"  # its home before the studies moved out
+
+
+def fresh_checkpoint(path: Path) -> dict:
+    """A tiny DNA LM's checkpoint as this code writes it (grouped, ``config_version`` stamped), its
+    encoding a claims study's class (a class path that moved)."""
+    torch.manual_seed(0)
+    model = DNALanguageModel(vocab_size=6, pad_id=5, net=Net(d_model=16, n_heads=2, n_layers=2),
+                             pe={"class_path": RBF_NEW, "init_args": {"train_len": 32, "n_centres": 8}})
+    ckpt = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
+            "posenc_inference": {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}}
+    model.on_save_checkpoint(ckpt)
+    torch.save(ckpt, path)
+    return ckpt
+
+
+def old_spelling(ckpt: dict) -> dict:
+    """``ckpt`` as the code before the groups and the move wrote it: the groups' fields flat, the
+    encoding's class under its old module, no ``config_version``."""
+    hp = dict(ckpt["hyper_parameters"])
+    for group in ("net", "optim", "attention"):
+        hp.update(hp.pop(group))
+    hp["pe"] = {**hp["pe"], "class_path": RBF_OLD}
+    return {**{k: v for k, v in ckpt.items() if k != "config_version"}, "hyper_parameters": hp}
+
+
+def test_a_checkpoint_in_the_old_spelling_loads_and_predicts_as_the_new(tmp_path):
+    new = fresh_checkpoint(tmp_path / "new.ckpt")
+    assert new["config_version"] == 2 and "d_model" not in new["hyper_parameters"]
+    old = old_spelling(new)
+    assert "net" not in old["hyper_parameters"] and old["hyper_parameters"]["d_model"] == 16
+    torch.save(old, tmp_path / "old.ckpt")
+    upgraded = read_checkpoint(tmp_path / "old.ckpt")  # upgraded once, here
+    assert upgraded["config_version"] == 2
+    assert upgraded["hyper_parameters"] == read_checkpoint(tmp_path / "new.ckpt")["hyper_parameters"]
+    fasta = write_fasta(tmp_path / "in.fa", n=200)
+    want = load_model(tmp_path / "new.ckpt", "cpu").predict(fasta)
+    got = load_model(tmp_path / "old.ckpt", "cpu").predict(fasta)
+    pd.testing.assert_frame_equal(got, want)
+
+
+def test_a_checkpoint_of_a_newer_version_is_one_line(tmp_path):
+    ckpt = fresh_checkpoint(tmp_path / "new.ckpt")
+    torch.save({**ckpt, "config_version": 3}, tmp_path / "newer.ckpt")
+    newer = r"newer\.ckpt: checkpoint config_version 3; this code reads 1 to 2"
+    with pytest.raises(PosencError, match=newer):
+        load_model(tmp_path / "newer.ckpt", "cpu")
+
+
+def test_moved_class_paths_are_read_at_their_new_home_without_importing_anything():
+    assert moved(RBF_OLD) == RBF_NEW
+    assert moved("pipelines.bench.gpu_attention.run") == "pipelines.studies.bench.gpu_attention.run"
+    assert moved("pipelines.benchmark.Nowhere") == "pipelines.benchmark.Nowhere"  # whole components only
+    assert moved("pipelines.eval.compare_child.Missing") == "pipelines.eval.sweep_child.Missing"  # no import
+    config = "trainer:\n  callbacks:\n  - class_path: pipelines.tracking.registry.RegisterModel\n"
+    args = translate_cli(["fit", "--config", config, f"--model.init_args.pe.class_path={RBF_OLD}",
+                          "--trainer.callbacks+", "pipelines.tracking.pyfunc.Anything"])
+    assert "pipelines.inference.registry.RegisterModel" in args[2] and "tracking" not in args[2]
+    assert args[3:] == [f"--model.init_args.pe.class_path={RBF_NEW}", "--trainer.callbacks+",
+                        "pipelines.inference.pyfunc.Anything"]

@@ -26,6 +26,7 @@ from tests.helpers import (
     other_schemes,
     reference_attention,
     scheme,
+    task,
 )
 
 SCHEMES = biased_schemes() + other_schemes()
@@ -162,10 +163,10 @@ def test_bad_log_scale_len_is_one_line_error(bad):
 def test_task_option_reaches_every_layer_and_the_checkpoint():
     from pipelines.tasks.lm import DNALanguageModel
 
-    m = DNALanguageModel(d_model=D, n_heads=H, n_layers=2, log_scale_len=32)
+    m = task(DNALanguageModel, d_model=D, n_heads=H, n_layers=2, log_scale_len=32)
     assert [b.attn.log_scale_len for b in m.backbone.blocks] == [32, 32]
     assert m.hparams["net"]["log_scale_len"] == 32
-    again = DNALanguageModel(**dict(m.hparams))
+    again = task(DNALanguageModel, **dict(m.hparams))
     assert again.backbone.blocks[1].attn.log_scale_len == 32
     with pytest.raises(PosencError, match="log_scale_len"):
-        DNALanguageModel(d_model=D, n_heads=H, n_layers=2, log_scale_len=1)
+        task(DNALanguageModel, d_model=D, n_heads=H, n_layers=2, log_scale_len=1)

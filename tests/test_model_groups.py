@@ -17,7 +17,7 @@ from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_linear import DLinearForecaster
 from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
 from posenc import PosencError
-from tests.helpers import ROOT, run_cli_in, tiny_setup
+from tests.helpers import ROOT, run_cli_in, task, tiny_setup
 
 FLAT = ROOT / "tests" / "fixtures" / "legacy_flat"
 # the Forecaster's flat settings before the groups (commit 97b0e01), by the group they went to
@@ -37,14 +37,15 @@ def test_the_model_table_sends_every_flat_setting_of_before_to_one_group_field()
 
 
 def test_flat_and_grouped_arguments_and_saved_hparams_build_the_same_model():
-    """Flat keyword arguments (code and checkpoints of before) and the groups give the same model; its
-    saved hyperparameters are grouped and rebuild it; a flat key beats its group's field."""
+    """Flat settings moved into their groups (as the CLI and the checkpoint upgrade move them) and the
+    groups give the same model; its saved hyperparameters are grouped and rebuild it; a flat key beats
+    its group's field. The model itself takes its groups only."""
     flat = dict(d_model=16, n_heads=2, n_layers=2, lr=0.01, head="horizon", revin=False, horizon=4,
                 pe={"class_path": "posenc.RoPE"})
     grouped = dict(net={"d_model": 16, "n_heads": 2, "n_layers": 2}, optim={"lr": 0.01},
                    output={"head": "horizon"}, series={"revin": False}, horizon=4,
                    pe={"class_path": "posenc.RoPE"})
-    a, b = Forecaster(**flat), Forecaster(**grouped)
+    a, b = task(Forecaster, **flat), Forecaster(**grouped)
     assert dict(a.hparams) == dict(b.hparams) and a.hparams["net"]["d_model"] == 16
     assert a.hparams["output"]["head"] == "horizon" and "head" not in a.hparams
     assert (a.revin, a.head_kind, a.optim.lr) == (None, "horizon", 0.01)
@@ -52,20 +53,25 @@ def test_flat_and_grouped_arguments_and_saved_hparams_build_the_same_model():
     assert dict(again.hparams) == dict(a.hparams)
     shapes = {k: v.shape for k, v in a.state_dict().items()}
     assert {k: v.shape for k, v in again.state_dict().items()} == shapes
-    assert Forecaster(**grouped, d_model=8).net.d_model == 8
+    assert task(Forecaster, **grouped, d_model=8).net.d_model == 8
     with pytest.raises(PosencError, match=r"model.init_args.output.head: must be one of .*got 'first'"):
-        Forecaster(head="first")
-    with pytest.raises(PosencError, match="model.init_args.hed: unknown key for Forecaster"):
-        Forecaster(hed="query")
+        Forecaster(output={"head": "first"})
+    with pytest.raises(PosencError, match=r"model.init_args.output.hed: unknown key \(known: head, "):
+        Forecaster(output={"hed": "query"})
+    with pytest.raises(TypeError, match="d_model"):
+        Forecaster(d_model=16)  # flat keys are translated where settings come in, not by the model
 
 
 def test_the_flat_checkpoint_of_before_builds_the_grouped_model():
-    """tests/fixtures/legacy_flat/forecaster.ckpt holds flat model hyperparameters: they build the model
-    the grouped form builds, with the same weights (its predictions: tests/test_legacy_models.py)."""
-    ckpt = torch.load(FLAT / "forecaster.ckpt", map_location="cpu", weights_only=True)
-    hp = ckpt["hyper_parameters"]
-    assert "d_model" in hp and "net" not in hp  # flat, as saved then
-    model = Forecaster(**hp)
+    """tests/fixtures/legacy_flat/forecaster.ckpt saved flat hyperparameters; read, it is upgraded once
+    (grouped, stamped with the current version) and builds the grouped model its weights fit."""
+    from pipelines.inference.loading import read_checkpoint
+
+    hp = torch.load(FLAT / "forecaster.ckpt", map_location="cpu", weights_only=True)["hyper_parameters"]
+    assert "d_model" in hp and "net" not in hp and "config_version" not in hp  # flat, as saved then
+    ckpt = read_checkpoint(FLAT / "forecaster.ckpt")
+    assert ckpt["config_version"] == 2 and "d_model" not in ckpt["hyper_parameters"]
+    model = Forecaster(**ckpt["hyper_parameters"])
     model.load_state_dict(ckpt["state_dict"])
     assert model.hparams["net"]["d_model"] == hp["d_model"] and model.optim.lr == hp["lr"]
     assert dict(Forecaster(**dict(model.hparams)).hparams) == dict(model.hparams)
@@ -80,6 +86,8 @@ CLI_ERRORS = {  # argument → the start of the one error line
     "model_group_value": (f"--{M}net.d_model=0", f"{M}net.d_model: must be ≥ 1, got 0"),
     "model_flat_value": (f"--{M}warmup_steps=-1", f"{M}optim.warmup_steps: must be ≥ 0, got -1"),
     "model_unknown": (f"--{M}net.dmodel=3", f"{M}net.dmodel: unknown key"),
+    "attention_value": (f"--{M}attention.long_threshold=0",
+                        f"{M}attention.long_threshold: must be ≥ 1, got 0"),
 }
 
 

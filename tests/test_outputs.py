@@ -28,11 +28,11 @@ import torch
 
 from datamodules import DNADataModule, TimeSeriesDataModule
 from datamodules.dna.classify import ClassificationDataModule
-from datamodules.legacy import legacy_keys, nest
+from datamodules.legacy import legacy_keys
 from pipelines import DNALanguageModel, Forecaster
 from pipelines.inference.registry import RegisterModel
 from posenc import PosencError
-from tests.helpers import dm_kwargs, random_bases, seasonal_frame, write_csv, write_fasta
+from tests.helpers import dm_kwargs, nest, random_bases, seasonal_frame, task, write_csv, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "pe": {"class_path": "posenc.RoPE"}}
@@ -50,7 +50,7 @@ def save(model: torch.nn.Module, path: Path) -> Path:
 def lm_checkpoint(path: Path) -> Path:
     """An untrained tiny DNA LM checkpoint."""
     torch.manual_seed(0)
-    model = DNALanguageModel(**TINY).eval()
+    model = task(DNALanguageModel, **TINY).eval()
     model.posenc_inference = {"data": {"kmer": 1, "kmer_stride": 1, "seq_len": 32}}
     return save(model, path)
 
@@ -60,7 +60,8 @@ def forecaster_checkpoint(path: Path, train_csv: Path, nan_weights: bool = False
     ``load`` with a ``temp`` covariate, lookback 24, horizon 6); ``nan_weights``: every weight NaN."""
     dm = TimeSeriesDataModule(**dm_kwargs(train_csv))
     torch.manual_seed(0)
-    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=dm.horizon, patch_len=dm.patch_len,
+    model = task(Forecaster, n_targets=1, n_covariates=dm.n_covariates, horizon=dm.horizon,
+                 patch_len=dm.patch_len,
                        **TINY).eval()
     model.posenc_inference = model.describe_data(dm)
     if nan_weights:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, migrated_store, runs, tiny_setup, write_fasta
+from tests.helpers import ROOT, migrated_store, runs, task, tiny_setup, write_fasta
 
 MB = 1 << 20
 
@@ -44,7 +44,8 @@ def peak_rss():
 
 def measure(pe, B, T):
     torch.manual_seed(0)
-    model = DNALanguageModel(d_model=64, n_heads=4, n_layers=2, pe={"class_path": pe}, vocab_size=8)
+    net = {"d_model": 64, "n_heads": 4, "n_layers": 2}
+    model = DNALanguageModel(net=net, pe={"class_path": pe}, vocab_size=8)
     opt = torch.optim.AdamW(model.parameters())
     def step(x):
         logits = model(x)  # (B, T, V)
@@ -156,7 +157,7 @@ def _tiny_checkpoint(path: Path, **override) -> Path:
 
     from pipelines.tasks.lm import DNALanguageModel
 
-    model = DNALanguageModel(d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"})
+    model = task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"})
     hp = {**dict(model.hparams), **override}
     meta = {"data": {"seq_len": 32, "kmer": 1, "kmer_stride": 1}}
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": hp, "posenc_task": "dna_lm",

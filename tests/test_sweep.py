@@ -20,7 +20,7 @@ SHORT = {"trainer": {"max_epochs": 1, "limit_val_batches": 2},
 
 def test_seed_overlay_seeds_the_data_only_where_the_datamodule_takes_a_seed():
     assert seed_overlay("datamodules.DNADataModule", 3) == {"seed_everything": 3,
-                                                            "data": {"init_args": {"seed": 3}}}
+                                                            "data": {"init_args": {"loader": {"seed": 3}}}}
     no_seed = "lightning.pytorch.demos.boring_classes.BoringDataModule"
     assert seed_overlay(no_seed, 3) == {"seed_everything": 3}
     assert seed_overlay(None, 3) == {"seed_everything": 3}

@@ -10,7 +10,7 @@ import yaml
 
 from pipelines.tasks.lm import DNALanguageModel
 from posenc import PosencError, RandomizedPositions, sample_positions
-from tests.helpers import ROOT, random_bases, workdir_with_store, write_fasta
+from tests.helpers import ROOT, random_bases, task, workdir_with_store, write_fasta
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2}
 T = 32
@@ -18,7 +18,7 @@ T = 32
 
 def lm(**kw) -> DNALanguageModel:
     torch.manual_seed(0)
-    return DNALanguageModel(**TINY, **kw)
+    return task(DNALanguageModel, **TINY, **kw)
 
 
 def spy_positions(model: DNALanguageModel) -> list[torch.Tensor]:
@@ -136,12 +136,12 @@ def test_contiguous_evaluation():
 
 def test_seed_defaults_to_the_run_seed_and_survives_the_checkpoint():
     torch.manual_seed(1234)
-    model = DNALanguageModel(**TINY, train_positions=RandomizedPositions(64))
+    model = task(DNALanguageModel, **TINY, train_positions=RandomizedPositions(64))
     assert model.train_positions.seed == 1234
     hp = dict(model.hparams)
     assert hp["train_positions"] == {"max_position": 64, "eval": "sampled", "seed": 1234}
     torch.manual_seed(99)
-    again = DNALanguageModel(**hp)  # what loading a checkpoint does
+    again = task(DNALanguageModel, **hp)  # what loading a checkpoint does
     batch = torch.randint(0, 4, (2, T + 1))
     assert torch.equal(again.training_positions(batch, 3), model.training_positions(batch, 3))
 

@@ -8,13 +8,13 @@ from dataclasses import fields
 import pytest
 import torch
 
-from datamodules.legacy import flatten, legacy_keys, nest, translate_args
+from datamodules.legacy import legacy_keys, translate_args
 from datamodules.timeseries.config import Seasonality, Windows
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
-from pipelines.tasks.options import AttentionOptions
 from posenc import PosencError
+from posenc.nn import AttentionSettings
 from posenc.nn.attention import AttentionCall, route
-from tests.helpers import tiny_setup, workdir_with_store
+from tests.helpers import flatten, nest, task, tiny_setup, workdir_with_store
 
 
 def test_the_table_sends_every_flat_argument_of_before_to_one_group_field():
@@ -89,7 +89,7 @@ def test_attention_options_from_a_config_reach_the_attention(tmp_path):
     base = ["--config", str(config), "--trainer.logger=false"]
     with workdir_with_store(tmp_path):
         model = make_cli([*base, "--config", str(layer)], run=False).model
-    plain = DNALanguageModel(d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.ALiBi"})
+    plain = task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.ALiBi"})
     x = torch.zeros(1, 8, 16)
     pos = torch.arange(8)
 
@@ -99,7 +99,7 @@ def test_attention_options_from_a_config_reach_the_attention(tmp_path):
 
     assert (plain.backbone.use_compile, path(plain)) == (False, "sdpa+toeplitz")
     assert (model.backbone.use_compile, path(model)) == (True, "sdpa+bias")
-    assert model.hparams["attention"] == {**vars(AttentionOptions()), "compile": True, "toeplitz": False}
+    assert model.hparams["attention"] == {**vars(AttentionSettings()), "compile": True, "toeplitz": False}
     rebuilt = type(model)(**model.hparams)  # as a checkpoint is loaded: the group from its mapping
     assert rebuilt.backbone.use_compile and not rebuilt.backbone.blocks[0].attn.settings.toeplitz
 
@@ -108,10 +108,10 @@ def test_a_checkpoint_without_the_attention_group_gets_the_defaults():
     from pipelines.tasks.lm import DNALanguageModel
 
     old = {"d_model": 16, "n_heads": 2, "n_layers": 1, "pe": {"class_path": "posenc.RoPE"}}  # no group
-    model = DNALanguageModel(**old)
-    assert model.hparams["attention"] == vars(AttentionOptions()) and not model.backbone.use_compile
+    model = task(DNALanguageModel, **old)
+    assert model.hparams["attention"] == vars(AttentionSettings()) and not model.backbone.use_compile
     with pytest.raises(PosencError, match="model.init_args.attention.kernel: unknown key"):
-        DNALanguageModel(**old, attention={"kernel": "flex"})
+        task(DNALanguageModel, **old, attention={"kernel": "flex"})
 
 
 # ------------------------------------------------------------------- the classification datamodule

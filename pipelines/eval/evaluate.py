@@ -29,7 +29,8 @@ import lightning as L
 import torch
 import yaml
 
-from datamodules.legacy import nest, regroup
+from datamodules.config import build_groups
+from datamodules.legacy import moved, regroup
 from datamodules.scrub import scrub_text
 from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.extrapolation import ROPE_VARIANTS, Extrapolation, evaluate
@@ -175,15 +176,16 @@ def build_from_checkpoint(
     ckpt: dict[str, Any], config: dict[str, Any], source: str
 ) -> tuple[L.LightningModule, L.LightningDataModule]:
     """The model (weights loaded; its class from the checkpoint's task) and its datamodule (the
-    config's ``data`` over the checkpoint's saved datamodule arguments; class: the config's or the
-    task's default)."""
+    config's ``data`` over the (upgraded, grouped) checkpoint's saved datamodule arguments; class: the
+    config's or the task's default). The config is read here: old spellings (a moved class path, flat
+    ``data.init_args``) are translated as the CLI translates them."""
     module = model_from_checkpoint(ckpt, source)
     data_cfg = config.get("data") or {}
-    dm_path = data_cfg.get("class_path") or type(module).default_datamodule
+    dm_path = moved(data_cfg.get("class_path")) or type(module).default_datamodule
     dm_cls = import_class(dm_path, L.LightningDataModule, "datamodule class")
-    saved = regroup(dm_cls, init_args(ckpt.get("datamodule_hyper_parameters")))  # flat (old) or grouped
+    saved = init_args(ckpt.get("datamodule_hyper_parameters"))
     given = regroup(dm_cls, data_cfg.get("init_args") or {})
-    return module, dm_cls(**nest(dm_cls, _merge(saved, given)))
+    return module, dm_cls(**build_groups(dm_cls, _merge(saved, given)))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

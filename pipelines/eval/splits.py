@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from datamodules.legacy import nest
+from datamodules.config import build_groups, group_of
 from pipelines.tasks.base import TaskAdapter
 from posenc import PosencError
 
@@ -35,7 +35,11 @@ def with_lengths(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> Any:
     ``eval_dataloader`` windows to the longest of them)."""
     if list(getattr(dm, adapter.length_key)) == lengths:
         return dm
-    return type(dm)(**nest(type(dm), {**init_args(dm.hparams), adapter.length_key: lengths}))
+    cls, settings, key = type(dm), init_args(dm.hparams), adapter.length_key
+    group = group_of(cls, key)  # windows.eval_lengths; a datamodule without groups takes it itself
+    if group is None:
+        return cls(**{**settings, key: lengths})
+    return cls(**build_groups(cls, {**settings, group: {**settings[group], key: lengths}}))
 
 
 def length_loaders(dm: Any, adapter: TaskAdapter, lengths: list[int]) -> list[tuple[int, Any]]:

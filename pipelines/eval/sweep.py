@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from datamodules.legacy import legacy_keys
+from datamodules.config import group_of
 from pipelines.eval.evaluate import ExtrapolationEval, _merge, load_config
 from pipelines.eval.sweep_child import launches_processes, run_in_subprocess
 from pipelines.tasks.base import mlflow_loggers
@@ -113,12 +113,13 @@ def find_finished(client: Any, experiment: str, namespace: str, key: str, seed: 
 # ----------------------------------------------------------------------------- the overlay
 def seed_overlay(data_class: str | None, seed: int) -> dict[str, Any]:
     """``seed_everything`` and, when the datamodule takes a ``seed`` (sampling order, augmentation),
-    ``data.init_args.seed`` too: one seed fixes initialisation and data order."""
+    ``data.init_args.loader.seed`` (or its own ``seed``) too: one seed fixes initialisation and data order."""
     out: dict[str, Any] = {"seed_everything": seed}
     if data_class:
         cls = import_class(data_class, what="datamodule class")
-        if "seed" in inspect.signature(cls).parameters or "seed" in legacy_keys(cls):  # flat or loader.seed
-            out["data"] = {"init_args": {"seed": seed}}
+        group = group_of(cls, "seed")  # loader.seed, or a datamodule's own seed argument
+        if group or "seed" in inspect.signature(cls).parameters:
+            out["data"] = {"init_args": {group: {"seed": seed}} if group else {"seed": seed}}
     return out
 
 
@@ -138,8 +139,9 @@ def _command(layers: Sequence[Path | str], args: Sequence[str], overlay: dict[st
     """How a person retrains this run alone (the model card shows it): the layers, the caller's
     arguments and the seed (the logger and a dict overlay's settings are this runner's)."""
     seed = [f"--seed_everything={overlay['seed_everything']}"]
-    if "data" in overlay:
-        seed.append(f"--data.init_args.seed={overlay['data']['init_args']['seed']}")
+    for key, value in (overlay.get("data") or {}).get("init_args", {}).items():  # {"loader": {"seed": n}}
+        seed.append(f"--data.init_args.{key}.seed={value['seed']}" if isinstance(value, dict)
+                    else f"--data.init_args.{key}={value}")
     configs = [a for p in layers for a in ("--config", str(p))]
     return " ".join(["python -m pipelines.train fit", *configs, *args, *seed])
 

@@ -3,7 +3,8 @@
 ``load_model(source)`` returns the task's LightningModule (``DNALanguageModel``, ``FrameSegmenter``,
 …) in eval mode on the requested device; ``model.predict(...)`` then runs the task's predictor.
 Checkpoints are found by :mod:`pipelines.inference.resolve` and read with
-``torch.load(weights_only=True)`` after an integrity check: hyperparameters are primitive and the
+``torch.load(weights_only=True)`` after an integrity check, and upgraded there, once, from the spelling
+of the code that wrote them (:mod:`pipelines.tasks.upgrade`): hyperparameters are primitive and the
 encoding is rebuilt from its ``{class_path, init_args}`` spec; the task class comes from the
 checkpoint's ``posenc_task`` through the task registry.
 """
@@ -16,19 +17,20 @@ from typing import Any
 
 import torch
 
-from datamodules.legacy import flatten
 from pipelines.inference.resolve import resolve
 from pipelines.safety import weights_only_reason
 from pipelines.tasks import task_class
 from pipelines.tasks.base import check_task
 from pipelines.tasks.resources import check_checkpoint
+from pipelines.tasks.upgrade import upgrade_checkpoint
 from posenc import PosencError
 
 META_KEY = "posenc_inference"  # checkpoint entry written by pipelines.inference.registry.RegisterModel
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """``torch.load(weights_only=True)`` with one-line errors for missing or damaged files."""
+    """``torch.load(weights_only=True)`` with one-line errors for missing or damaged files, upgraded to
+    the current spelling (:func:`~pipelines.tasks.upgrade.upgrade_checkpoint`)."""
     path = Path(path)
     if not path.is_file():
         raise PosencError(f"{path}: checkpoint file not found")
@@ -45,7 +47,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise PosencError(f"{path}: cannot load the checkpoint safely (weights_only): {reason}") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise PosencError(f"{path}: not a Lightning checkpoint (no 'state_dict' entry)")
-    return ckpt
+    return upgrade_checkpoint(ckpt, str(path))
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], source: str) -> torch.nn.Module:
@@ -55,7 +57,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str) -> torch.nn.Module:
     except PosencError as exc:
         raise PosencError(f"{source}: {exc}") from None
     hparams = dict(ckpt.get("hyper_parameters") or {})
-    check_checkpoint(flatten(hparams, cls), source)  # a d_model of 65536 is refused before it is built
+    check_checkpoint(hparams, source)  # a d_model of 65536 is refused before it is built
     try:
         model = cls(**hparams)
     except PosencError as exc:
@@ -67,8 +69,9 @@ def model_from_checkpoint(ckpt: dict[str, Any], source: str) -> torch.nn.Module:
         what = f"missing weights {missing[:4]}" if missing else f"unexpected weights {unexpected[:4]}"
         raise PosencError(f"{source}: checkpoint does not match {type(model).__name__}: {what}")
     model.posenc_inference = dict(ckpt.get(META_KEY) or {})
-    if not model.posenc_inference and ckpt.get("datamodule_hyper_parameters"):
-        model.posenc_inference = {"data": flatten(ckpt["datamodule_hyper_parameters"])}  # old or grouped
+    saved = ckpt.get("datamodule_hyper_parameters") or {}
+    if not model.posenc_inference and saved:  # not registered: the tokenizer and length of the saved windows
+        model.posenc_inference = {"data": dict(saved.get("windows") or {})}
     return model
 
 

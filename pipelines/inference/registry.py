@@ -31,8 +31,8 @@ from pipelines.inference.loading import META_KEY, load_model
 from pipelines.tracking.card import ModelCard, card_metrics, command_line, from_training, write_card
 
 log = logging.getLogger(__name__)
-KEEP_KEYS = ("state_dict", "hyper_parameters", "posenc_task", META_KEY, "epoch", "global_step",
-             "pytorch-lightning_version", "datamodule_hyper_parameters")
+KEEP_KEYS = ("state_dict", "hyper_parameters", "posenc_task", "config_version", META_KEY, "epoch",
+             "global_step", "pytorch-lightning_version", "datamodule_hyper_parameters")
 
 
 def slim_checkpoint(path: str | Path, out: Path) -> Path:

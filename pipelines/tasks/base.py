@@ -27,12 +27,16 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 
-from datamodules.legacy import fold
+from datamodules.config import as_group
 from datamodules.scrub import scrub_checkpoint
-from pipelines.tasks.options import TASK_GROUPS, AttentionOptions, Net, Optim
+from pipelines.tasks.options import TASK_GROUPS, Net, Optim
 from posenc import PosencError, PositionalEncoding, build_encoding
-from posenc.nn import Transformer
+from posenc.nn import AttentionSettings, Transformer
 from posenc.registry import EncodingFactory
+
+#: the spelling of the settings this code writes into checkpoints (``checkpoint["config_version"]``);
+#: older checkpoints are upgraded where they are read (:mod:`pipelines.tasks.upgrade`)
+CONFIG_VERSION = 2
 
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
 #: looks tasks up after importing the built-in ones).
@@ -118,10 +122,12 @@ class TaskModule(L.LightningModule):
             d_model/n_heads, which come from this model); ``None`` means no encoding.
         net: the Transformer's shape (:class:`~pipelines.tasks.options.Net`).
         optim: AdamW and its schedule (:class:`~pipelines.tasks.options.Optim`).
-        attention: how the attention runs (kernels, ``compile``; :class:`AttentionOptions`); a
+        attention: how the attention runs (kernels, ``compile``; :class:`~posenc.nn.AttentionSettings`); a
             checkpoint from before it existed loads with the defaults.
-        **flat: the groups' fields as flat keys, as before the groups (``d_model=64``, ``lr=0.01``:
-            checkpoints and code of before); each wins over its group's field.
+
+    Each group is given as its dataclass, or as a mapping over its defaults (saved hyperparameters).
+    Flat keys of before the groups are translated where settings come in (configs, checkpoints), not
+    here: see :mod:`datamodules.legacy`.
     """
 
     task_name: ClassVar[str] = ""
@@ -147,16 +153,13 @@ class TaskModule(L.LightningModule):
         pe: EncodingFactory | None = None,
         net: Net = Net(),  # noqa: B008 - frozen dataclasses: a shared default is safe
         optim: Optim = Optim(),  # noqa: B008
-        attention: AttentionOptions = AttentionOptions(),  # noqa: B008
-        **flat: Any,
+        attention: AttentionSettings = AttentionSettings(),  # noqa: B008
     ) -> None:
         super().__init__()
-        given = fold(TASK_GROUPS, {"net": net, "optim": optim, "attention": attention, **flat})
-        unknown = sorted(set(given) - set(TASK_GROUPS))
-        if unknown:
-            raise PosencError(f"model.init_args.{unknown[0]}: unknown key for {type(self).__name__}")
+        given = {name: as_group(TASK_GROUPS[name], value, name)
+                 for name, value in (("net", net), ("optim", optim), ("attention", attention))}
         self.net, self.optim, attention = given["net"], given["optim"], given["attention"]
-        self._base_hparams = {name: asdict(given[name]) for name in TASK_GROUPS}
+        self._base_hparams = {name: asdict(value) for name, value in given.items()}
         n = self.net
         encoding = build_encoding(pe, n.d_model, n.n_heads)
         self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, n.d_ff, n.dropout,
@@ -171,9 +174,10 @@ class TaskModule(L.LightningModule):
         self.save_hyperparameters(hp)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Name the task, and scrub what the checkpoint says about the run (home paths, credentials):
-        called last, for every checkpoint, weights-only ones included."""
+        """Name the task and the settings' version, and scrub what the checkpoint says about the run
+        (home paths, credentials): called last, for every checkpoint, weights-only ones included."""
         checkpoint["posenc_task"] = self.task_name
+        checkpoint["config_version"] = CONFIG_VERSION
         scrub_checkpoint(checkpoint)
 
     @property

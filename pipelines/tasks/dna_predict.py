@@ -29,7 +29,6 @@ from torch import Tensor
 
 from datamodules.dna.fasta import EncodeReport, encode_bases, iter_records
 from datamodules.dna.tokenize import KmerTokenizer
-from datamodules.legacy import flatten
 from pipelines.tasks.resources import check_inference
 from pipelines.tasks.windows import check_window, inference_meta, iter_windows, run_windows, window_starts
 from posenc import PosencError
@@ -156,8 +155,7 @@ def check_memory(model: torch.nn.Module, batch_size: int, window: int, n: int) -
     """Refuse (one line) windows that cannot fit in memory
     (:func:`pipelines.tasks.resources.check_inference`)."""
     width = n if window == 0 else min(window, n)
-    settings = flatten(model.hparams, type(model))  # the net group's d_model … as one flat view
-    check_inference(settings, batch_size if window else 1, width, str(model.device))
+    check_inference(model.hparams, batch_size if window else 1, width, str(model.device))
 
 
 def _predict_lm_like(model, data, fn_for, causal: bool, *, window=None, overlap=None, batch_size=32,

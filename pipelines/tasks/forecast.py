@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from datamodules.legacy import fold
+from datamodules.config import as_group
 from pipelines.tasks.base import TaskAdapter, TaskModule
 from pipelines.tasks.distributed import EpochMeans
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
@@ -120,7 +120,7 @@ class Forecaster(TaskModule):
             (linked from ``data.pe_periods``, i.e. ``data.periods`` in steps ÷ ``patch_len``;
             ``None`` keeps the encoding's own config).
         **kwargs: the encoding and the groups of :class:`~pipelines.tasks.base.TaskModule` (``net``,
-            ``optim``, ``attention``), and any group field as a flat key as before (``head="horizon"``).
+            ``optim``, ``attention``).
     """
 
     causal = False
@@ -146,9 +146,7 @@ class Forecaster(TaskModule):
         output: ForecastOutput = ForecastOutput(),  # noqa: B008
         **kwargs: Any,
     ) -> None:
-        kwargs = fold({"series": SeriesInput, "output": ForecastOutput}, {"series": series, "output": output,
-                                                                           **kwargs})
-        series, output = kwargs.pop("series"), kwargs.pop("output")
+        series, output = as_group(SeriesInput, series, "series"), as_group(ForecastOutput, output, "output")
         if pe_periods is not None:
             kwargs["pe"] = with_periods(kwargs.get("pe"), pe_periods)
         super().__init__(**kwargs)

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from datamodules.config import as_group
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors
+from pipelines.tasks.options import ForecastOutput, Net, Optim, SeriesInput
 from posenc import PosencError, PositionOutOfRange
 
 log = logging.getLogger(__name__)
 
 # The Forecaster's Transformer is unused here: the smallest one keeps its machinery (checkpoints, specs).
-_NO_BACKBONE = {"d_model": 2, "n_heads": 1, "n_layers": 0, "pe": None, "head": "last", "dropout": 0.0,
-               "linear_path": False}
+_NO_BACKBONE = {"net": Net(d_model=2, n_heads=1, n_layers=0), "pe": None}
 
 
 def moving_average(x: Tensor, kernel: int) -> Tensor:
@@ -52,8 +54,10 @@ class DLinearForecaster(Forecaster):
         if lookback < 1 or kernel_size < 1:
             raise PosencError(f"model.lookback and model.kernel_size must be ≥ 1, got {lookback}, "
                               f"{kernel_size}")
-        kwargs = {**kwargs, **_NO_BACKBONE}
-        super().__init__(lookback=lookback, revin=revin, **kwargs)
+        series = replace(as_group(SeriesInput, kwargs.pop("series", None), "series"), revin=revin)
+        output = replace(as_group(ForecastOutput, kwargs.pop("output", None), "output"), head="last",
+                         linear_path=False)
+        super().__init__(lookback=lookback, series=series, output=output, **{**kwargs, **_NO_BACKBONE})
         self.kernel_size = kernel_size
         self.trend = nn.Linear(lookback, self.horizon)
         self.seasonal = nn.Linear(lookback, self.horizon)
@@ -86,7 +90,7 @@ def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearF
     """A :class:`DLinearForecaster` trained by the Lightning loop on ``dm``'s training windows
     (AdamW + warm-up/cosine, ``epochs`` epochs of ``dm``'s sampler), the weights of its best
     validation epoch kept (as a checkpoint on ``val/loss``); no logger, nothing left on disk.
-    ``hparams`` go to the model (``kernel_size``, ``lr``, …)."""
+    ``hparams`` go to the model (``kernel_size``, ``optim``, …)."""
     import tempfile
 
     import lightning as L
@@ -97,7 +101,7 @@ def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearF
     with torch.inference_mode(False), torch.enable_grad(), torch.random.fork_rng():
         torch.manual_seed(seed)
         model = DLinearForecaster(lookback=dm.lookback, n_targets=dm.n_targets, horizon=dm.horizon,
-                                  patch_len=dm.patch_len, plot_examples=0, **hparams)
+                                  patch_len=dm.patch_len, output=ForecastOutput(plot_examples=0), **hparams)
         with tempfile.TemporaryDirectory() as tmp:
             best = ModelCheckpoint(dirpath=tmp, monitor="val/loss", mode="min", save_top_k=1)
             trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, callbacks=[best],
@@ -133,7 +137,7 @@ class DLinearBaselines(ForecastBaselines):
             log.info("DLinear baseline skipped: it is not trained under DDP (run without DDP to get it)")
             return {}
         seed = int(getattr(dm, "seed", 0) or 0)
-        model = fit_dlinear(dm, self.epochs, seed=seed, lr=self.lr)
+        model = fit_dlinear(dm, self.epochs, seed=seed, optim=Optim(lr=self.lr))
         with torch.inference_mode():
             pred = model(torch.as_tensor(test["x"], dtype=torch.float32)).numpy()  # (n, H, C) scaled
         return {f"dlinear_{k}": v for k, v in masked_errors(orig(pred), truth, test["y_mask"]).items()}

@@ -14,12 +14,15 @@ lookback is refused with :class:`~posenc.PositionOutOfRange`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from datamodules.config import as_group
 from pipelines.tasks.forecast import Forecaster
+from pipelines.tasks.options import ForecastOutput, SeriesInput
 from posenc import PosencError, PositionOutOfRange
 
 
@@ -86,7 +89,10 @@ class PatchTSTForecaster(Forecaster):
             raise PosencError(f"model.linear_input must be 'revin' or 'raw', got {linear_input!r}")
         if patch_stride < 1:
             raise PosencError(f"model.patch_stride must be ≥ 1, got {patch_stride}")
-        kwargs = {**kwargs, "channel_independent": True, "head": "last", "n_covariates": 0, "n_future": 0}
+        series = as_group(SeriesInput, kwargs.pop("series", None), "series")
+        series = replace(series, channel_independent=True)
+        output = replace(as_group(ForecastOutput, kwargs.pop("output", None), "output"), head="last")
+        kwargs = {**kwargs, "series": series, "output": output, "n_covariates": 0, "n_future": 0}
         super().__init__(lookback=lookback, patch_len=patch_len, **kwargs)
         self.patch_stride = patch_stride
         self.n_patches = n_patches(lookback, patch_len, patch_stride)

@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from datamodules.legacy import flatten
 from datamodules.timeseries.calendar import calendar_features
 from datamodules.timeseries.parse import parse_series, read_table
 from datamodules.timeseries.select import future_columns, select_rows
@@ -205,7 +204,7 @@ def _rows(s: Any, cfg: dict, tau: int, y: np.ndarray, names: list[str], H: int) 
 
 def describe_series(dm: Any) -> dict[str, Any]:
     """Columns, cleaning, calendar and the training-row scalers of a TimeSeriesDataModule."""
-    hp, s = flatten(dm.hparams, type(dm)), dm.series
+    hp, s = {**dm.hparams["source"], **dm.hparams["cleaning"], **dm.hparams["seasonality"]}, dm.series
     cov = fit_scaler(s.covariates, s.cov_observed, dm.n_train, s.covariate_cols)  # as the datamodule did
     has_cov = s.covariates.shape[1] > 0
     data = {"time_col": hp.get("time_col", "Time"), "target_cols": list(s.target_cols),

@@ -1,14 +1,15 @@
 """The model's typed option groups, read from a config (``model.init_args.<group>.<field>``).
 
 Every task takes ``net`` (:class:`Net`, the Transformer's shape), ``optim`` (:class:`Optim`, AdamW and
-its schedule) and ``attention`` (:class:`AttentionOptions`, how the attention runs); the forecaster adds
-``series`` (:class:`SeriesInput`) and ``output`` (:class:`ForecastOutput`). Settings a datamodule links
-to the model (``vocab_size``, ``lookback``, ``horizon``…) and the encoding (``pe``) stay top-level.
+its schedule) and ``attention`` (the library's :class:`posenc.nn.AttentionSettings`, how the attention
+runs); the forecaster adds ``series`` (:class:`SeriesInput`) and ``output`` (:class:`ForecastOutput`).
+Settings a datamodule links to the model (``vocab_size``, ``lookback``, ``horizon``…) and the encoding
+(``pe``) stay top-level.
 
 Each field keeps the name it had as a flat argument, so flat configs, flat overrides
-(``--model.init_args.d_model=64``) and checkpoints with flat hyperparameters keep working: a model
-folds flat keys into its groups when built (:func:`datamodules.legacy.fold`), and the command line
-and config files are translated before parsing (:func:`datamodules.legacy.translate_args`).
+(``--model.init_args.d_model=64``) and checkpoints with flat hyperparameters keep working: the command
+line and config files are translated before parsing (:func:`datamodules.legacy.translate_cli`),
+checkpoints when read (:mod:`pipelines.tasks.upgrade`). A model itself takes the groups only.
 
 ``attention`` changes how, not what, the model computes, so it is not part of a checkpoint's identity:
 a checkpoint saved before the group existed loads with the defaults.
@@ -21,6 +22,7 @@ from typing import Literal
 
 from datamodules.config import at_least
 from posenc import PosencError
+from posenc.nn import AttentionSettings
 from posenc.nn.attention import check_window
 
 Head = Literal["query", "horizon", "last", "mean"]
@@ -94,33 +96,6 @@ class Optim:
 
 
 @dataclass(frozen=True)
-class AttentionOptions:
-    """How the attention runs (``model.init_args.attention``; see :mod:`posenc.nn.attention`).
-
-    Attributes:
-        compile: run the encoder through ``torch.compile`` (inputs padded to length buckets so new
-            lengths rarely recompile).
-        flex: FlexAttention on CUDA for translation-invariant biases over more than
-            ``long_threshold`` keys (shorter ones: SDPA with the dense bias, faster there).
-        toeplitz: on CPU, read translation-invariant biases as a strided view of one distance table.
-        clipped: on CPU, run clipped relative schemes (Shaw) through the fused kernel beyond the clip.
-        long_threshold: lengths above this use the query-blocked kernels for biased schemes.
-        block_elements: bias elements per query block on the blocked kernels (memory per block).
-    """
-
-    compile: bool = False
-    flex: bool = True
-    toeplitz: bool = True
-    clipped: bool = True
-    long_threshold: int = 4096
-    block_elements: int = 1 << 25
-
-    def __post_init__(self) -> None:
-        at_least("attention", "model", long_threshold=(self.long_threshold, 1),
-                 block_elements=(self.block_elements, 1))
-
-
-@dataclass(frozen=True)
 class SeriesInput:
     """How the forecaster reads the series (``model.init_args.series``).
 
@@ -164,4 +139,4 @@ class ForecastOutput:
 
 
 #: the groups every task takes ({parameter: dataclass}; a task class's ``config_groups`` adds its own)
-TASK_GROUPS: dict[str, type] = {"net": Net, "optim": Optim, "attention": AttentionOptions}
+TASK_GROUPS: dict[str, type] = {"net": Net, "optim": Optim, "attention": AttentionSettings}

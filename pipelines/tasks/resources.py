@@ -129,8 +129,9 @@ def attention_kind(pe_class_path: str | None, length: int, device: str = "cpu") 
 
 
 def fit_shape(model: dict, data: dict, pe_class_path: str | None, device: str = "cpu") -> Shape | None:
-    """The training :class:`Shape` from a fit config's ``model.init_args`` and ``data.init_args``
-    (DNA: ``seq_len``/``kmer``; series: ``lookback``/``horizon``/``patch_len``); None when unknown."""
+    """The training :class:`Shape` from a fit config's ``model.init_args.net`` and the ``windows`` and
+    ``loader`` groups of ``data.init_args`` (given here as ``model`` and ``data``, one mapping each; DNA:
+    ``seq_len``/``kmer``; series: ``lookback``/``horizon``/``patch_len``); None when unknown."""
     if data.get("seq_len"):
         length, vocab = int(data["seq_len"]), 4 ** int(data.get("kmer") or 1) + 4
     elif data.get("lookback") and data.get("patch_len"):
@@ -157,12 +158,13 @@ def check_fit(model: dict, data: dict, pe_class_path: str | None, device: str = 
 
 
 def model_shape(hparams: dict, batch: int = 1, length: int = 1, device: str = "cpu") -> Shape:
-    """The :class:`Shape` of a checkpoint's hyperparameters (``hyper_parameters``) at ``batch × length``."""
-    pe = hparams.get("pe")
+    """The :class:`Shape` of a model's hyperparameters (its ``net`` group, ``vocab_size`` and ``pe``) at
+    ``batch × length``."""
+    pe, net = hparams.get("pe"), hparams.get("net") or {}
     pe_path = pe.get("class_path") if isinstance(pe, dict) else None
-    return Shape(batch=batch, length=length, d_model=int(hparams.get("d_model") or 0),
-                 n_layers=int(hparams.get("n_layers") or 0), n_heads=int(hparams.get("n_heads") or 1),
-                 vocab=int(hparams.get("vocab_size") or 0), d_ff=hparams.get("d_ff"),
+    return Shape(batch=batch, length=length, d_model=int(net.get("d_model") or 0),
+                 n_layers=int(net.get("n_layers") or 0), n_heads=int(net.get("n_heads") or 1),
+                 vocab=int(hparams.get("vocab_size") or 0), d_ff=net.get("d_ff"),
                  attention=attention_kind(pe_path, length, device))
 
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datamodules.legacy import flatten
 from datamodules.scrub import scrub_text
 
 #: run metrics shown in a card (summaries only: curves ``*_by_*`` stay in the run)
@@ -102,11 +101,12 @@ def data_source(dm: Any) -> str:
 
 
 def describe_split(dm: Any) -> str:
-    hp = flatten(getattr(dm, "hparams", {}) or {}, type(dm))  # grouped (or flat) settings, one flat view
-    split = hp.get("split")
+    hp = dict(getattr(dm, "hparams", {}) or {})  # the split is in one group (regions, samples, windows)
+    group = next((g for g in hp.values() if isinstance(g, dict) and "split" in g), hp)
+    split = group.get("split")
     if split is None:
         return "-"
-    by = hp.get("split_by", "region" if hasattr(dm, "fasta") else "time")
+    by = group.get("split_by", "region" if hasattr(dm, "fasta") else "time")
     what = {"region": "contiguous regions along each sequence", "record": "whole records",
             "time": "contiguous blocks in time"}.get(by, by)
     return f"train/val/test {'/'.join(f'{float(x):g}' for x in split)} as {what}"
@@ -115,7 +115,7 @@ def describe_split(dm: Any) -> str:
 def from_training(trainer: Any, module: Any, command: str, run_id: str) -> ModelCard:
     """The card of ``module`` as trained by ``trainer`` (its datamodule, epochs and steps)."""
     dm = getattr(trainer, "datamodule", None)
-    hp = flatten(module.hparams, type(module))  # the groups (net.d_model …) as one flat view
+    hp, net = module.hparams, module.net
     pe = hp.get("pe") or {}
     scheme = str(pe.get("class_path", "NoPE")).rsplit(".", 1)[-1] if isinstance(pe, dict) else "NoPE"
     scheme_args = dict(pe.get("init_args") or {}) if isinstance(pe, dict) else {}
@@ -125,7 +125,7 @@ def from_training(trainer: Any, module: Any, command: str, run_id: str) -> Model
     else:
         length = str(getattr(dm, "seq_len", getattr(dm, "lookback", "-")))
     n_params = sum(p.numel() for p in module.parameters())
-    size = (f"d_model {hp.get('d_model')}, {hp.get('n_layers')} layers, {hp.get('n_heads')} heads, "
+    size = (f"d_model {net.d_model}, {net.n_layers} layers, {net.n_heads} heads, "
             f"{n_params / 1e6:.2f} M parameters")
     batch = getattr(dm, "batch_size", None)
     epochs = trainer.current_epoch

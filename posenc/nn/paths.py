@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 import torch
 
-from posenc.base import SchemeMeta
+from posenc.base import PosencError, SchemeMeta
 
 
 @dataclass(frozen=True)
 class AttentionSettings:
-    """How the attention runs (not what it computes: every path gives the same result).
+    """How the attention runs (not what it computes: every path gives the same result); a task's
+    ``model.init_args.attention`` group.
 
     Attributes:
         long_threshold: lengths above this use the query-blocked paths for biased schemes.
@@ -23,6 +24,9 @@ class AttentionSettings:
             ``long_threshold`` keys (:func:`choose_path`).
         toeplitz: read translation-invariant biases as a view of a distance table (CPU).
         clipped: run clipped relative schemes through the fused kernel where allowed (CPU).
+        compile: run the whole encoder through ``torch.compile`` (read by
+            :class:`~posenc.nn.Transformer`; inputs padded to length buckets so new lengths rarely
+            recompile).
     """
 
     long_threshold: int = 4096
@@ -30,6 +34,12 @@ class AttentionSettings:
     flex: bool = True
     toeplitz: bool = True
     clipped: bool = True
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("long_threshold", "block_elements"):
+            if getattr(self, name) < 1:
+                raise PosencError(f"attention.{name}: must be ≥ 1, got {getattr(self, name)}")
 
 
 

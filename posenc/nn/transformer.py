@@ -115,14 +115,11 @@ class Transformer(nn.Module):
         super().__init__()
         if d_model % n_heads:
             raise PosencError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        if long_threshold < 1 or block_elements < 1:
-            raise PosencError(f"long_threshold and block_elements must be >= 1, got "
-                              f"{long_threshold} and {block_elements}")
         self.pe = pe
         self.causal = causal
         self.scale = math.sqrt(d_model) if scale_embedding else 1.0
-        self.use_compile = compile
-        settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped)
+        settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped, compile)
+        self.use_compile = settings.compile
         self.drop = nn.Dropout(dropout if embedding_dropout is None else embedding_dropout)
         self.blocks = nn.ModuleList(
             Block(Attention(d_model, n_heads, pe, dropout, causal, settings, log_scale_len, window),

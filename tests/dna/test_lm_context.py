@@ -9,11 +9,12 @@ import torch
 
 from pipelines.tasks.lm import DNALanguageModel, SelectContext
 from posenc import PosencError
+from tests.helpers import task
 
 
 def tiny(context: int | None = None, stride: int | None = None) -> DNALanguageModel:
     torch.manual_seed(0)
-    return DNALanguageModel(d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"},
+    return task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"},
                             context=context, context_stride=stride).eval()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import random_bases, workdir_with_store, write_fasta, write_gff
+from tests.helpers import random_bases, task, workdir_with_store, write_fasta, write_gff
 
 ROOT = Path(__file__).resolve().parents[2]
 YEAST = "package:bio_test_artifacts/prebuilt/artifacts/yeast_chr01"
@@ -170,7 +170,8 @@ def test_every_scheme_builds_in_every_dna_task_model(scheme):
     spec = yaml.safe_load((ROOT / "configs" / "posenc" / scheme).read_text())["model"]["init_args"]["pe"]
     tiny = {"d_model": 16, "n_heads": 2, "n_layers": 1, "pe": spec}
     torch.manual_seed(0)
-    models = ((MaskedDNAModel(**tiny), 7), (FrameSegmenter(**tiny), 7), (SequenceClassifier(**tiny), 2))
+    models = ((task(MaskedDNAModel, **tiny), 7), (task(FrameSegmenter, **tiny), 7),
+                    (task(SequenceClassifier, **tiny), 2))
     for model, out in models:
         for length in (32, 64):
             tokens = torch.randint(0, 4, (2, length))
@@ -191,7 +192,7 @@ def test_classifier_sanity_check_with_one_class_batches_warns_nothing(tmp_path, 
     from pipelines import SequenceClassifier
 
     torch.manual_seed(0)
-    model = SequenceClassifier(vocab_size=6, pad_id=5, num_classes=2, d_model=16, n_heads=2, n_layers=1)
+    model = task(SequenceClassifier, vocab_size=6, pad_id=5, num_classes=2, d_model=16, n_heads=2, n_layers=1)
     batch = lambda *labels: {"tokens": torch.randint(0, 4, (len(labels), 32)), "label": torch.tensor(labels)}  # noqa: E731
     val = [batch(0, 0, 0, 0), batch(0, 0, 0, 0), batch(0, 1, 0, 1)]  # the sanity check sees one class
     loader = torch.utils.data.DataLoader(val, batch_size=None)  # already batched

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from datamodules import DNADataModule
-from datamodules.legacy import flatten
 from pipelines.tracking.whole_window import (
     FIGURE,
     format_lengths,
@@ -19,7 +18,7 @@ from pipelines.tracking.whole_window import (
     log_run_lengths,
     read_lengths,
 )
-from tests.helpers import flat_dm, readable_png, store_client, workdir_with_store, write_fasta
+from tests.helpers import flat_dm, flatten, readable_png, store_client, task, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[2]
 LENGTHS = [32, 64, 128, 256]
@@ -70,7 +69,7 @@ def tiny_model(context: int | None = None, window: int | None = None):
     from pipelines import DNALanguageModel
 
     torch.manual_seed(0)
-    return DNALanguageModel(d_model=16, n_heads=2, n_layers=2, context=context,
+    return task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, context=context,
                             pe={"class_path": "posenc.ALiBi"}, attention_window=window)
 
 

@@ -23,6 +23,7 @@ from datamodules.timeseries.ltsf import (
     split_bounds,
 )
 from posenc import PosencError
+from tests.helpers import task
 
 ROOT = Path(__file__).resolve().parents[2]
 ETTH1 = ROOT / ".." / "shared" / "data" / "ETT" / "ETTh1.csv"
@@ -121,7 +122,7 @@ def test_patchtst_layout():
     patches = strided_patches(seq, 16, 8)  # (1, 4, 16)
     assert patches.shape == (1, n_patches(32, 16, 8), 16)
     assert patches[0, 1, 0] == 8 and patches[0, -1, -1] == 31  # the end padded with the last value
-    model = PatchTSTForecaster(lookback=32, patch_len=16, patch_stride=8, n_targets=3, horizon=5,
+    model = task(PatchTSTForecaster, lookback=32, patch_len=16, patch_stride=8, n_targets=3, horizon=5,
                                d_model=16, n_heads=2, n_layers=2, d_ff=32, plot_examples=0,
                                pe={"class_path": "posenc.Learned", "init_args": {"max_len": 8}})
     assert model(torch.randn(4, 32, 3)).shape == (4, 5, 3)
@@ -277,7 +278,7 @@ def test_raw_linear_path_starts_as_the_ridge_baseline():
 
     data = small_protocol()
     data.values = data.values + np.random.default_rng(0).normal(0, 0.1, data.values.shape)  # not exact
-    model = PatchTSTForecaster(lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=1,
+    model = task(PatchTSTForecaster, lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=1,
                                d_ff=32, linear_path=True, linear_input="raw", revin_affine=False, pe=None)
     warm_start(model, data, 48, 8)
     xv, yv = data.windows("val", 48, 8)
@@ -308,7 +309,7 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
     dm = LTSFDataModule(str(small_csv(tmp_path / "small.csv")), lookback=48, horizon=8,
                         borders=(600, 800, 1000), batch_size=32, samples_per_epoch=64)
     L.seed_everything(0)
-    model = PatchTSTForecaster(lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=2,
+    model = task(PatchTSTForecaster, lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=2,
                                d_ff=32, linear_path=True, revin_affine=False, lr=0.01, pe=None,
                                plot_examples=0)
     protocol = LTSFProtocol(linear_warm_start=True)

@@ -43,7 +43,7 @@ def test_every_scheme_config_layers_on_ts_forecast(tmp_path, scheme):
 
 def test_periodic_rope_config_pins_the_calendar_cycles():
     from datamodules import TimeSeriesDataModule
-    from datamodules.legacy import flatten
+    from tests.helpers import flatten
 
     doc, base = yaml.safe_load(PERIODIC.read_text()), yaml.safe_load(TS.read_text())
     data = flatten(doc["data"]["init_args"], TimeSeriesDataModule)

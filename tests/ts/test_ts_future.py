@@ -15,7 +15,7 @@ from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines, LinearBaseline
 from pipelines.tasks.forecast_linear import DLinearBaselines, DLinearForecaster, moving_average
 from posenc import PosencError, PositionOutOfRange
-from tests.helpers import dm_kwargs, seasonal_frame, write_csv
+from tests.helpers import dm_kwargs, seasonal_frame, task, write_csv
 
 TINY = dict(d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"})
 
@@ -68,7 +68,7 @@ def test_select_reads_one_series_of_a_long_table(tmp_path):
 def test_horizon_head_puts_one_token_per_future_patch_after_the_lookback(horizon, patch_len,
                                                                         channel_independent):
     torch.manual_seed(0)
-    model = Forecaster(n_targets=2, n_covariates=3, n_future=3, horizon=horizon, patch_len=patch_len,
+    model = task(Forecaster, n_targets=2, n_covariates=3, n_future=3, horizon=horizon, patch_len=patch_len,
                        head="horizon", channel_independent=channel_independent, **TINY).eval()
     seen = {}
     model.backbone.register_forward_hook(lambda m, args, out: seen.update(x=args[0], pos=args[1]))
@@ -89,19 +89,19 @@ def test_horizon_head_puts_one_token_per_future_patch_after_the_lookback(horizon
 @pytest.mark.parametrize("head", ["query", "last", "mean"])
 def test_every_head_uses_the_known_future(head):
     torch.manual_seed(0)
-    model = Forecaster(n_targets=1, n_future=2, horizon=4, patch_len=4, head=head, **TINY).eval()
+    model = task(Forecaster, n_targets=1, n_future=2, horizon=4, patch_len=4, head=head, **TINY).eval()
     x, fut = torch.randn(2, 16, 1), torch.randn(2, 4, 2)
     assert not torch.allclose(model(x, fut=fut), model(x, fut=fut + 1.0))
 
 
 def test_checkpoints_from_before_the_forecast_tokens_still_load():
     torch.manual_seed(0)
-    model = Forecaster(n_targets=1, horizon=4, patch_len=4, **TINY).eval()
+    model = task(Forecaster, n_targets=1, horizon=4, patch_len=4, **TINY).eval()
     state = model.state_dict()
     old_name = lambda k: "query" if k == "head.query" else k.replace("head.out.", "head.")  # noqa: E731
     legacy = {old_name(k): v for k, v in state.items()}
     assert "query" in legacy and "head.weight" in legacy
-    again = Forecaster(n_targets=1, horizon=4, patch_len=4, **TINY).eval()
+    again = task(Forecaster, n_targets=1, horizon=4, patch_len=4, **TINY).eval()
     again.load_state_dict(legacy)
     x = torch.randn(2, 16, 1)
     torch.testing.assert_close(again(x), model(x))
@@ -158,7 +158,7 @@ def test_moving_average_matches_a_float64_reference():
 
 def test_dlinear_is_the_sum_of_two_linear_maps_and_cuts_longer_lookbacks():
     torch.manual_seed(0)
-    model = DLinearForecaster(lookback=16, n_targets=2, n_covariates=3, n_future=2, horizon=4,
+    model = task(DLinearForecaster, lookback=16, n_targets=2, n_covariates=3, n_future=2, horizon=4,
                               patch_len=4).eval()
     x = torch.randn(3, 16, 2)
     y = model(x, torch.randn(3, 16, 3), None, torch.randn(3, 4, 2))
@@ -179,7 +179,7 @@ def test_predict_gives_the_model_the_known_future_it_was_trained_with(tmp_path):
     dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "p.csv", df), covariate_cols=None,
                                           future_cols=["promo"], calendar=["hour", "dayofweek"]))
     torch.manual_seed(0)
-    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, n_future=dm.n_future, horizon=6,
+    model = task(Forecaster, n_targets=1, n_covariates=dm.n_covariates, n_future=dm.n_future, horizon=6,
                        patch_len=4, head="horizon", **TINY).eval()
     model.posenc_inference = model.describe_data(dm)
     item = dm.dataset("test")[3]
@@ -197,7 +197,7 @@ def test_predict_gives_the_model_the_known_future_it_was_trained_with(tmp_path):
         model.predict(df.iloc[:tau])
     calendar_only = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "c.csv", df), covariate_cols=None,
                                                      calendar=["hour", "dayofweek"]))
-    model = Forecaster(n_targets=1, n_covariates=4, n_future=4, horizon=6, patch_len=4, head="horizon",
+    model = task(Forecaster, n_targets=1, n_covariates=4, n_future=4, horizon=6, patch_len=4, head="horizon",
                        **TINY)
     model.posenc_inference = model.describe_data(calendar_only)
     item = calendar_only.dataset("test")[3]
@@ -235,7 +235,7 @@ def test_a_series_selected_from_a_long_table_gets_an_input_example_its_model_acc
     a, b = seasonal_frame(seed=0), seasonal_frame(seed=1)
     long = pd.concat([a.assign(site="A"), b.assign(site="B")], ignore_index=True)
     dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "long.csv", long), select={"site": "B"}))
-    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=dm.horizon,
+    model = task(Forecaster, n_targets=1, n_covariates=dm.n_covariates, horizon=dm.horizon,
                        patch_len=dm.patch_len, **TINY).eval()
     model.posenc_inference = model.describe_data(dm)
     example = example_table(model, dm)  # what MLflow registration records as the signature

@@ -19,7 +19,7 @@ from pipelines.tasks.forecast_baselines import ForecastBaselines
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
 from pipelines.tasks.forecast_metrics import evaluate_lookbacks
 from posenc import PosencError
-from tests.helpers import dm_kwargs, seasonal_frame, write_csv
+from tests.helpers import dm_kwargs, seasonal_frame, task, write_csv
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 2, "plot_examples": 0}
 
@@ -33,7 +33,7 @@ def tiny_data(tmp_path: Path) -> TimeSeriesDataModule:
 
 def tiny_model(dm: TimeSeriesDataModule, **over) -> Forecaster:
     torch.manual_seed(0)
-    return Forecaster(n_targets=dm.n_targets, n_covariates=dm.n_covariates, n_future=dm.n_future,
+    return task(Forecaster, n_targets=dm.n_targets, n_covariates=dm.n_covariates, n_future=dm.n_future,
                       lookback=dm.lookback, horizon=dm.horizon, patch_len=dm.patch_len, head="horizon",
                       linear_path=True, **{**TINY, **over})
 
@@ -91,7 +91,7 @@ def test_a_transformer_that_cannot_learn_falls_back_to_the_ridge_and_says_so(tmp
 
 def test_the_linear_path_needs_a_lookback():
     with pytest.raises(PosencError, match="linear_path needs model.init_args.lookback"):
-        Forecaster(lookback=None, linear_path=True, **TINY)
+        task(Forecaster, lookback=None, linear_path=True, **TINY)
 
 
 def test_the_benchmark_reads_series_specs_and_rejects_bad_ones():

@@ -14,7 +14,7 @@ from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from datamodules.timeseries.parse import VIC_ELEC, parse_series, read_table, vic_elec_path
 from datamodules.timeseries.timestamps import format_step
 from posenc import PosencError
-from tests.helpers import dm_kwargs, seasonal_frame, write_csv
+from tests.helpers import dm_kwargs, seasonal_frame, task, write_csv
 
 
 def sensor_frame(n: int = 400, hz: float = 100.0, seed: int = 0) -> pd.DataFrame:
@@ -195,7 +195,7 @@ def test_row_order_series_forecasts_from_a_table_without_a_time_column(tmp_path)
                                           duplicates="mean", calendar="auto"))
     torch.manual_seed(0)
     tiny = {"d_model": 16, "n_heads": 2, "n_layers": 2}
-    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, horizon=6, patch_len=4, **tiny).eval()
+    model = task(Forecaster, n_targets=1, n_covariates=dm.n_covariates, horizon=6, patch_len=4, **tiny).eval()
     model.posenc_inference = model.describe_data(dm)
     assert model.posenc_inference["data"]["time_col"] is None
     assert model.posenc_inference["data"]["duplicates"] == "mean"

@@ -22,14 +22,14 @@ from pipelines.tasks.forecast_metrics import (
     lookback_table,
 )
 from posenc import PeriodicRoPE, PosencError
-from tests.helpers import dm_kwargs
+from tests.helpers import dm_kwargs, task
 
 TINY = dict(d_model=16, n_heads=2, n_layers=2)
 
 
 def tiny(**kw) -> Forecaster:
     torch.manual_seed(0)
-    return Forecaster(**{**TINY, "pe": {"class_path": "posenc.RoPE"}, **kw})
+    return task(Forecaster, **{**TINY, "pe": {"class_path": "posenc.RoPE"}, **kw})
 
 
 def test_patchify_groups_consecutive_steps():

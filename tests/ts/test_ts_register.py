@@ -19,7 +19,7 @@ import pytest
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.tasks.forecast import Forecaster
-from tests.helpers import dm_kwargs, seasonal_frame, store_client, write_csv
+from tests.helpers import dm_kwargs, seasonal_frame, store_client, task, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 TS = ROOT / "configs" / "ts_forecast.yaml"
@@ -30,7 +30,8 @@ def promo_model(tmp_path: Path) -> tuple[Forecaster, TimeSeriesDataModule]:
     df = seasonal_frame().assign(promo=(np.arange(960) % 7 == 0).astype(float))
     dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "p.csv", df), covariate_cols=["temp"],
                                           future_cols=["promo"]))
-    model = Forecaster(n_targets=1, n_covariates=dm.n_covariates, n_future=dm.n_future, horizon=dm.horizon,
+    model = task(Forecaster, n_targets=1, n_covariates=dm.n_covariates, n_future=dm.n_future,
+                 horizon=dm.horizon,
                        patch_len=dm.patch_len, d_model=16, n_heads=2, n_layers=2,
                        pe={"class_path": "posenc.RoPE"}).eval()
     model.posenc_inference = model.describe_data(dm)

@@ -1,0 +1,62 @@
+"""Checkpoints of older code, upgraded once where they are read (:func:`upgrade_checkpoint`).
+
+Every checkpoint a task writes carries ``config_version`` (:data:`~pipelines.tasks.base.CONFIG_VERSION`,
+stamped by :meth:`~pipelines.tasks.base.TaskModule.on_save_checkpoint`); one without it is version 1,
+anything written before the stamp. Reading a checkpoint
+(:func:`pipelines.inference.loading.read_checkpoint`, used by ``load_model``, evaluation and the CLI's
+``--ckpt_path``) runs each step from its version up, so the rest of the code sees the current spelling
+only:
+
+* 1 → 2: flat hyperparameters of before the typed groups moved into them (``d_model`` →
+  ``net.d_model``, the datamodule's ``lookback`` → ``windows.lookback``; :mod:`datamodules.legacy`),
+  and class paths of modules that moved replaced by their new homes, before any is checked or imported.
+
+A checkpoint of a newer version than this code is refused (one line).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datamodules.legacy import move_class_paths, moved, project_class, regroup
+from pipelines.tasks.base import CONFIG_VERSION, TASKS
+from posenc import PosencError
+
+VERSION_KEY = "config_version"
+#: checkpoint entries with settings (the model's, the datamodule's, the inference description)
+SETTINGS = ("hyper_parameters", "datamodule_hyper_parameters", "posenc_inference")
+
+
+def _grouped(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 → 2: moved class paths replaced, flat keys moved into their groups."""
+    out = {**ckpt, **{k: move_class_paths(ckpt[k]) for k in SETTINGS if isinstance(ckpt.get(k), dict)}}
+    task = TASKS.get(str(out.get("posenc_task")))
+    if task is not None and isinstance(out.get("hyper_parameters"), dict):
+        out["hyper_parameters"] = regroup(task, out["hyper_parameters"])
+    data = out.get("datamodule_hyper_parameters")
+    dm = project_class(moved(data.get("_class_path")), "datamodules") if isinstance(data, dict) else None
+    if dm is not None:
+        out["datamodule_hyper_parameters"] = regroup(dm, data)
+    return out
+
+
+#: version → the step that upgrades a checkpoint of that version to the next
+STEPS = {1: _grouped}
+
+
+def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:
+    """``ckpt`` in the current spelling, stamped ``CONFIG_VERSION``.
+
+    Raises:
+        PosencError: a checkpoint of a newer (or unreadable) version, named with ``source``.
+    """
+    version = ckpt.get(VERSION_KEY, 1)
+    if not isinstance(version, int) or not 1 <= version <= CONFIG_VERSION:
+        raise PosencError(f"{source}: checkpoint config_version {version!r}; this code reads 1 to "
+                          f"{CONFIG_VERSION} (a newer posenc wrote it)")
+    for step in range(version, CONFIG_VERSION):
+        ckpt = STEPS[step](ckpt)
+    return {**ckpt, VERSION_KEY: CONFIG_VERSION}
+
+
+__all__ = ["STEPS", "VERSION_KEY", "upgrade_checkpoint"]
