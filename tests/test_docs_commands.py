@@ -158,6 +158,19 @@ def test_every_documented_command_is_a_make_target_or_parses(page: Path):
     assert unparsed([page]) == []
 
 
+def test_every_documented_entry_point_answers_help():
+    """``--help`` of each ``pipelines`` module the pages run (directly or through ``make``) exits 0."""
+    _, found = documented(doc_pages())
+    modules = {c.argv[2] for c in found if c.argv[0] == "python"}
+    for target in {c.argv[1] for c in found if c.argv[0] == "make"}:  # templates too: the target's module
+        modules |= {argv[2] for argv in make_commands(Command(found[0].snippet, ("make", target), False))[1]}
+    ours = sorted(m for m in modules if m.startswith("pipelines."))
+    assert {"pipelines.train", "pipelines.eval.evaluate", "pipelines.inference.predict",
+            "pipelines.tracking.server"} <= set(ours)
+    unanswered = {m: p for m in ours if (p := parse_problem(("python", "-m", m, "--help")))}
+    assert {m: p for m, p in unanswered.items() if f"usage: python -m {m}" not in p} == {}  # a usage line
+
+
 def test_the_checks_find_a_planted_stale_key_config_and_command(tmp_path: Path):
     page = tmp_path / "planted.md"
     page.write_text("Set `data.duplicates: first` or `model.init_args.net.dmodel: 64`, not `net.d_model`.\n\n"
