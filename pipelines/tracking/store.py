@@ -16,6 +16,10 @@ from lightning.pytorch.loggers import MLFlowLogger
 from datamodules.scrub import scrub_run_tags, scrub_text
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+# MLflow 3's UI reads an experiment's kind from this tag (the value its own "Machine learning" switch
+# writes): the project's experiments hold model-training runs, not GenAI traces.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
 
 
 def tracking_uri() -> str:
@@ -51,6 +55,7 @@ class LogConfigToMLflow(SaveConfigCallback):
         # the parsed config (validated when it was parsed: the same text, without a second validation)
         text = scrub_config(self.parser.dump(self.config, skip_none=False, skip_validation=True))
         for logger in mlflow_loggers(trainer):
+            mark_training(logger.experiment, logger.experiment_id)
             logger.experiment.log_text(logger.run_id, text, "config.yaml")
             scrub_run_tags(logger.experiment, logger.run_id)  # MLflow's source path, the user's tags
 
@@ -107,10 +112,21 @@ def experiment_id(client: Any, experiment: str) -> str:
 
     exp = client.get_experiment_by_name(experiment)
     if exp is not None:
+        mark_training(client, exp.experiment_id, exp.tags)
         return exp.experiment_id
     try:
-        return client.create_experiment(experiment)
+        return client.create_experiment(experiment, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-        return client.get_experiment_by_name(experiment).experiment_id
+        return experiment_id(client, experiment)
+
+
+def mark_training(client: Any, exp_id: str, tags: dict[str, str] | None = None) -> None:
+    """Tag experiment ``exp_id`` as one of model-training runs (:data:`EXPERIMENT_KIND_TAG`), so that
+    MLflow's UI shows its runs table rather than its GenAI views; a kind already set (a person's
+    choice in the UI) is kept. ``tags``: the experiment's tags when the caller has them already."""
+    if tags is None:
+        tags = client.get_experiment(exp_id).tags
+    if EXPERIMENT_KIND_TAG not in tags:
+        client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)

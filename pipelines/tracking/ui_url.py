@@ -12,12 +12,15 @@ from pathlib import Path
 DEFAULT_BASE = "http://127.0.0.1:5000"
 TRAIN_EXPERIMENT = "posenc"
 COMPARE_TAG = "posenc.compare"
+# MLflow 3's UI opens in its GenAI view (traces, judges, prompts) unless the address asks for the
+# model-training one; the experiments also carry the training kind (pipelines.tracking.store).
+TRAINING_VIEW = "workflowType=machine_learning"
 
 
 def run_url(experiment_id: str, run_id: str | None = None, base: str = DEFAULT_BASE) -> str:
-    """The UI address of an experiment's runs page, or of one run."""
+    """The UI address of an experiment's runs table, or of one run, in MLflow's model-training view."""
     page = f"runs/{run_id}" if run_id else "runs"
-    return f"{base}/#/experiments/{experiment_id}/{page}"
+    return f"{base}/#/experiments/{experiment_id}/{page}?{TRAINING_VIEW}"
 
 
 def _query(db: Path, sql: str, *params: str) -> tuple | None:
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     comparison = newest_comparison(db)
     if comparison is not None:
         print(f"  latest comparison (make compare): {run_url(*comparison, base=base)}", file=sys.stderr)
-    print(f"  registered models and their cards: {base}/#/models", file=sys.stderr)
+    print(f"  registered models and their cards: {base}/#/models?{TRAINING_VIEW}", file=sys.stderr)
 
 
 if __name__ == "__main__":
