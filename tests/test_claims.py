@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from pipelines.studies.claims.runner import build, experiment_configs, metric_name, read_config
-from posenc import PosencError, RoPE
+from posenc import PosencError
 from tests.helpers import workdir_with_store
 
 CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "4a", "4b", "5", "6", "7", "8", "9", "10",
@@ -67,25 +67,8 @@ def test_lag_ratio_matches_the_closed_form_of_a_sinusoid():
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-def test_mismatched_keys_rotate_keys_only_and_eps_zero_is_rope():
-    from pipelines.studies.claims.probes import MismatchedKeys
-
-    rope = RoPE(16, 2)
-    q, k = torch.randn(2, 1, 2, 40, 8, dtype=torch.float64)
-    pos = torch.arange(40)
-    rq, rk = rope.rotate(q, k, pos, pos)
-    for eps in (0.0, 0.01):
-        mq, mk = MismatchedKeys(16, 2, rope=rope, eps=eps).rotate(q, k, pos, pos)
-        assert torch.allclose(mq, rq, atol=1e-12)
-        assert torch.allclose(mk, rk, atol=1e-12) == (eps == 0.0)
-    # the mismatch grows with the key position: zero at position 0
-    mq, mk = MismatchedKeys(16, 2, rope=rope, eps=0.1).rotate(q, k, pos, pos)
-    assert torch.allclose(mk[..., 0, :], rk[..., 0, :])
-    assert (mk[..., -1, :] - rk[..., -1, :]).abs().max() > 1e-2
-
-
 def test_gaussian_fit_recovers_width_and_rejects_a_flat_line():
-    from pipelines.studies.claims.probes import gaussian_fit
+    from pipelines.studies.claims.rbf import gaussian_fit
 
     d = np.arange(33, dtype=np.float64)
     s, r2 = gaussian_fit(d, 0.3 * np.exp(-(d**2) / (2 * 5.0**2)), 0.0)

@@ -157,10 +157,3 @@ def power_text(name: str, trivial_name: str, g: PairedStat, ratio: float) -> str
     return (f"gain of {name} over {trivial_name} at L₀ {g.mean:+.4g} [{lo:.4g}, {hi:.4g}] "
             f"→ power {ratio:.3g} ({g.method})")
 
-
-def trivial_of(run: Any) -> tuple[str, float | None]:
-    """(name, value) of the task's trivial baseline on the run's test data."""
-    from pipelines.eval.extrapolation import adapter_for
-
-    adapter = adapter_for(run.module)
-    return adapter.trivial_name, adapter.trivial_baseline(run.datamodule)

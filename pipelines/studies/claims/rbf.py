@@ -23,11 +23,26 @@ from torch import Tensor, nn
 from pipelines.eval.verdicts import power
 from pipelines.studies.claims.base import ClaimResult, est, fmt, md_table
 from pipelines.studies.claims.judge import power_text
-from pipelines.studies.claims.probes import gaussian_fit
 from pipelines.studies.claims.sweep import Sweep
 from posenc import PosencError, PositionalEncoding, SchemeMeta
 from posenc.base import as_batched
 from posenc.diagnostics import attention_weights
+
+
+def gaussian_fit(d: np.ndarray, w: np.ndarray, mu: float) -> tuple[float, float]:
+    """Least-squares fit of a·exp(−(d − μ)²/(2s²)) to w(d) (μ fixed): (s, R²)."""
+    from scipy.optimize import curve_fit
+
+    def g(x, a, s):
+        return a * np.exp(-((x - mu) ** 2) / (2 * s**2))
+
+    try:
+        (a, s), _ = curve_fit(g, d, w, p0=(float(w.max()), max(1.0, float(d.mean()))), maxfev=20000)
+    except RuntimeError:
+        return math.nan, math.nan
+    resid = w - g(d, a, s)
+    r2 = 1.0 - float((resid**2).sum()) / max(float(((w - w.mean()) ** 2).sum()), 1e-30)
+    return abs(float(s)), r2
 
 
 class RBFFeatureScores(PositionalEncoding):
