@@ -39,8 +39,8 @@ def test_every_experiment_config_instantiates_and_every_claim_has_one():
 
 def test_bad_experiment_config_is_one_line_error(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("claim: '1'\nprimary: x\nclass_path: pipelines.studies.claims.order.OrderTask\n"
-                   "init_args: {nope: 1}\n")
+    bad.write_text("claim: '1'\nprimary: x\ngate: {control: none, min_gain: 0.1, max_width: 0.2}\n"
+                   "class_path: pipelines.studies.claims.order.OrderTask\ninit_args: {nope: 1}\n")
     with pytest.raises(PosencError, match="bad.yaml: init_args do not fit OrderTask"):
         build(bad)
     from pipelines.studies.claims.runner import main
@@ -134,24 +134,50 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path, monkeypatch):
     table = (tmp_path / "res/claims.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| # ")]
     assert "SMOKE RUN" in table and len(rows) == 3  # one row per experiment asked for
-    assert "Run finished " in table and " torch " in table  # when and on what (provenance)
+    assert "Run started " in table and "Run finished " in table and " torch " in table  # provenance
     doc = (tmp_path / "docs/claims.md").read_text()
     assert "## 8. aliasing" in doc and "figures/claims_aliasing.png" in doc
 
 
-def test_provenance_names_the_commit_in_a_checkout_and_none_outside(tmp_path):
+def _repo(path: Path) -> Path:
+    """A git checkout with one commit."""
     import subprocess
 
-    from pipelines.studies.claims.report import provenance
+    path.mkdir()
+    for cmd in (["init", "-q"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty",
+                                 "-m", "rules"]):
+        subprocess.run(["git", "-C", str(path), *cmd], check=True, capture_output=True)
+    return path
 
-    root = Path(__file__).resolve().parents[1]
-    here = provenance()
-    assert here.startswith("Run finished ") and f"torch {torch.__version__}" in here
-    if (root / ".git").exists():
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True).stdout.strip()
-        assert f"commit {sha}" in here
-    assert "commit" not in provenance(tmp_path)  # not a git checkout: no commit claimed
+
+def test_the_start_records_the_commit_and_marks_a_dirty_tree_draft(tmp_path):
+    from pipelines.studies.claims.report import DRAFT, git_state, provenance, started
+
+    repo = _repo(tmp_path / "repo")
+    sha, dirty = git_state(repo)
+    assert sha and not dirty
+    clean = started(repo)
+    assert clean.startswith("Run started ") and f"at commit {sha}." in clean and DRAFT not in clean
+    (repo / "rules.yaml").write_text("min_effect: 0.05\n")  # an uncommitted (untracked) rule counts
+    assert git_state(repo) == (sha, True) and DRAFT in started(repo)
+    assert "commit" not in started(tmp_path)  # not a git checkout: no commit claimed
+    done = provenance(clean)
+    assert done.startswith(clean) and "Run finished " in done and f"torch {torch.__version__}" in done
+
+
+def test_a_published_run_refuses_a_dirty_tree_and_a_draft_is_marked(tmp_path, monkeypatch):
+    from pipelines.studies.claims import report, runner
+
+    repo = _repo(tmp_path / "repo")
+    (repo / "rules.yaml").write_text("min_effect: 0.05\n")
+    monkeypatch.setattr(report, "ROOT", repo)
+    monkeypatch.setattr(runner, "git_state", lambda: report.git_state(repo))
+    with pytest.raises(PosencError, match="uncommitted changes.*--allow-dirty"):
+        runner.refuse_dirty(runner.parse_args([]))
+    runner.refuse_dirty(runner.parse_args(["--allow-dirty"]))  # a draft may run
+    runner.refuse_dirty(runner.parse_args(["--smoke"]))  # a wiring check reports nothing
+    table = report.summary_table([], 1.0, 1.0, False, where=report.provenance(report.started(repo)))
+    assert table.startswith(f"**{report.DRAFT}: not a published run.**")
 
 
 @pytest.mark.slow
