@@ -67,6 +67,24 @@ def test_lag_ratio_matches_the_closed_form_of_a_sinusoid():
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
+def test_shape_metric_passes_its_positive_control_and_reads_pe_alone():
+    from pipelines.studies.claims.rbf import (
+        POSITIVE_R2,
+        RBFFeatureScores,
+        causal_curves,
+        gaussian_fit,
+        pe_alone_r2,
+        positive_control_r2,
+    )
+
+    assert positive_control_r2(32, 12) >= POSITIVE_R2  # Gaussian by construction: the metric finds it
+    flat = causal_curves(torch.zeros(1, 32, 32), 12)[0]  # uniform causal attention: 1/(t+1), no bump
+    assert not gaussian_fit(np.arange(13.0), flat, 0.0)[1] >= POSITIVE_R2
+    pe = RBFFeatureScores(32, 2, train_len=32, n_centres=64, extent=8.0, sigma=8.0, scale=1.0)
+    r2 = pe_alone_r2(pe, 32, 12)
+    assert len(r2) == 2 and all(x >= 0.9 for x in r2)  # q = k = PE(t) with σ = 8: a Gaussian-like kernel
+
+
 def test_gaussian_fit_recovers_width_and_rejects_a_flat_line():
     from pipelines.studies.claims.rbf import gaussian_fit
 

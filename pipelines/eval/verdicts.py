@@ -213,7 +213,9 @@ def gate_reason(gain_over_control: PairedStat | None, min_gain: float, primary: 
                        f"[{lo:+.4g}, {hi:+.4g}] has its lower bound below {min_gain:g}")
     if primary is not None:
         lo, hi = primary.interval(level)
-        if not hi - lo <= max_width:
+        if not math.isfinite(hi - lo):
+            why.append(f"the primary has no {level:.0%} interval (undefined, or one seed)")
+        elif not hi - lo <= max_width:
             why.append(f"the primary's {level:.0%} interval [{lo:+.4g}, {hi:+.4g}] is wider than "
                        f"{max_width:g}")
     return "; ".join(why)

@@ -138,6 +138,38 @@ def head_curves(model: Any, x: Tensor, span: int) -> list[np.ndarray]:
     return out
 
 
+def causal_curves(logits: Tensor, span: int) -> list[np.ndarray]:
+    """Per head of ``logits`` (H, T, T): the causal softmax's mean weight against distance 0..span,
+    over queries at positions ≥ span (the same curve :func:`head_curves` reads from a model)."""
+    T = logits.shape[-1]
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+    w = logits.masked_fill(~keep, float("-inf")).softmax(-1)  # (H, T, T)
+    q = torch.arange(span, T)
+    return [np.array([float(w[h, q, q - d].mean()) for d in range(span + 1)]) for h in range(w.shape[0])]
+
+
+def pe_alone_r2(pe: RBFFeatureScores, length: int, span: int) -> list[float]:
+    """R² of the Gaussian fit, per head, to the attention of q = k = PE(t) alone (the scheme's logits,
+    no content): the claim as source 000 states it."""
+    pos = torch.arange(length)
+    with torch.no_grad():
+        logits = pe.bias(torch.zeros(1), pos, pos)[0].double()  # (H, T, T)
+    d = np.arange(span + 1, dtype=np.float64)
+    return [gaussian_fit(d, c, 0.0)[1] for c in causal_curves(logits, span)]
+
+
+def positive_control_r2(length: int, span: int) -> float:
+    """R² of the same curve and fit on attention that is Gaussian by construction: causal softmax of
+    −d²/(2σ²), σ = span / 3 (the shape metric must find it: R² ≥ :data:`POSITIVE_R2`)."""
+    i = torch.arange(length, dtype=torch.float64)
+    logits = -((i[:, None] - i[None, :]) ** 2) / (2 * (span / 3) ** 2)
+    d = np.arange(span + 1, dtype=np.float64)
+    return gaussian_fit(d, causal_curves(logits[None], span)[0], 0.0)[1]
+
+
+POSITIVE_R2 = 0.95  # the shape metric's positive control must reach this before any verdict
+
+
 class GaussianShape(Sweep):
     """Args (besides :class:`Sweep`'s): ``features`` and ``prior``: the two condition labels;
     ``span``: distances fitted (0..span); ``r2``: the R² a Gaussian-shaped head reaches."""
@@ -154,7 +186,7 @@ class GaussianShape(Sweep):
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
-        rows, shape, moved, traces = [], {}, {}, {}
+        rows, shape, moved, traces, alone = [], {}, {}, {}, []
         for label in (self.features, self.prior):
             for seed in m.seeds:
                 cond = self.conditions[label]
@@ -162,6 +194,9 @@ class GaussianShape(Sweep):
                     self.task, cond.get("scheme"), seed, label, cond.get("overrides"), test=True
                 )  # cached
                 r2s, trace = self._fit(ctx, t)
+                if label == self.features:  # the claim as stated: q = k = PE(t), no content
+                    alone.append(float(np.nanmedian(pe_alone_r2(t.module.pe, int(t.datamodule.seq_len),
+                                                                self.span))))
                 start, end = trace[min(trace)], trace[max(trace)]
                 shape.setdefault(label, []).append(float(np.nanmedian(r2s)))
                 moved.setdefault(label, []).append(float(np.mean(np.abs(np.log(end) - np.log(start)))))
@@ -177,10 +212,14 @@ class GaussianShape(Sweep):
                     ]
                 )
         e = {c: (est(shape[c]), est(moved[c])) for c in shape}
-        shaped = e[self.features][0]
-        holds = ("inconclusive" if shaped.n < 2 else "yes" if shaped.lo >= self.r2 else
-                 "no" if shaped.hi < self.r2 else "inconclusive")
-        measured = "; ".join(f"{c}: median R² {fmt(e[c][0])}, mean |Δ log σ| {fmt(e[c][1])}" for c in shape)
+        shaped, control = est(alone), positive_control_r2(int(t.datamodule.seq_len), self.span)
+        valid = shaped.n >= 2 and control >= POSITIVE_R2
+        holds = ("inconclusive" if not valid else "yes" if shaped.lo >= self.r2
+                 else "no" if shaped.hi < self.r2 else "inconclusive")
+        measured = (f"q = k = PE(t) alone ({self.features}, trained): median R² {fmt(shaped)}; positive "
+                    f"control (Gaussian by construction) R² {control:.4f}; neighbour, the whole trained "
+                    "model's attention: " + "; ".join(f"{c}: median R² {fmt(e[c][0])}, mean |Δ log σ| "
+                                                      f"{fmt(e[c][1])}" for c in shape))
         extra = (
             "\nPer seed: σ per head at the start and end of training, R² of a Gaussian fit to each "
             "head's mean attention against distance:\n\n"
@@ -193,15 +232,18 @@ class GaussianShape(Sweep):
             f"Gaussian fit (centre 0) to the mean attention at distances 0..{self.span}",
             measured,
             holds,
-            f"yes if {self.features}'s median R² over heads has a lower 95 % bound ≥ {self.r2}, no if its "
-            f"upper bound is < {self.r2}, inconclusive otherwise; the prior is the control (Gaussian after "
-            "the softmax by construction); |Δ log σ| (σ moved in training) is reported, not judged",
+            f"on the attention of q = k = PE(t) alone (the trained scheme's logits, no content): yes if the "
+            f"median R² over heads has a lower 95 % bound ≥ {self.r2}, no if its upper bound is < "
+            f"{self.r2}, inconclusive otherwise, and inconclusive whenever the shape metric's positive "
+            f"control (causal softmax of −d²/2σ², σ = span/3) scores R² < {POSITIVE_R2}; the whole model's "
+            "attention (the prior arm its control) and |Δ log σ| are reported as neighbours, not judged",
             extra,
         )
         out.figures.append(sigma_figure(traces, ctx.out / "sigma_trajectory.png"))
-        out.why = f"median R² {shaped.mean:.3g} [{shaped.lo:.3g}, {shaped.hi:.3g}] against {self.r2}"
+        out.why = (f"PE-alone median R² {shaped.mean:.3g} [{shaped.lo:.3g}, {shaped.hi:.3g}] against "
+                   f"{self.r2}; positive control R² {control:.4f} (needs ≥ {POSITIVE_R2})")
         # the primary is a sentence: its measurement (median R² per seed) is what the width gate reads
-        measure_gate(out, ctx.gate, None, PairedStat(np.asarray(shape[self.features], dtype=np.float64)))
+        measure_gate(out, ctx.gate, None, PairedStat(np.asarray(alone, dtype=np.float64)))
         return out
 
     def _fit(self, ctx, t) -> tuple[list[float], dict[int, list[float]]]:
