@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipelines.machine import cpu_model
 from pipelines.studies.claims.base import ClaimResult
+from pipelines.studies.claims.changes import CHANGES
 from pipelines.studies.claims.context import ROOT
 from pipelines.studies.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
 
@@ -177,6 +178,7 @@ def claims_markdown(
             "a verdict is called). Budget, cost plan "
             "and `--jobs`: [claims_budget.md](claims_budget.md).\n",
             METHOD,
+            CHANGES,
             table,
         ]
     for r in results:
