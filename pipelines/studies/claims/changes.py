@@ -23,10 +23,12 @@ testbeds ran on seeds 100–102 (`--seeds`, refused for the reported seeds 0–4
   claimed arm's gain over the position-free control (NoPE, or the control the config names) at the
   primary's length must have its lower 95 % bound ≥ `min_gain` (0.2 bits/token, 0.1 accuracy, 0.05 R²,
   0.1 bits of I), and the primary's 95 % interval must be ≤ `max_width` wide (0.5 bits/token, 0.05
-  bits/base, 0.2 accuracy or R², 20,000 MSE, 1.5 share). Claim 14 reads its gate at L₀: at 2,048 it
-  would be the primary itself. Claims with no position-free arm (3a, 3b, 3c, 4b, 5, 6) say why in their
-  config and are gated on the width alone. Claim 11's effect (R² +0.23 [0.19, 0.27]) clears a 0.05
-  floor; the old ratio of 10 failed it at 5.7.
+  bits/base, 0.2 accuracy or R², 20,000 MSE, 1.5 share). The extrapolation claims (2, 4a, 14) read
+  their gate at L₀: past it, the claimed arm's gain over NoPE is the claim itself (on pilot seeds
+  100–102, rope at 4× was 1.0 bits *worse* than NoPE, 1.24 bits better at L₀), so a gate there would
+  turn a failed extrapolation into "inconclusive" instead of "no". Claims with no position-free arm
+  (3a, 3b, 3c, 4b, 5, 6) say why in their config and are gated on the width alone. Claim 11's effect
+  (R² +0.23 [0.19, 0.27]) clears a 0.05 floor; the old ratio of 10 failed it at 5.7.
 - **Claim 4b's primary** was alibi − sinusoidal at 8×, declared after a 3-seed run in which it was the
   only pair separated. It is now the contrast over every relative–absolute pair at 8×:
   mean(rope, alibi) − mean(sinusoidal, learned), paired by seed.
