@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipelines.eval.verdicts import gain
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.judge import Gate, Primary, measure_gate, parse_gate, parse_primary
 from pipelines.studies.claims.sweep import Measured, retained_table
@@ -95,14 +96,12 @@ def test_the_gate_reads_the_claimed_arm_over_the_control_and_the_primary_width()
 
 
 def _gain(m: Measured, arm: str, control: str):
-    from pipelines.eval.verdicts import gain
-
     return gain(m.arm(arm, 64), m.arm(control, 64), m.higher_is_better)
 
 
 def test_power_and_guarded_retained_gain_of_measured():
     m = measured(np.random.default_rng(1))
-    g = m.gain_at_train("good")
+    g = gain(m.arm("good", 64), m.trivial_arm(), False)
     assert g.mean == pytest.approx(0.1, abs=0.005) and "Student t over 5 seeds" == g.method
     r = m.retained_guarded("good", 128)
     assert r.defined and r.lo <= 0.8 <= r.hi  # gain 0.08 of 0.10 kept at 128 (truth 0.8)

@@ -18,7 +18,7 @@ import numpy as np
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.extrapolation import TRAINED, adapter_for
-from pipelines.eval.statistics import Estimate, call, paired_difference
+from pipelines.eval.statistics import Estimate, paired_difference
 from pipelines.eval.verdicts import PairedStat, Retained, gain, paired, retained
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.studies.claims.context import Child
@@ -74,11 +74,6 @@ class Measured:
         stats = {k: self.stat(*k) for k in keys}
         return judge_stats(stats, primary, self.train_length, self.higher_is_better)
 
-    def gain_at_train(self, cond: str) -> PairedStat | None:
-        """Gain of ``cond`` over the trivial baseline at L₀ (positive = better)."""
-        x, t = self.arm(cond, self.train_length), self.trivial_arm()
-        return gain(x, t, self.higher_is_better) if x is not None and t is not None else None
-
     def retained_guarded(self, cond: str, length: int) -> Retained:
         """Retained gain of ``cond`` at ``length``: ratio of mean gains with a bootstrap interval,
         undefined below the guard (:func:`pipelines.eval.verdicts.guard`)."""
@@ -98,11 +93,6 @@ class Measured:
         if not all(math.isfinite(v) for v in [*x, *y]):
             return est([math.nan])
         return paired_difference(x, y)
-
-    def better(self, a: str, b: str, length: int) -> int:
-        """+1 if ``a`` is called better than ``b`` at ``length``, −1 worse, 0 not called."""
-        d = self.diff(a, b, length)
-        return call(d, self.higher_is_better) if math.isfinite(d.mean) else 0
 
 
 class Sweep(Experiment):
