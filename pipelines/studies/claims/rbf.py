@@ -186,33 +186,9 @@ class GaussianShape(Sweep):
 
     def run(self, ctx) -> ClaimResult:
         m, _ = self.collect(ctx)
-        rows, shape, moved, traces, alone = [], {}, {}, {}, []
-        for label in (self.features, self.prior):
-            for seed in m.seeds:
-                cond = self.conditions[label]
-                t = ctx.train(
-                    self.task, cond.get("scheme"), seed, label, cond.get("overrides"), test=True
-                )  # cached
-                r2s, trace = self._fit(ctx, t)
-                if label == self.features:  # the claim as stated: q = k = PE(t), no content
-                    alone.append(float(np.nanmedian(pe_alone_r2(t.module.pe, int(t.datamodule.seq_len),
-                                                                self.span))))
-                start, end = trace[min(trace)], trace[max(trace)]
-                shape.setdefault(label, []).append(float(np.nanmedian(r2s)))
-                moved.setdefault(label, []).append(float(np.mean(np.abs(np.log(end) - np.log(start)))))
-                traces[(label, seed)] = trace
-                rows.append(
-                    [
-                        label,
-                        seed,
-                        " ".join(f"{v:.2f}" for v in start),
-                        " ".join(f"{v:.2f}" for v in end),
-                        f"{np.nanmedian(r2s):.3f}",
-                        f"{np.nanmin(r2s):.3f}",
-                    ]
-                )
+        rows, shape, moved, traces, alone, length = self._measure(ctx, m.seeds)
         e = {c: (est(shape[c]), est(moved[c])) for c in shape}
-        shaped, control = est(alone), positive_control_r2(int(t.datamodule.seq_len), self.span)
+        shaped, control = est(alone), positive_control_r2(length, self.span)
         valid = shaped.n >= 2 and control >= POSITIVE_R2
         holds = ("inconclusive" if not valid else "yes" if shaped.lo >= self.r2
                  else "no" if shaped.hi < self.r2 else "inconclusive")
@@ -245,6 +221,28 @@ class GaussianShape(Sweep):
         # the primary is a sentence: its measurement (median R² per seed) is what the width gate reads
         measure_gate(out, ctx.gate, None, PairedStat(np.asarray(alone, dtype=np.float64)))
         return out
+
+    def _measure(self, ctx, seeds: list[int]) -> tuple[list, dict, dict, dict, list[float], int]:
+        """Per condition and seed (children cached by :meth:`collect`): the table rows, the median R² of
+        the whole model's attention, |Δ log σ|, σ's trace; and per seed of the features arm the median
+        R² of q = k = PE(t) alone (the claim as stated); the training length."""
+        rows, shape, moved, traces, alone = [], {}, {}, {}, []
+        for label in (self.features, self.prior):
+            for seed in seeds:
+                cond = self.conditions[label]
+                t = ctx.train(self.task, cond.get("scheme"), seed, label, cond.get("overrides"), test=True)
+                r2s, trace = self._fit(ctx, t)
+                length = int(t.datamodule.seq_len)
+                if label == self.features:
+                    alone.append(float(np.nanmedian(pe_alone_r2(t.module.pe, length, self.span))))
+                start, end = trace[min(trace)], trace[max(trace)]
+                shape.setdefault(label, []).append(float(np.nanmedian(r2s)))
+                moved.setdefault(label, []).append(float(np.mean(np.abs(np.log(end) - np.log(start)))))
+                traces[(label, seed)] = trace
+                rows.append([label, seed, " ".join(f"{v:.2f}" for v in start),
+                             " ".join(f"{v:.2f}" for v in end), f"{np.nanmedian(r2s):.3f}",
+                             f"{np.nanmin(r2s):.3f}"])
+        return rows, shape, moved, traces, alone, length
 
     def _fit(self, ctx, t) -> tuple[list[float], dict[int, list[float]]]:
         trace = getattr(t.module, "sigma_trace", None)
