@@ -39,9 +39,13 @@ testbeds ran on seeds 100–102 (`--seeds`, refused for the reported seeds 0–4
   content), which is what source 000 describes. The shape metric must first find a Gaussian built by
   construction (R² ≥ 0.95; it gives 1.0000). σ being learned is no longer part of the claim: the
   source has σ as a bandwidth.
-- **Budgets.** Claims 4a, 9, 14 and 15 now train 600 steps, claim 2's budget, so they share claim 2's
-  children. At 150 steps the gate's arms sat too close to NoPE. Claims 9, 15 and 3d gain a NoPE arm (the
-  gate's control), and claim 15 gains concat + √d.
+- **Budgets, sized on pilot seeds 100–102.** At 150 steps the gate's arms sat too close to NoPE.
+  - Claims 4a and 14 now train 600 steps, claim 2's budget, and share claim 2's children. At 600 steps
+    rope's gain over NoPE at L₀ was 1.25 bits [1.21, 1.29].
+  - Claims 9 and 15 now train 1,200 steps. At 600 steps the sinusoid learned the task in only one seed
+    of three (gain over NoPE +0.55 [−0.47, +1.57]); at 1,200 steps it learned in all three
+    (+1.10 [0.84, 1.36]).
+  - Claims 9, 15 and 3d gain a NoPE arm, the gate's control, and claim 15 gains concat + √d.
 - **Provenance.** The commit is recorded when the run starts, not when it ends. A tree with uncommitted
   changes is refused unless `--allow-dirty` is given, and such a run is marked "DRAFT (dirty tree)".
 
