@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from pipelines.studies.claims.runner import build, experiment_configs, metric_name, read_config
-from posenc import PosencError, RoPE
+from posenc import PosencError
 from tests.helpers import workdir_with_store
 
 CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "4a", "4b", "5", "6", "7", "8", "9", "10",
@@ -39,8 +39,8 @@ def test_every_experiment_config_instantiates_and_every_claim_has_one():
 
 def test_bad_experiment_config_is_one_line_error(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("claim: '1'\nprimary: x\nclass_path: pipelines.studies.claims.order.OrderTask\n"
-                   "init_args: {nope: 1}\n")
+    bad.write_text("claim: '1'\nprimary: x\ngate: {control: none, min_gain: 0.1, max_width: 0.2}\n"
+                   "class_path: pipelines.studies.claims.order.OrderTask\ninit_args: {nope: 1}\n")
     with pytest.raises(PosencError, match="bad.yaml: init_args do not fit OrderTask"):
         build(bad)
     from pipelines.studies.claims.runner import main
@@ -67,25 +67,26 @@ def test_lag_ratio_matches_the_closed_form_of_a_sinusoid():
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-def test_mismatched_keys_rotate_keys_only_and_eps_zero_is_rope():
-    from pipelines.studies.claims.probes import MismatchedKeys
+def test_shape_metric_passes_its_positive_control_and_reads_pe_alone():
+    from pipelines.studies.claims.rbf import (
+        POSITIVE_R2,
+        RBFFeatureScores,
+        causal_curves,
+        gaussian_fit,
+        pe_alone_r2,
+        positive_control_r2,
+    )
 
-    rope = RoPE(16, 2)
-    q, k = torch.randn(2, 1, 2, 40, 8, dtype=torch.float64)
-    pos = torch.arange(40)
-    rq, rk = rope.rotate(q, k, pos, pos)
-    for eps in (0.0, 0.01):
-        mq, mk = MismatchedKeys(16, 2, rope=rope, eps=eps).rotate(q, k, pos, pos)
-        assert torch.allclose(mq, rq, atol=1e-12)
-        assert torch.allclose(mk, rk, atol=1e-12) == (eps == 0.0)
-    # the mismatch grows with the key position: zero at position 0
-    mq, mk = MismatchedKeys(16, 2, rope=rope, eps=0.1).rotate(q, k, pos, pos)
-    assert torch.allclose(mk[..., 0, :], rk[..., 0, :])
-    assert (mk[..., -1, :] - rk[..., -1, :]).abs().max() > 1e-2
+    assert positive_control_r2(32, 12) >= POSITIVE_R2  # Gaussian by construction: the metric finds it
+    flat = causal_curves(torch.zeros(1, 32, 32), 12)[0]  # uniform causal attention: 1/(t+1), no bump
+    assert not gaussian_fit(np.arange(13.0), flat, 0.0)[1] >= POSITIVE_R2
+    pe = RBFFeatureScores(32, 2, train_len=32, n_centres=64, extent=8.0, sigma=8.0, scale=1.0)
+    r2 = pe_alone_r2(pe, 32, 12)
+    assert len(r2) == 2 and all(x >= 0.9 for x in r2)  # q = k = PE(t) with σ = 8: a Gaussian-like kernel
 
 
 def test_gaussian_fit_recovers_width_and_rejects_a_flat_line():
-    from pipelines.studies.claims.probes import gaussian_fit
+    from pipelines.studies.claims.rbf import gaussian_fit
 
     d = np.arange(33, dtype=np.float64)
     s, r2 = gaussian_fit(d, 0.3 * np.exp(-(d**2) / (2 * 5.0**2)), 0.0)
@@ -151,24 +152,50 @@ def test_smoke_runs_parents_children_and_the_table(tmp_path, monkeypatch):
     table = (tmp_path / "res/claims.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| # ")]
     assert "SMOKE RUN" in table and len(rows) == 3  # one row per experiment asked for
-    assert "Run finished " in table and " torch " in table  # when and on what (provenance)
+    assert "Run started " in table and "Run finished " in table and " torch " in table  # provenance
     doc = (tmp_path / "docs/claims.md").read_text()
     assert "## 8. aliasing" in doc and "figures/claims_aliasing.png" in doc
 
 
-def test_provenance_names_the_commit_in_a_checkout_and_none_outside(tmp_path):
+def _repo(path: Path) -> Path:
+    """A git checkout with one commit."""
     import subprocess
 
-    from pipelines.studies.claims.report import provenance
+    path.mkdir()
+    for cmd in (["init", "-q"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty",
+                                 "-m", "rules"]):
+        subprocess.run(["git", "-C", str(path), *cmd], check=True, capture_output=True)
+    return path
 
-    root = Path(__file__).resolve().parents[1]
-    here = provenance()
-    assert here.startswith("Run finished ") and f"torch {torch.__version__}" in here
-    if (root / ".git").exists():
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True).stdout.strip()
-        assert f"commit {sha}" in here
-    assert "commit" not in provenance(tmp_path)  # not a git checkout: no commit claimed
+
+def test_the_start_records_the_commit_and_marks_a_dirty_tree_draft(tmp_path):
+    from pipelines.studies.claims.report import DRAFT, git_state, provenance, started
+
+    repo = _repo(tmp_path / "repo")
+    sha, dirty = git_state(repo)
+    assert sha and not dirty
+    clean = started(repo)
+    assert clean.startswith("Run started ") and f"at commit {sha}." in clean and DRAFT not in clean
+    (repo / "rules.yaml").write_text("min_effect: 0.05\n")  # an uncommitted (untracked) rule counts
+    assert git_state(repo) == (sha, True) and DRAFT in started(repo)
+    assert "commit" not in started(tmp_path)  # not a git checkout: no commit claimed
+    done = provenance(clean)
+    assert done.startswith(clean) and "Run finished " in done and f"torch {torch.__version__}" in done
+
+
+def test_a_published_run_refuses_a_dirty_tree_and_a_draft_is_marked(tmp_path, monkeypatch):
+    from pipelines.studies.claims import report, runner
+
+    repo = _repo(tmp_path / "repo")
+    (repo / "rules.yaml").write_text("min_effect: 0.05\n")
+    monkeypatch.setattr(report, "ROOT", repo)
+    monkeypatch.setattr(runner, "git_state", lambda: report.git_state(repo))
+    with pytest.raises(PosencError, match="uncommitted changes.*--allow-dirty"):
+        runner.refuse_dirty(runner.parse_args([]))
+    runner.refuse_dirty(runner.parse_args(["--allow-dirty"]))  # a draft may run
+    runner.refuse_dirty(runner.parse_args(["--smoke"]))  # a wiring check reports nothing
+    table = report.summary_table([], 1.0, 1.0, False, where=report.provenance(report.started(repo)))
+    assert table.startswith(f"**{report.DRAFT}: not a published run.**")
 
 
 @pytest.mark.slow

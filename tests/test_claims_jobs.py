@@ -11,6 +11,7 @@ import torch
 
 from tests.helpers import workdir_with_store
 
+GATE = "gate: {control: none, min_gain: 0.2, max_width: 0.5}\n"
 TINY = "{model: {init_args: {net: {d_model: 16, n_heads: 2}}}, data: {init_args: {eval_lengths: [32, 64]}}}"
 
 
@@ -21,11 +22,11 @@ def _configs(folder):
             "  claim_text: a tiny claim\n  task: configs/experiments/tasks/copy_lm.yaml\n"
             "  metric: bits_per_base\n  higher_is_better: false\n  seeds: [0, 1]\n  control: none\n")
     (folder / "first.yaml").write_text(
-        "claim: '1'\nprimary: {a: rope, b: none}\n" + head
+        "claim: '1'\nprimary: {a: rope, b: none, min_effect: 0.05}\n" + GATE + head
         + f"  conditions:\n    rope: {{scheme: rope, overrides: {TINY}}}\n"
         f"    none: {{scheme: none, overrides: {TINY}}}\n")
     (folder / "second.yaml").write_text(
-        "claim: '2'\nprimary: {a: sinusoidal, b: none}\n" + head
+        "claim: '2'\nprimary: {a: sinusoidal, b: none, min_effect: 0.05}\n" + GATE + head
         + f"  conditions:\n    sinusoidal: {{scheme: sinusoidal, overrides: {TINY}}}\n"
         f"    none: {{scheme: none, overrides: {TINY}}}\n")
     return folder

@@ -1,30 +1,32 @@
-"""How the claims runner calls a verdict: the declared primary comparison, Holm over an experiment's
-calls, the power gate in the table, the guarded retained gain — on synthetic measurements (no
-training) and through the real runner with a real MLflow store."""
+"""How the claims runner calls a verdict: the declared primary comparison and gate, Holm over an
+experiment's calls, the three-way verdict and the gate in the table, the guarded retained gain — on
+synthetic measurements (no training) and through the real runner with a real MLflow store."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from pipelines.eval.verdicts import gain
 from pipelines.studies.claims.base import ClaimResult, Experiment
-from pipelines.studies.claims.judge import Primary, parse_primary, primary_power
+from pipelines.studies.claims.judge import Gate, Primary, measure_gate, parse_gate, parse_primary
 from pipelines.studies.claims.sweep import Measured, retained_table
 from posenc import PosencError
 from tests.helpers import workdir_with_store
 
 
 class Underpowered(Experiment):
-    """A stand-in claim that trains nothing but reports a small power (what a weak testbed gives)."""
+    """A stand-in claim that trains nothing but reports its gate as a weak testbed would."""
 
     claim = "A stand-in claim measured on a weak testbed."
 
-    def __init__(self, power: float = 3.0, holds: str = "no") -> None:
-        self.power, self.holds = power, holds
+    def __init__(self, gate_failed: str = "gain too small", holds: str = "no") -> None:
+        self.gate_failed, self.holds = gate_failed, holds
 
     def run(self, ctx) -> ClaimResult:
         return ClaimResult(setup="synthetic", measured="gain 0.003 ± 0.001", holds=self.holds, rule="r",
-                           power=self.power, power_text=f"power {self.power}", primary="a − b at L₀")
+                           power=3.0, power_text="power 3.0", primary="a − b at L₀",
+                           gate=ctx.gate.text(), gate_failed=self.gate_failed)
 
 
 def measured(rng: np.random.Generator) -> Measured:
@@ -39,13 +41,23 @@ def measured(rng: np.random.Generator) -> Measured:
     return m
 
 
-def test_primary_is_parsed_or_refused_in_one_line():
-    assert parse_primary({"a": "x", "b": "y"}, "c.yaml") == Primary("x", "y")
-    assert parse_primary({"a": "x", "b": "y", "length": 128, "expect": "differ"}, "c.yaml").length == 128
+def test_primary_and_gate_are_parsed_or_refused_in_one_line():
+    want = Primary("x", "y", min_effect=0.05)
+    assert parse_primary({"a": "x", "b": "y", "min_effect": 0.05}, "c.yaml") == want
+    got = parse_primary({"a": "x", "b": "y", "length": 128, "expect": "differ", "min_effect": 1}, "c.yaml")
+    assert got.length == 128 and got.min_effect == 1.0
     assert parse_primary("median R² of the fit", "c.yaml") == "median R² of the fit"
-    for bad in ({"a": "x"}, {"a": "x", "b": "y", "length": 0}, {"a": "x", "b": "y", "expect": "up"}, 3):
+    for bad in ({"a": "x"}, {"a": "x", "b": "y"}, {"a": "x", "b": "y", "min_effect": -1},
+                {"a": "x", "b": "y", "length": 0, "min_effect": 0}, {"a": "x", "b": "y", "expect": "up"}, 3):
         with pytest.raises(PosencError, match="c.yaml: primary"):
             parse_primary(bad, "c.yaml")
+    gate = parse_gate({"control": "nope", "min_gain": 0.2, "max_width": 0.5, "length": 32}, "c.yaml")
+    assert gate == Gate(0.5, None, "nope", 0.2, 32) and "nope ≥ 0.2" in gate.text()
+    assert parse_gate({"control": None, "why": "no NoPE arm", "max_width": 1}, "c.yaml").control is None
+    for bad in ({"control": "nope", "max_width": 0.5}, {"control": None, "max_width": 1}, {"max_width": 1},
+                {"control": "nope", "min_gain": 0.1, "max_width": "wide"}):
+        with pytest.raises(PosencError, match="c.yaml: gate"):
+            parse_gate(bad, "c.yaml")
 
 
 def test_measured_verdict_reads_the_primary_after_holm():
@@ -53,29 +65,43 @@ def test_measured_verdict_reads_the_primary_after_holm():
     pairs = [(c, "none", n) for c in ("good", "same") for n in (64, 128)]
     j = m.judge(pairs, Primary("good", "none"))
     assert j.primary.sign == 1 and j.primary.m == 4 and j.primary.p_adj >= j.primary.p
-    assert Primary("good", "none").verdict(j.primary) == "yes"
-    assert Primary("same", "none", expect="better").verdict(j.calls[("same", "none", 64)]) == "no"
+    assert Primary("good", "none").verdict(j.primary)[0] == "yes"
+    assert Primary("good", "none", expect="worse").verdict(j.primary)[0] == "no"  # the opposite is called
+    same = j.calls[("same", "none", 64)]  # not called, interval within ±0.01 bits
+    assert Primary("same", "none", min_effect=0.01).verdict(same)[0] == "no"
+    verdict, why = Primary("same", "none", min_effect=0.0001).verdict(same)
+    assert verdict == "inconclusive" and "reaches past ±0.0001" in why
     table = j.table("bits_per_base")
     assert "Holm–Bonferroni over the 4 defined of 4" in table and "(primary)" in table
     with_missing = m.judge([("same", "none", 128)], Primary("good", "none"))  # the primary is always a member
     assert ("good", "none", 64) in with_missing.calls and with_missing.primary.m == 2
 
 
-def test_power_is_read_from_the_stronger_arm_of_the_primary():
-    """Claim 12's case: arm a at the trivial baseline, arm b far above it — the testbed is powered (a's
-    failure is measured), so the gate must not read a alone."""
+def test_the_gate_reads_the_claimed_arm_over_the_control_and_the_primary_width():
+    """Claim 12's old case: arm a at NoPE, arm b far past it — the gate reads the *claimed* arm over
+    the position-free control (never the stronger of two arms), so that testbed misses it."""
     m = measured(np.random.default_rng(2))
-    m.baseline = 1.951  # "none" (arm a below) now sits at the trivial baseline; "good" is 0.05 past it
-    weak, strong = m.gain_at_train("none"), m.gain_at_train("good")
-    arm, ratio, g = primary_power({"none": weak, "good": strong})
-    assert arm == "good" and g is strong and ratio > 10
-    assert primary_power({"none": weak, "good": None})[0] == "none"  # only one arm measured
-    assert primary_power({"none": None}) is None
+    primary = m.stat("good", "none", 64)
+    r = ClaimResult(setup="", measured="", holds="yes", rule="")
+    measure_gate(r, Gate(0.5, "good", "none", 0.04), _gain(m, "good", "none"), primary, "good")
+    assert r.gate_failed == "" and r.power > 10 and "gain of good over none" in r.power_text
+    measure_gate(r, Gate(0.5, "same", "none", 0.04), _gain(m, "same", "none"), primary, "same")
+    assert "lower bound below 0.04" in r.gate_failed  # the claimed arm is at the control: no testbed
+    measure_gate(r, Gate(0.001, "good", "none", 0.04), _gain(m, "good", "none"), primary, "good")
+    assert "wider than 0.001" in r.gate_failed
+    measure_gate(r, Gate(0.5, "good", "none", 0.04), None, primary, "good")
+    assert r.gate_failed == "the gain over the control not measured"
+    measure_gate(r, Gate(0.5, None, None, 0.0, why="no NoPE arm"), None, primary)
+    assert r.gate_failed == ""  # no control declared: the width alone
+
+
+def _gain(m: Measured, arm: str, control: str):
+    return gain(m.arm(arm, 64), m.arm(control, 64), m.higher_is_better)
 
 
 def test_power_and_guarded_retained_gain_of_measured():
     m = measured(np.random.default_rng(1))
-    g = m.gain_at_train("good")
+    g = gain(m.arm("good", 64), m.trivial_arm(), False)
     assert g.mean == pytest.approx(0.1, abs=0.005) and "Student t over 5 seeds" == g.method
     r = m.retained_guarded("good", 128)
     assert r.defined and r.lo <= 0.8 <= r.hi  # gain 0.08 of 0.10 kept at 128 (truth 0.8)
@@ -87,28 +113,32 @@ def test_power_and_guarded_retained_gain_of_measured():
     assert "undefined" in text and "Δ none -0.05" in text and "minimum effect" in text
 
 
-def test_an_underpowered_claim_is_reported_inconclusive(tmp_path, monkeypatch):
+def test_a_claim_that_misses_its_gate_is_reported_inconclusive_with_the_reason(tmp_path, monkeypatch):
     from pipelines.studies.claims.runner import run
 
     monkeypatch.setenv("POSENC_TRUSTED_MODULES", "tests")  # the stand-in claim lives in this module
     folder = tmp_path / "configs"
     folder.mkdir()
-    (folder / "weak.yaml").write_text(
-        "claim: '1'\nprimary: {a: good, b: none}\nclass_path: tests.test_claims_verdicts.Underpowered\n"
-        "init_args: {power: 3.0, holds: 'no'}\n")
-    (folder / "strong.yaml").write_text(
-        "claim: '2'\nprimary: {a: good, b: none}\nclass_path: tests.test_claims_verdicts.Underpowered\n"
-        "init_args: {power: 12.0, holds: 'no'}\n")
+    head = ("primary: {a: good, b: none, min_effect: 0.01}\n"
+            "gate: {control: none, min_gain: 0.1, max_width: 1}\n"
+            "class_path: tests.test_claims_verdicts.Underpowered\n")
+    weak = "init_args: {gate_failed: gain too small, holds: 'no'}\n"
+    (folder / "weak.yaml").write_text(f"claim: '1'\n{head}{weak}")
+    (folder / "strong.yaml").write_text(f"claim: '2'\n{head}init_args: {{gate_failed: '', holds: 'no'}}\n")
     with workdir_with_store(tmp_path):
-        results = run(["--configs", str(folder), "--out", "res", "--docs", "docs/claims.md", "--quick"])
+        results = run(["--configs", str(folder), "--out", "res", "--docs", "docs/claims.md", "--quick",
+                       "--allow-dirty"])
     weak, strong = results
-    assert (weak.holds, weak.raw_holds) == ("inconclusive (underpowered)", "no")
-    assert strong.holds == "no"  # power 12 ≥ 10: the rule's verdict stands
+    assert (weak.holds, weak.raw_holds, weak.why) == ("inconclusive", "no", "gate missed: gain too small")
+    assert strong.holds == "no"  # the gate passed: the rule's verdict stands
     table = (tmp_path / "res/claims.md").read_text()
-    assert "**inconclusive (underpowered)** (rule alone: no)" in table and "| 3 |" in table
-    assert "QUICK RUN: 3 seeds instead of 5" in table and "power" in table.splitlines()[0]
+    assert "**inconclusive** (rule alone: no) — gate missed: gain too small" in table
+    assert "3; gate missed" in table and "3; gate passed" in table
+    head = next(line for line in table.splitlines() if line.startswith("| # |"))
+    assert "QUICK RUN: 3 seeds instead of 5" in table and "power" in head
     doc = (tmp_path / "docs/claims.md").read_text()
     assert "**Power.** power 3.0" in doc and "**Primary comparison.** a − b at L₀" in doc
+    assert "**Gate.** gain of the primary's a over none ≥ 0.1" in doc
 
 
 def test_a_config_without_a_primary_is_refused_before_anything_runs(tmp_path, monkeypatch):
@@ -119,9 +149,13 @@ def test_a_config_without_a_primary_is_refused_before_anything_runs(tmp_path, mo
     bad.write_text("claim: '1'\nclass_path: tests.test_claims_verdicts.Underpowered\n")
     with pytest.raises(PosencError, match="bad.yaml: no 'primary'"):
         build(bad)
+    bad.write_text("claim: '1'\nprimary: {a: good, b: none, min_effect: 0.01}\n"
+                   "class_path: tests.test_claims_verdicts.Underpowered\n")
+    with pytest.raises(PosencError, match="bad.yaml: no 'gate'"):
+        build(bad)
 
 
-def test_gate_leaves_exempt_claims_and_flags_unmeasured_power():
+def test_gate_leaves_exempt_claims_and_flags_an_unmeasured_gate():
     from pipelines.studies.claims.runner import gated
 
     class Exact(Underpowered):
@@ -129,7 +163,7 @@ def test_gate_leaves_exempt_claims_and_flags_unmeasured_power():
 
     r = ClaimResult(setup="", measured="", holds="yes", rule="")
     gated(r, Exact())
-    assert r.holds == "yes" and r.power_text == "no power gate: exact identity"
+    assert r.holds == "yes" and r.gate == "no gate: exact identity"
     r = ClaimResult(setup="", measured="", holds="yes", rule="")
     gated(r, Underpowered())
-    assert r.holds == "inconclusive (underpowered)" and r.power_text == "power not measured"
+    assert r.holds == "inconclusive" and r.why == "gate missed: the gate was not measured"

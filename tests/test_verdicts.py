@@ -1,5 +1,6 @@
-"""Holm, the seed × block bootstrap, the power gate and the guarded retained gain, against values
-worked by hand and synthetic data with a known truth (seeded; tolerances are statistical, not timings)."""
+"""Holm, the seed × block bootstrap, three-way verdicts, the gate and the guarded retained gain, against
+values worked by hand and synthetic data with a known truth (seeded; tolerances are statistical, not
+timings)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ import pytest
 from pipelines.eval.bootstrap import Arm, Resampler, mean_interval, p_value, percentile_interval
 from pipelines.eval.statistics import holm
 from pipelines.eval.verdicts import (
-    POWER_MIN,
-    UNDERPOWERED,
+    Call,
     PairedStat,
     gain,
-    gate,
+    gate_reason,
     guard,
     holm_calls,
     min_effect,
@@ -23,6 +23,7 @@ from pipelines.eval.verdicts import (
     point_guard,
     power,
     retained,
+    three_way,
 )
 
 
@@ -125,17 +126,48 @@ def test_holm_calls_read_the_interval_and_correct_for_the_family():
     assert worse.sign == -1  # the same interval is worse when higher is better
 
 
-def test_power_gate_boundaries():
-    assert gate("no", 9.999) == UNDERPOWERED and gate("partly", 3.0) == UNDERPOWERED
-    assert gate("yes", POWER_MIN) == "yes" and gate("no", 25.0) == "no" and gate("no", math.inf) == "no"
-    assert gate("yes", None) == UNDERPOWERED and gate("no", math.nan) == UNDERPOWERED
-    assert gate("no", -40.0) == UNDERPOWERED  # worse than the trivial baseline: nothing to test
-    # gain 0.1 with t half-width exactly 0.01 → power 10: passes; half-width 0.0101 → fails
+def _call(lo: float, hi: float, sign: int) -> Call:
+    """A made-up primary call of a − b: its Holm-level interval and the call (+1 a better)."""
+    stat = PairedStat(np.array([lo, hi]))
+    return Call("a − b", stat, 0.5, 0.5, 0.95, lo, hi, sign, 1)
+
+
+@pytest.mark.parametrize(("lo", "hi", "sign", "expect", "verdict", "why"), [
+    (0.02, 0.30, 1, "better", "yes", "expected direction"),  # called better
+    (-0.30, -0.02, -1, "better", "no", "opposite direction is called"),  # called worse
+    (-0.04, 0.05, 0, "better", "no", "lies within ±0.05"),  # not called, inside the margin
+    (-0.05, 0.05, 0, "better", "no", "lies within ±0.05"),  # boundary: exactly the margin is inside
+    (-0.05, 0.0501, 0, "better", "inconclusive", "reaches past ±0.05"),  # just past it
+    (-0.54, 0.74, 0, "better", "inconclusive", "neither an effect nor its absence"),  # claim 2's case
+    (-0.30, -0.02, -1, "worse", "yes", "expected direction"),
+    (0.02, 0.30, 1, "worse", "no", "opposite direction"),
+    (-0.30, -0.02, -1, "differ", "yes", "expected direction"),
+    (-0.01, 0.01, 0, "differ", "no", "lies within"),
+    (math.nan, math.nan, 0, "better", "inconclusive", "undefined"),
+])
+def test_three_way_verdict_on_made_up_calls(lo, hi, sign, expect, verdict, why):
+    got, reason = three_way(_call(lo, hi, sign), expect, 0.05)
+    assert got == verdict and why in reason
+    assert three_way(None, expect, 0.05)[0] == "inconclusive"
+
+
+def test_three_way_refuses_an_unknown_expectation():
+    with pytest.raises(ValueError, match="expect"):
+        three_way(_call(0.1, 0.2, 1), "up", 0.05)
+
+
+def test_gate_reads_the_lower_bound_of_the_gain_and_the_width_of_the_primary():
     t2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)  # t(0.975, 2)
-    for half, ok in ((0.01, True), (0.0101, False)):
-        s = half * math.sqrt(3) / t2  # sd giving that half-width with three seeds
-        g = PairedStat(np.array([0.1 - s, 0.1, 0.1 + s]))
-        assert power(g) == pytest.approx(0.1 / half) and (gate("no", power(g)) == "no") is ok
+    s = 0.01 * math.sqrt(3) / t2  # sd giving a 95 % half-width of exactly 0.01 with three seeds
+    g = PairedStat(np.array([0.2 - s, 0.2, 0.2 + s]))  # gain 0.2 [0.19, 0.21]
+    assert g.interval()[0] == pytest.approx(0.19)
+    assert gate_reason(g, 0.19 - 1e-9, g, 0.02 + 1e-9) == ""  # both at their boundary: passes
+    assert "lower bound below 0.191" in gate_reason(g, 0.191, g, 1.0)
+    assert "wider than 0.0199" in gate_reason(g, 0.0, g, 0.0199)
+    assert gate_reason(None, 0.5, g, 1.0) == ""  # no control declared: the width alone
+    nan = PairedStat(np.array([0.3]))  # one seed: no interval — never passes
+    assert gate_reason(nan, 0.0, g, 1.0) and gate_reason(g, 0.0, nan, 1.0)
+    assert power(g) == pytest.approx(20.0)
 
 
 def test_gain_over_the_trivial_baseline_has_the_right_sign():

@@ -13,8 +13,12 @@ arithmetic (numpy/scipy) on arrays; the claims (:mod:`pipelines.studies.claims`)
   one ``make compare`` table) are adjusted together; a call needs its adjusted p < α = 0.05, and its
   interval is shown at the level Holm tested it at (1 − α / (m − rank)), so a called difference's
   interval always excludes 0. Its direction is read from the interval's side of 0, never the mean.
-* **Power** (:func:`power`): gain over the task's trivial baseline at L₀ / half-width of its 95 %
-  interval; below :data:`POWER_MIN` a verdict is :data:`UNDERPOWERED` (:func:`gate`).
+* **Power** (:func:`power`): a gain / the half-width of its 95 % interval (reported; ``make compare``
+  reads :data:`POWER_MIN`).
+* **Three-way verdicts** (:func:`three_way`): yes when the expected direction is called, no when the
+  opposite is called or the interval lies within ± the declared minimum effect, else inconclusive with
+  the reason; a **gate** (:func:`gate_reason`) turns a verdict inconclusive when the claimed arm does not
+  beat the position-free control by a declared margin, or the primary's interval is wider than declared.
 * **Retained gain** (:func:`retained`): the ratio of mean gains over the trivial baseline,
   gain(L) / gain(L₀), with a paired bootstrap interval; defined only when the gain at L₀ has its
   lower 95 % bound above 0 and above :func:`min_effect`, otherwise undefined (with the reason).
@@ -33,8 +37,7 @@ from pipelines.eval.bootstrap import N_BOOT, Arm, Resampler, p_value, percentile
 from pipelines.eval.statistics import LEVEL, Estimate, estimate, holm, sign_of, t_interval, t_p_value
 
 ALPHA = 1.0 - LEVEL  # family-wise error rate of one experiment's calls
-POWER_MIN = 10.0  # gain at L₀ / half-width of its interval a testbed needs before a verdict
-UNDERPOWERED = "inconclusive (underpowered)"
+POWER_MIN = 10.0  # gain at L₀ / half-width of its interval make compare needs before judging
 #: smallest gain over the trivial baseline at L₀ worth extrapolating, in the metric's own units
 MIN_EFFECT: dict[str, float] = {"bits_per_base": 0.01, "acc": 0.01, "auroc": 0.01}
 MIN_RELATIVE_EFFECT = 0.01  # other metrics (e.g. MSE): 1 % of the trivial baseline's value
@@ -167,12 +170,55 @@ def power(gain_at_train: PairedStat, level: float = LEVEL) -> float:
     return math.inf if half == 0 else gain_at_train.mean / half
 
 
-def gate(holds: str, power_ratio: float | None) -> str:
-    """``holds`` if the testbed has power ≥ :data:`POWER_MIN`, else :data:`UNDERPOWERED`
-    (no power measured — ``None`` or NaN — is underpowered too)."""
-    if power_ratio is None or math.isnan(power_ratio) or power_ratio < POWER_MIN:
-        return UNDERPOWERED
-    return holds
+# ----------------------------------------------------------------------------- three-way verdicts
+YES, NO, INCONCLUSIVE = "yes", "no", "inconclusive"
+EXPECT = ("better", "worse", "differ")
+
+
+def three_way(call: Call | None, expect: str, margin: float) -> tuple[str, str]:
+    """(verdict, reason) of a primary comparison ``a − b`` after Holm.
+
+    * ``yes``: the expected direction is called (``expect`` better/worse: that side; ``differ``: either);
+    * ``no``: the opposite direction is called, or the whole interval (at the Holm level) lies within
+      ±``margin`` (the claim's declared minimum effect, in the metric's units): an equivalence;
+    * ``inconclusive``: everything else — not called and the interval reaches past ±``margin``, or the
+      comparison is undefined.
+    """
+    if expect not in EXPECT:
+        raise ValueError(f"expect must be one of {EXPECT}, got {expect!r}")
+    if call is None or not (math.isfinite(call.lo) and math.isfinite(call.hi)):
+        return INCONCLUSIVE, "the primary comparison is undefined (an arm is missing or has no interval)"
+    want = {"better": 1, "worse": -1, "differ": call.sign}[expect]
+    where = f"[{call.lo:+.4g}, {call.hi:+.4g}] at level {call.level:.4g}"
+    if call.sign != 0 and call.sign == want:
+        return YES, f"called {'better' if call.sign == 1 else 'worse'} in the expected direction: {where}"
+    if call.sign != 0:
+        return NO, f"the opposite direction is called: {where}"
+    if -margin <= call.lo and call.hi <= margin:
+        return NO, f"not called and the interval {where} lies within ±{margin:g} (the minimum effect)"
+    return INCONCLUSIVE, (f"not called (p_adj {call.p_adj:.2g}) and the interval {where} reaches past "
+                          f"±{margin:g} (the minimum effect): neither an effect nor its absence is shown")
+
+
+def gate_reason(gain_over_control: PairedStat | None, min_gain: float, primary: PairedStat | None,
+                max_width: float, level: float = LEVEL) -> str:
+    """Why a testbed cannot carry a verdict (``""``: it can). It can when the claimed arm's gain over the
+    position-free control has its lower ``level`` bound at or above ``min_gain`` (the testbed rewards
+    position at all), and the primary comparison's ``level`` interval is at most ``max_width`` wide."""
+    why = []
+    if gain_over_control is not None:
+        lo, hi = gain_over_control.interval(level)
+        if not lo >= min_gain:
+            why.append(f"the claimed arm's gain over the control {gain_over_control.mean:+.4g} "
+                       f"[{lo:+.4g}, {hi:+.4g}] has its lower bound below {min_gain:g}")
+    if primary is not None:
+        lo, hi = primary.interval(level)
+        if not math.isfinite(hi - lo):
+            why.append(f"the primary has no {level:.0%} interval (undefined, or one seed)")
+        elif not hi - lo <= max_width:
+            why.append(f"the primary's {level:.0%} interval [{lo:+.4g}, {hi:+.4g}] is wider than "
+                       f"{max_width:g}")
+    return "; ".join(why)
 
 
 # ----------------------------------------------------------------------------- retained gain

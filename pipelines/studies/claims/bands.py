@@ -36,7 +36,7 @@ from pipelines.eval.evaluate import _merge
 from pipelines.eval.verdicts import paired
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import judge_stats, power_over, power_text
+from pipelines.studies.claims.judge import judge_stats, measure_gate, verdict_reason
 from pipelines.studies.claims.trained import primary_verdict
 from posenc import PosencError
 from posenc.diagnostics import rotary_part
@@ -258,9 +258,10 @@ class BandSelectiveHeads(Experiment):
             primary=j.summary(),
         )
         out.figures.append(spectra_figure(first, self.arms, ctx.out / "band_spectra.png"))
-        bits = [got[seed]["bits"][self.trained] for seed in seeds]  # power: the LM's gain over trivial
-        out.power, g = power_over(bits, first["ref"]["trivial"], higher_is_better=False)
-        out.power_text = power_text("the trained LM", "uniform tokens (log2 V bits)", g, out.power)
+        out.why = verdict_reason(ctx, j, holds)
+        gate = ctx.gate  # the claimed arm's I(head; band) over the control's (paired by seed)
+        g = stats.get((gate.arm or self.trained, gate.control, L0)) if gate is not None else None
+        measure_gate(out, gate, g, j.primary.stat if j.primary is not None else None, self.trained)
         return out
 
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from pipelines.eval.statistics import Estimate, estimate
 
-Verdict = Literal["yes", "no", "partly", "inconclusive (underpowered)"]
+Verdict = Literal["yes", "no", "partly", "inconclusive"]
 
 
 @dataclass
@@ -28,14 +28,18 @@ class ClaimResult:
     Attributes:
         setup: what was trained and measured, in one or two sentences.
         measured: the numbers (mean ± 95 % Student-t half-width over seeds where there are seeds).
-        holds: ``yes``, ``no`` or ``partly`` — decided from the measurements by the experiment's rule —
-            or ``inconclusive (underpowered)`` when the runner's power gate overrides it.
+        holds: ``yes``, ``no``, ``inconclusive`` (or ``partly`` for a two-part probe) — decided from
+            the measurements by the experiment's rule — or ``inconclusive`` when the runner's gate
+            overrides it.
         rule: the rule that decided ``holds``, in words.
-        power: gain over the trivial baseline at L₀ / half-width of its 95 % interval (None: not
-            measured; the gate then calls a trained claim underpowered).
-        power_text: how the power was measured (arm, gain, interval, method).
+        why: the reason for ``holds`` (always given for ``inconclusive``).
+        power: the claimed arm's gain over the position-free control / half-width of its 95 % interval
+            (reported; the gate reads the gain's lower bound).
+        power_text: how the power was measured (arm, control, gain, interval, method).
+        gate: the declared gate, in words (``""``: none declared).
+        gate_failed: why the testbed misses the gate (``""``: it passes; None: not measured).
         primary: the declared primary comparison and its Holm-adjusted result.
-        raw_holds: the rule's verdict before the power gate.
+        raw_holds: the rule's verdict before the gate.
         details: Markdown tables with every number the row summarises.
         figures: PNG paths written by the experiment.
         metrics: flat numbers logged to the parent MLflow run.
@@ -48,8 +52,11 @@ class ClaimResult:
     details: str = ""
     figures: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    why: str = ""
     power: float | None = None
     power_text: str = ""
+    gate: str = ""
+    gate_failed: str | None = None
     primary: str = ""
     raw_holds: str = ""
     name: str = ""
@@ -66,7 +73,7 @@ class ClaimResult:
 
 class Experiment:
     """Base of the claim experiments: subclasses set ``claim`` and implement :meth:`run`; one that
-    trains nothing (or measures an exact identity) says why in ``power_exempt`` (no power gate)."""
+    trains nothing (or measures an exact identity) says why in ``power_exempt`` (no gate)."""
 
     claim: ClassVar[str] = ""
     power_exempt: ClassVar[str] = ""

@@ -76,6 +76,8 @@ class Context:
     children: list[str] = field(default_factory=list)
     quick: bool = False
     primary: Any = None  # the config's declared primary comparison (judge.Primary) or sentence
+    gate: Any = None  # the config's declared gate (judge.Gate), None for an exempt experiment
+    pilot_seeds: list[int] | None = None  # --seeds: every experiment's seeds replaced (a pilot)
     #: children being trained in worker processes: (key, seed) → (owning experiment, future)
     pool: dict[tuple[str, int], tuple[str, Any]] = field(default_factory=dict)
     pooled_cpu_s: float = 0.0  # CPU seconds of the workers' children this experiment owns
@@ -86,9 +88,10 @@ class Context:
         return 1 if self.smoke else n
 
     def seeds(self, seeds: list[int] | None = None) -> list[int]:
-        """The seeds to train: ``seeds`` (default :data:`~pipelines.studies.claims.judge.CLAIM_SEEDS`),
+        """The seeds to train: ``--seeds`` (a pilot), else ``seeds`` (default
+        :data:`~pipelines.studies.claims.judge.CLAIM_SEEDS`),
         the first three under ``--quick``, the first two under ``--smoke`` (enough for an interval)."""
-        chosen = list(CLAIM_SEEDS if seeds is None else seeds)
+        chosen = list(self.pilot_seeds or (CLAIM_SEEDS if seeds is None else seeds))
         return chosen[:2] if self.smoke else chosen[:QUICK_SEEDS] if self.quick else chosen
 
     def fit(self, child: Child) -> TrainedRun:

@@ -26,7 +26,7 @@ from pipelines.eval.splits import length_loaders, with_lengths
 from pipelines.eval.verdicts import paired
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import Primary, judge_stats, power_over, power_text
+from pipelines.studies.claims.judge import Primary, judge_stats, measure_gate, verdict_reason
 from pipelines.studies.claims.order import CAUSAL
 from pipelines.studies.claims.sweep import Sweep
 from pipelines.studies.claims.trained import primary_verdict
@@ -130,49 +130,59 @@ def position_r2(module: Any, loader: Any, max_batches: int | None) -> float:
     return float(1.0 - (resid**2).sum() / ((y[half:] - y[half:].mean()) ** 2).sum())
 
 
+UNTRAINED = "none (causal, untrained)"
+#: the probe's arms: label → overrides (the trained two are claim 1's children; the untrained one
+#: stops before its first optimiser step)
+ARMS = {"none": None, "none (causal)": CAUSAL,
+        UNTRAINED: {**CAUSAL, "trainer": {"max_steps": 0}}}
+
+
 class NoPEPositionProbe(Experiment):
     """Args: task (the order task's classifier config: the NoPE children are claim 1's), seeds,
     batches (probe windows)."""
 
     claim = (
         "A Transformer without positional encoding learns position from the causal mask (source 002): "
-        "position is linearly decodable from a causal NoPE model's hidden states, not from a "
-        "bidirectional one's."
+        "position becomes linearly decodable from a causal NoPE model's first-block update in training "
+        "(beyond what the untrained causal model gives), and not from a bidirectional one's."
     )
 
     def __init__(self, task: str, seeds: list[int] | None = None, batches: int | None = 8) -> None:
         self.task, self.seeds, self.batches = task, seeds, batches
 
     def children(self, ctx) -> list[Child]:
-        arms = (("none", None), ("none (causal)", CAUSAL))
         return [Child(self.task, "none", seed, label, over, test=True)
-                for seed in ctx.seeds(self.seeds) for label, over in arms]
+                for seed in ctx.seeds(self.seeds) for label, over in ARMS.items()]
 
     def run(self, ctx) -> ClaimResult:
-        r2: dict[str, list[float]] = {"none (causal)": [], "none": []}
+        r2: dict[str, list[float]] = {label: [] for label in ARMS}
         for child in self.children(ctx):
-            t = ctx.fit(child)  # shared with claim 1
+            t = ctx.fit(child)  # the trained ones are shared with claim 1
             loader = t.datamodule.test_dataloader()[0]
             r2[child.label].append(position_r2(t.module, loader, ctx.max_batches(self.batches)))
         L0 = int(t.datamodule.seq_len)
-        key = ("none (causal)", "none", L0)
-        j = judge_stats(
-            {key: paired(Arm.from_values(r2[key[0]]), Arm.from_values(r2["none"]))}, ctx.primary, L0, True
-        )
+        arms = {k: Arm.from_values(v) for k, v in r2.items()}
+        stats = {(a, b, L0): paired(arms[a], arms[b]) for a, b in
+                 (("none (causal)", UNTRAINED), ("none (causal)", "none"), (UNTRAINED, "none"))}
+        j = judge_stats(stats, ctx.primary, L0, True)
         holds, rule = primary_verdict(ctx, j)
         rows = [[c, fmt(est(v)), " ".join(f"{x:.3f}" for x in v)] for c, v in r2.items()]
         out = ClaimResult(
-            setup=f"NoPE classifiers of claim 1's order task (L0 = {L0}), causal and bidirectional, "
-            f"{len(r2['none'])} seeds; ridge probe of the position from the last layer's outputs, fitted on "
-            "half of the test windows and scored on the other half",
+            setup=f"NoPE classifiers of claim 1's order task (L0 = {L0}): causal and bidirectional trained, "
+            f"and the causal one untrained (the control: a causal average spreads as 1/t before any "
+            f"training), {len(r2['none'])} seeds; ridge probe of the position from the first block's "
+            "update (h and h²), fitted on half of the test windows and scored on the other half",
             measured="; ".join(f"{c}: position R² {fmt(est(v))}" for c, v in r2.items()),
-            holds=holds,
-            rule=rule,
+            holds=holds, rule=rule,
             details=md_table(["model", "held-out R² of the position probe", "per seed"], rows)
             + j.table("R²"),
-            metrics={"causal_r2": est(r2["none (causal)"]).mean, "bidirectional_r2": est(r2["none"]).mean},
+            metrics={"causal_r2": est(r2["none (causal)"]).mean, "bidirectional_r2": est(r2["none"]).mean,
+                     "untrained_causal_r2": est(r2[UNTRAINED]).mean},
             primary=j.summary(),
         )
-        out.power, g = power_over(r2["none (causal)"], 0.0, True)  # trivial probe: R² 0
-        out.power_text = power_text("the causal NoPE probe", "R² 0", g, out.power)
+        out.why = verdict_reason(ctx, j, holds)
+        gate = ctx.gate
+        arm = gate.arm if gate is not None and gate.arm else "none (causal)"
+        g = paired(arms[arm], arms[gate.control]) if gate is not None and gate.control in arms else None
+        measure_gate(out, gate, g, j.primary.stat if j.primary is not None else None, arm)
         return out

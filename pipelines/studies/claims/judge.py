@@ -1,16 +1,16 @@
 """How a claim's verdict is called (see :mod:`pipelines.eval.verdicts` for the arithmetic).
 
 * Every claim declares ONE primary measurement in its config before the run (``primary:``): for a
-  claim judged on paired comparisons over seeds, a mapping ``{a, b, length}`` (condition labels;
-  ``length`` omitted = the training length); otherwise a sentence naming the measurement.
+  claim judged on paired comparisons over seeds, a mapping ``{a, b, length, expect, min_effect}``
+  (condition labels; ``length`` omitted = the training length; ``min_effect`` the smallest difference
+  that matters, in the metric's units); otherwise a sentence naming the measurement.
 * Every paired call an experiment makes is one member of its family: Holm-adjusted together
-  (:class:`Judgement`); the verdict is read from the primary call's adjusted interval and p-value,
-  the others are reported, not used.
-* A trained claim reports its power: the gain over the task's trivial baseline at L₀ / the half-width
-  of its 95 % interval, for whichever of the primary's two arms has the larger ratio
-  (:func:`primary_power`; a testbed is powered when one arm of the comparison is far from trivial:
-  then "the other arm stays at trivial" is a measured failure, not noise); below 10 the runner
-  replaces the verdict by "inconclusive (underpowered)".
+  (:class:`Judgement`); the verdict is three-way (:func:`pipelines.eval.verdicts.three_way`), read from
+  the primary call's adjusted interval: yes, no (opposite called, or within ± min_effect), or
+  inconclusive with the reason.
+* A trained claim declares its **gate** (``gate:`` — :class:`Gate`): the claimed arm, the position-free
+  control, the smallest gain of one over the other the testbed must show, and the widest the primary's
+  95 % interval may be; a verdict whose testbed misses it is inconclusive, with the reason.
 * Seeds: :data:`CLAIM_SEEDS` unless a config lists others; ``--quick`` keeps :data:`QUICK_SEEDS` and
   :data:`QUICK_STEPS` of the training steps.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.eval.bootstrap import Arm
-from pipelines.eval.verdicts import Call, PairedStat, gain, holm_calls, power
+from pipelines.eval.verdicts import EXPECT, Call, PairedStat, gain, gate_reason, holm_calls, power, three_way
 from pipelines.studies.claims.base import md_table
 from posenc import PosencError
 
@@ -33,18 +33,18 @@ QUICK_STEPS = 0.5  # the fraction of each child's training steps --quick keeps (
 Key = tuple[str, str, int]  # (a, b, length): the paired difference a − b at length
 
 
-EXPECT = ("better", "worse", "differ")
-
 
 @dataclass(frozen=True)
 class Primary:
-    """The declared primary comparison ``a − b`` at ``length`` (None: the training length), and what
-    the claim expects of it: ``a`` called better than ``b`` (default), worse, or either (differ)."""
+    """The declared primary comparison ``a − b`` at ``length`` (None: the training length), what the
+    claim expects of it (``a`` called better than ``b``, worse, or either: differ) and the minimum
+    effect (metric units) within which "no difference" is a "no"."""
 
     a: str
     b: str
     length: int | None = None
     expect: str = "better"
+    min_effect: float = 0.0
 
     def key(self, train_length: int) -> Key:
         return (self.a, self.b, self.length or train_length)
@@ -54,32 +54,94 @@ class Primary:
         return f"{self.a} − {self.b}{at} (expected: {self.a} {self.expect}" + (
             f" than {self.b})" if self.expect != "differ" else f" from {self.b})")
 
-    def verdict(self, call: Call | None) -> str:
-        """``yes`` if the primary call (after Holm) is what the claim expects, else ``no``."""
-        sign = 0 if call is None else call.sign
-        want = {"better": sign == 1, "worse": sign == -1, "differ": sign != 0}[self.expect]
-        return "yes" if want else "no"
+    def verdict(self, call: Call | None) -> tuple[str, str]:
+        """(yes | no | inconclusive, reason) of the primary call after Holm (:func:`three_way`)."""
+        return three_way(call, self.expect, self.min_effect)
 
     def rule(self) -> str:
         """The verdict rule in words."""
         return (f"yes if the primary comparison {self.text()} is called so after Holm over all of the "
                 "experiment's paired calls (its adjusted interval on that side of 0, adjusted p < 0.05); "
-                "no otherwise; the other comparisons are reported, not used")
+                f"no if the opposite is called or its adjusted interval lies within ±{self.min_effect:g} "
+                "(the declared minimum effect); inconclusive otherwise; the other comparisons are "
+                "reported, not used")
 
 
 def parse_primary(value: Any, where: str) -> Primary | str:
-    """The config's ``primary``: a :class:`Primary` from ``{a, b[, length]}``, or a sentence."""
+    """The config's ``primary``: a :class:`Primary` from ``{a, b, min_effect[, length, expect]}``, or a
+    sentence."""
     if isinstance(value, str) and value.strip():
         return value.strip()
-    if isinstance(value, Mapping) and {"a", "b"} <= set(value) <= {"a", "b", "length", "expect"}:
-        length, expect = value.get("length"), value.get("expect", "better")
+    keys = {"a", "b", "length", "expect", "min_effect"}
+    if isinstance(value, Mapping) and {"a", "b", "min_effect"} <= set(value) <= keys:
+        length, expect, margin = value.get("length"), value.get("expect", "better"), value["min_effect"]
         if length is not None and (not isinstance(length, int) or length < 1):
             raise PosencError(f"{where}: primary.length must be a positive integer, got {length!r}")
         if expect not in EXPECT:
             raise PosencError(f"{where}: primary.expect must be one of {', '.join(EXPECT)}, got {expect!r}")
-        return Primary(str(value["a"]), str(value["b"]), length, expect)
-    raise PosencError(f"{where}: primary must be {{a: <label>, b: <label>, length: <int>, expect: "
-                      f"better|worse|differ}} (length, expect optional) or a sentence, got {value!r}")
+        margin = _nonneg(margin, where, "primary.min_effect")
+        return Primary(str(value["a"]), str(value["b"]), length, expect, margin)
+    raise PosencError(f"{where}: primary must be {{a: <label>, b: <label>, min_effect: <number>, length: "
+                      f"<int>, expect: better|worse|differ}} (length, expect optional) or a sentence, got "
+                      f"{value!r}")
+
+
+def _nonneg(value: Any, where: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise PosencError(f"{where}: {key} must be a number ≥ 0 (the metric's units), got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The declared gate: the claimed ``arm``'s gain over the position-free ``control`` at ``length``
+    (None: the primary's length) must have its lower 95 % bound ≥ ``min_gain``, and the primary's 95 %
+    interval must be at most ``max_width`` wide (both in the metric's units). ``control`` None: the
+    claim has no position-free arm (``why`` says so) and only the width is gated."""
+
+    max_width: float
+    arm: str | None = None
+    control: str | None = None
+    min_gain: float = 0.0
+    length: int | None = None
+    why: str = ""
+
+    def text(self) -> str:
+        arm = self.arm or "the primary's a"
+        head = (f"gain of {arm} over {self.control} ≥ {self.min_gain:g} (lower 95 % bound)" if self.control
+                else f"no position-free control ({self.why})")
+        return f"{head}; primary's 95 % interval ≤ {self.max_width:g} wide"
+
+    def reason(self, gain_over_control: PairedStat | None, primary: PairedStat | None) -> str:
+        """Why the testbed cannot carry the verdict (``""``: it can); an unmeasured quantity fails."""
+        missing = [what for what, x, need in (("the gain over the control", gain_over_control, self.control),
+                                              ("the primary", primary, True)) if need and x is None]
+        if missing:
+            return " and ".join(missing) + " not measured"
+        gain_stat = gain_over_control if self.control else None
+        return gate_reason(gain_stat, self.min_gain, primary, self.max_width)
+
+
+def parse_gate(value: Any, where: str) -> Gate:
+    """The config's ``gate``: ``{max_width, control, min_gain[, arm, length]}`` or ``{max_width, control:
+    null, why}``."""
+    keys = {"arm", "control", "min_gain", "length", "max_width", "why"}
+    if not isinstance(value, Mapping) or not {"max_width", "control"} <= set(value) <= keys:
+        raise PosencError(f"{where}: gate must be {{control: <label>, min_gain: <number>, max_width: "
+                          "<number>[, arm, length]} or {control: null, why: <sentence>, max_width: "
+                          f"<number>}}, got {value!r}")
+    control = value["control"]
+    if control is None and not str(value.get("why", "")).strip():
+        raise PosencError(f"{where}: gate.control null needs gate.why (why there is no position-free arm)")
+    if control is not None and "min_gain" not in value:
+        raise PosencError(f"{where}: gate.min_gain missing (the gain over {control} the testbed must show)")
+    length = value.get("length")
+    if length is not None and (not isinstance(length, int) or length < 1):
+        raise PosencError(f"{where}: gate.length must be a positive integer, got {length!r}")
+    return Gate(_nonneg(value["max_width"], where, "gate.max_width"),
+                None if value.get("arm") is None else str(value["arm"]),
+                None if control is None else str(control), _nonneg(value.get("min_gain", 0.0), where,
+                "gate.min_gain"), length, str(value.get("why", "")).strip())
 
 
 @dataclass
@@ -124,6 +186,15 @@ class Judgement:
                 + md_table(head, rows))
 
 
+def verdict_reason(ctx, j: Judgement | None, holds: str) -> str:
+    """Why the primary comparison gave ``holds`` (``""`` when ``holds`` is not the primary's verdict)."""
+    if j is None or not isinstance(ctx.primary, Primary):
+        return ""
+    verdict, reason = ctx.primary.verdict(j.primary)
+    return reason if verdict == holds else ""
+
+
+
 def _p(p: float) -> str:
     return "—" if not math.isfinite(p) else f"{p:.2g}"
 
@@ -138,29 +209,28 @@ def judge_stats(stats: Mapping[Key, PairedStat | None], primary: Primary | str |
 
 
 def power_over(values: Sequence[float], trivial: float, higher_is_better: bool) -> tuple[float, PairedStat]:
-    """Power of one arm (one value per seed) against a constant trivial baseline (e.g. chance 0.5)."""
+    """Power of one arm (one value per seed) against a constant baseline (e.g. R² 0, chance 0.5)."""
     g = gain(Arm.from_values(values), Arm.from_values([trivial] * len(values)), higher_is_better)
     return power(g), g
 
 
-def primary_power(gains: Mapping[str, PairedStat | None]) -> tuple[str, float, PairedStat] | None:
-    """(arm, power, gain) of the arm of ``gains`` (the primary's ``a`` and ``b`` → gain at L₀) with the
-    larger power; ``None`` when no arm has a gain. Ties keep the first (``a``)."""
-    found = [(name, power(g), g) for name, g in gains.items() if g is not None]
-    found = [f for f in found if not math.isnan(f[1])] or found
-    return max(found, key=lambda f: f[1], default=None)
-
-
-def power_text(name: str, trivial_name: str, g: PairedStat, ratio: float) -> str:
-    """``gain of a over chance at L₀ +0.48 [0.47, 0.49] → power 96``."""
+def power_text(name: str, control: str, g: PairedStat, ratio: float) -> str:
+    """``gain of rope over nope at 32 +0.48 [0.47, 0.49] → power 96``."""
     lo, hi = g.interval()
-    return (f"gain of {name} over {trivial_name} at L₀ {g.mean:+.4g} [{lo:.4g}, {hi:.4g}] "
+    return (f"gain of {name} over {control} {g.mean:+.4g} [{lo:.4g}, {hi:.4g}] "
             f"→ power {ratio:.3g} ({g.method})")
 
 
-def trivial_of(run: Any) -> tuple[str, float | None]:
-    """(name, value) of the task's trivial baseline on the run's test data."""
-    from pipelines.eval.extrapolation import adapter_for
-
-    adapter = adapter_for(run.module)
-    return adapter.trivial_name, adapter.trivial_baseline(run.datamodule)
+def measure_gate(result: Any, gate: Gate | None, gain_over_control: PairedStat | None,
+                 primary: PairedStat | None, arm: str = "") -> None:
+    """Record on ``result`` the declared gate, the measured gain over the control (as a power, reported)
+    and why the testbed misses the gate (``gate_failed``; ``""``: it passes). No gate declared: the
+    runner reports the verdict inconclusive ("no gate declared")."""
+    if gate is None:
+        return
+    result.gate = gate.text()
+    result.gate_failed = gate.reason(gain_over_control, primary)
+    if gain_over_control is not None and gate.control:
+        result.power = power(gain_over_control)
+        result.power_text = power_text(arm or gate.arm or "the claimed arm", gate.control, gain_over_control,
+                                       result.power)

@@ -16,9 +16,7 @@ from pipelines.eval.bootstrap import Arm
 from pipelines.eval.verdicts import paired
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import Primary, judge_stats, power_over, power_text, primary_power
-
-CHANCE = 0.5  # the order task's trivial baseline: balanced labels
+from pipelines.studies.claims.judge import Primary, judge_stats, measure_gate, verdict_reason
 
 
 @torch.no_grad()
@@ -70,9 +68,9 @@ class OrderTask(Experiment):
                  for s in self.schemes if s != self.reference}
         j = judge_stats(stats, ctx.primary, length, True)
         if not isinstance(ctx.primary, Primary):
-            return j, "no", "no primary comparison declared"
+            return j, "inconclusive", "no primary comparison declared"
         rule = ctx.primary.rule() + f"; and {self.reference} blind to the swap (< 1e-5), else no"
-        return j, ctx.primary.verdict(j.primary) if blind else "no", rule
+        return j, ctx.primary.verdict(j.primary)[0] if blind else "no", rule
 
     def children(self, ctx) -> list[Child]:
         return [Child(self.task, name, seed, scheme, overrides, test=True)
@@ -90,7 +88,8 @@ class OrderTask(Experiment):
                 swap[scheme] = max(swap.get(scheme, 0.0), swap_change(t.module, dm, ctx.max_batches(4)))
         e = {s: est(v) for s, v in acc.items()}
         rows = [[s, fmt(e[s]), " ".join(f"{v:.3f}" for v in acc[s]), f"{swap[s]:.2g}"] for s in self.schemes]
-        j, holds, rule = self.judge(ctx, acc, swap[self.reference] < 1e-5, dm.seq_len)
+        blind = swap[self.reference] < 1e-5
+        j, holds, rule = self.judge(ctx, acc, blind, dm.seq_len)
         measured = (
             "test accuracy "
             + "; ".join(f"{s} {fmt(e[s])}" for s in self.schemes)
@@ -110,9 +109,18 @@ class OrderTask(Experiment):
             metrics={f"{s}_acc": e[s].mean for s in self.schemes},
             primary=j.summary(),
         )
-        arms = (ctx.primary.a, ctx.primary.b) if isinstance(ctx.primary, Primary) else ()
-        best = primary_power({a: power_over(acc[a], CHANCE, True)[1] for a in arms if a in acc})
-        if best is not None:
-            arm, result.power, g = best
-            result.power_text = power_text(arm, "chance (0.5)", g, result.power)
+        result.why = verdict_reason(ctx, j, holds) or ("" if blind else f"{self.reference} is not blind "
+                                                        "to the A↔B swap: the testbed leaks order")
+        self.gate_of(ctx, result, acc, j)
         return result
+
+    @staticmethod
+    def gate_of(ctx, result: ClaimResult, acc: dict[str, list[float]], j: Any) -> None:
+        """The declared gate, measured: the claimed arm's accuracy over the control's, and the
+        primary's interval."""
+        gate = ctx.gate
+        arm = (gate.arm if gate is not None and gate.arm else
+               ctx.primary.a if isinstance(ctx.primary, Primary) else "")
+        g = (paired(Arm.from_values(acc[arm]), Arm.from_values(acc[gate.control]))
+             if gate is not None and gate.control in acc and arm in acc else None)
+        measure_gate(result, gate, g, j.primary.stat if j.primary is not None else None, arm)

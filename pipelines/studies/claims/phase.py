@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from pipelines.eval.bootstrap import Arm
-from pipelines.eval.verdicts import holm_calls, paired
+from pipelines.eval.verdicts import holm_calls, paired, three_way
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import power_over, power_text
+from pipelines.studies.claims.judge import measure_gate, power_over
 
 LN2 = math.log(2.0)
 
@@ -44,7 +44,8 @@ class RelativePhaseMismatch(Experiment):
     """Args:
     task: the retrieval LM config; scheme: RoPE; near, far: copy distances of the two models
     (``None``: the task's own distance, so the child is shared with the other experiments);
-    eps: mismatches (the first must be 0); primary_eps: the ε the verdict reads; seeds; batches.
+    eps: mismatches (the first must be 0); primary_eps: the ε the verdict reads; seeds; min_effect
+    (the share of the gain within which far − near is "no difference"); batches.
     """
 
     claim = (
@@ -62,12 +63,14 @@ class RelativePhaseMismatch(Experiment):
         eps: list[float],
         primary_eps: float,
         seeds: list[int],
+        min_effect: float,
         batches: int | None = 8,
     ) -> None:
         if not eps or eps[0] != 0 or primary_eps not in eps:
             raise ValueError("eps must start at 0 and contain primary_eps")
         self.task, self.scheme, self.near, self.far, self.eps = task, scheme, near, far, list(eps)
         self.primary_eps, self.seeds, self.batches = primary_eps, list(seeds), batches
+        self.min_effect = float(min_effect)  # share of the gain: within ± it, far and near lose alike
 
     def child(self, seed: int, distance: int | None) -> Child:
         """The RoPE LM copying from ``distance`` back (None: the task's own distance)."""
@@ -115,7 +118,7 @@ class RelativePhaseMismatch(Experiment):
             for e, c in calls.items()
         ]
         power, g = power_over(at0["far"], trivial, higher_is_better=False)
-        holds = "yes" if calls[self.primary_eps].sign == 1 else "no"
+        holds, why = three_way(calls[self.primary_eps], "better", self.min_effect)
         pe, far = self.primary_eps, self.far or "the task's distance"
         out = ClaimResult(
             setup=f"RoPE LMs on the retrieval testbed (copy from {self.near} and from {far} back, "
@@ -124,7 +127,8 @@ class RelativePhaseMismatch(Experiment):
             f"far {fmt(est(lost['far'][pe]))}",
             holds=holds,
             rule=f"yes if, at ε = {pe:g} (declared primary), far − near share lost is called > 0 after Holm "
-            f"over the {len(calls)} ε (paired over seeds); the other ε are reported",
+            f"over the {len(calls)} ε (paired over seeds); no if called < 0 or its interval lies within "
+            f"±{self.min_effect:g}; inconclusive otherwise; the other ε are reported",
             details=md_table(
                 ["ε", "near: share of gain lost", "far: share of gain lost", "far − near", "call"], rows
             )
@@ -138,6 +142,7 @@ class RelativePhaseMismatch(Experiment):
                 },
             },
         )
-        out.power, out.power_text = power, power_text("the far model", "the trivial reference", g, power)
+        out.why = why
+        measure_gate(out, ctx.gate, None, calls[self.primary_eps].stat)  # control: none (gate.why)
         out.primary = f"far − near at ε = {pe:g}: {calls[pe].text(3)} (Holm over {len(calls)})"
         return out

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipelines.machine import cpu_model
 from pipelines.studies.claims.base import ClaimResult
+from pipelines.studies.claims.changes import CHANGES
 from pipelines.studies.claims.context import ROOT
 from pipelines.studies.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
 
@@ -19,14 +20,19 @@ METHOD = """\
 
 The rules are code (`pipelines/eval/verdicts.py`, `pipelines/studies/claims/judge.py`), fixed before a run:
 
-1. **One primary comparison per claim, declared before the run.** Each config in `configs/experiments/`
-   names it at the top (`primary: {a: <condition>, b: <condition>, length: <L>, expect: better|worse|differ}`;
-   `length` omitted = the training length L₀); the runner refuses a config without one and logs it on the
-   experiment's parent run before anything trains. The verdict is read from that comparison alone:
-   **yes** when it is called in the expected direction, **no** otherwise. Every other comparison in the
-   write-up is reported, not used. Claims without a paired comparison over seeds (probes, analytic checks)
-   name their primary measurement in words.
-2. **Intervals that cover the seeds and the test data.** A paired difference `a − b` is computed per seed
+1. **Rules declared before the run, in the configs.** Each config in `configs/experiments/` names at the
+   top its primary comparison (`primary: {a, b, length, expect: better|worse|differ, min_effect}`;
+   `length` omitted = the training length L₀; `min_effect` the smallest difference that matters, in the
+   metric's units) and its gate (`gate:` below); the runner refuses a config without either and logs
+   the primary on the experiment's parent run before anything trains. The run records the commit at its
+   **start** and refuses a tree with uncommitted changes (`--allow-dirty` runs a draft, marked
+   "DRAFT (dirty tree)" at the top of the table). Claims without a paired comparison over seeds (probes,
+   analytic checks) name their primary measurement in words.
+2. **Three-way verdicts.** Read from the primary comparison alone, after Holm: **yes** when it is called
+   in the expected direction; **no** when the opposite direction is called, or when its whole
+   (Holm-level) interval lies within ± the declared minimum effect; **inconclusive** otherwise, with
+   the reason printed. Every other comparison in the write-up is reported, not used.
+3. **Intervals that cover the seeds and the test data.** A paired difference `a − b` is computed per seed
    on the whole test region (seeds are paired: the same seed gives both arms the same initialisation and
    data order). Its interval is the Student-t interval over seeds; where the task scores its test region
    as K separate blocks (per-block sums, artifact `extrapolation/blocks.csv`), also a seed × block
@@ -36,22 +42,19 @@ The rules are code (`pipelines/eval/verdicts.py`, `pipelines/studies/claims/judg
    Seeds: 5 by default (`CLAIM_SEEDS`); `ARGS=--quick` uses 3, half the training steps and leaves out the
    experiments marked `quick: false` (the real-data periodic ones), and the table says its verdicts are
    provisional.
-3. **Holm–Bonferroni within each experiment.** All paired calls one experiment makes (the primary among
+4. **Holm–Bonferroni within each experiment.** All paired calls one experiment makes (the primary among
    them) are adjusted together; a difference is *called* only when its Holm-adjusted p is below 0.05, and
    its interval is shown at the level Holm tested it at (1 − 0.05/(m − rank)), so a called difference's
    interval always excludes 0. Direction is read from the interval's side of 0 — no rule reads a mean.
-4. **Power before verdicts.** A trained claim's power is the gain over the task's trivial baseline at L₀
-   divided by the half-width of that gain's 95 % interval, for the one of the primary's two arms where this
-   ratio is larger (a testbed is powered when either arm is far from trivial: the other arm staying near
-   trivial is then a measured failure, not noise; decided 2026-11-26 before the run it applies to — the
-   earlier rule read arm `a` only and called claim 12 underpowered with sinusoidal at 1.000; trivial
-   baselines: order-0 Markov chain = base composition for the DNA LM, chance = 0.5 for classifiers
-   (AUROC) and the balanced order task, seasonal naive for the forecaster, majority class for
-   segmentation). Below **10** — or not
-   measured — the claim is **"inconclusive (underpowered)"**, never "no"; the rule's own verdict is shown
-   beside it ("rule alone: …"). Claims that train nothing or measure an exact identity (7, 8, 10) are exempt
-   and say so.
-5. **Retained gain, guarded.** retained(L) = mean gain(L) / mean gain(L₀) (a ratio of means over seeds and
+5. **A gate, declared per claim.** The claimed arm's gain over the position-free control (NoPE, or the
+   control the config names) at the primary's length must have its lower 95 % bound at or above the
+   declared `min_gain`, and the primary's 95 % interval must be at most `max_width` wide; a testbed that
+   misses either (or did not measure it) makes the verdict **inconclusive** ("gate missed: …"), the
+   rule's own verdict shown beside it. The power column is that gain / the half-width of its interval
+   (reported, not thresholded). A claim with no position-free arm says why (`control: null`) and is
+   gated on the width alone. Claims that train nothing or measure an exact identity (7, 8, 10) are
+   exempt and say so.
+6. **Retained gain, guarded.** retained(L) = mean gain(L) / mean gain(L₀) (a ratio of means over seeds and
    blocks, not a mean of per-seed ratios), with a 95 % paired bootstrap interval (numerator and denominator
    resampled together). It is defined only when the gain at L₀ has its lower 95 % bound above 0 **and** above
    the minimum effect — 0.01 bits/base for the LM, 0.01 for accuracy and AUROC, 1 % of the trivial
@@ -66,42 +69,65 @@ def _cell(text: str) -> str:
 
 
 def power_cell(r: ClaimResult) -> str:
-    """The claim's power (gain at L₀ / half-width of its interval), or why there is none."""
-    if r.power is not None:
-        return "∞" if math.isinf(r.power) else f"{r.power:.3g}"
-    return "— (exempt)" if r.power_text.startswith("no power gate") else "not measured"
+    """The claim's power over its position-free control (gain / half-width of its interval) and whether
+    the declared gate passed, or why there is none."""
+    if r.gate.startswith("no gate"):
+        return "— (exempt)"
+    ratio = "—" if r.power is None else "∞" if math.isinf(r.power) else f"{r.power:.3g}"
+    return f"{ratio}; gate {'passed' if r.gate_failed == '' else 'missed'}"
 
 
 def holds_cell(r: ClaimResult) -> str:
-    """``**holds**``, with the rule's own verdict where the power gate overrode it."""
+    """``**holds**``, with the rule's own verdict where the gate overrode it, and the reason of an
+    inconclusive one."""
+    out = f"**{r.holds}**"
     if r.raw_holds and r.raw_holds != r.holds:
-        return f"**{r.holds}** (rule alone: {r.raw_holds})"
-    return f"**{r.holds}**"
+        out += f" (rule alone: {r.raw_holds})"
+    if r.holds == "inconclusive" and r.why:
+        out += f" — {r.why}"
+    return out
 
 
-def provenance(root: Path | None = None) -> str:
-    """When and where a run finished: UTC time, CPU model and count, torch, and the git commit of
-    ``root`` (``+ uncommitted changes`` when its tree differs; omitted outside a git checkout)."""
-    import torch
-
-    root = root or ROOT
-    git = ["git", "-C", str(root)]
+def git_state(root: Path | None = None) -> tuple[str, bool]:
+    """(short commit of ``root``'s HEAD, whether its tree has changes — tracked or untracked, ignored
+    files aside); ``("", False)`` outside a git checkout."""
+    git = ["git", "-C", str(root or ROOT)]
     try:
         sha = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
-        commit = f", commit {sha}" + (" + uncommitted changes" if dirty else "")
+        dirty = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True,
+                               timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        commit = ""
+        return "", False
+    return sha, bool(dirty)
+
+
+DRAFT = "DRAFT (dirty tree)"
+
+
+def started(root: Path | None = None) -> str:
+    """When and where a run started: UTC time and the git commit of ``root`` at that moment, marked
+    :data:`DRAFT` when the tree had uncommitted changes (only ``--allow-dirty`` runs one)."""
+    sha, dirty = git_state(root)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"Run finished {when} on {cpu_model()} ({os.cpu_count()} CPUs), torch {torch.__version__}"
-            f"{commit}.")
+    commit = (f" at commit {sha}" + (f" + uncommitted changes — {DRAFT}" if dirty else "")) if sha else ""
+    return f"Run started {when}{commit}."
+
+
+def provenance(start: str = "") -> str:
+    """``start`` (:func:`started`, recorded before anything trained), then when the run finished and
+    on what: UTC time, CPU model and count, torch."""
+    import torch
+
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"{start} Run finished {when} on {cpu_model()} ({os.cpu_count()} CPUs), torch "
+            f"{torch.__version__}.").strip()
 
 
 def summary_table(
     results: list[ClaimResult], wall: float, cpu: float, smoke: bool, factor: float = 1.0, threads: int = 1,
     quick: bool = False, jobs: int = 1, skipped: list[str] | None = None, where: str = "",
+    pilot: list[int] | None = None,
 ) -> str:
     """One row per claim — its power, its primary comparison (Holm-adjusted), its verdict, command
     and wall / CPU seconds — then the suite's totals and ``where`` (:func:`provenance`)."""
@@ -120,12 +146,15 @@ def summary_table(
         f"wall {wall:.0f} s, "
         f"CPU {cpu:.0f} s (idle estimate CPU / {factor} = {cpu / factor:.0f} s)"
         + (" — SMOKE RUN: tiny budgets, the numbers mean nothing" if smoke else "")
+        + (f" — PILOT RUN on seeds {' '.join(map(str, pilot))}: sizing only, not a reported result"
+           if pilot else "")
         + (f" — QUICK RUN: {QUICK_SEEDS} seeds instead of {len(CLAIM_SEEDS)}, {QUICK_STEPS:.0%} of the "
            "training steps" + (f", not run: {', '.join(skipped)}" if skipped else "")
            + "; verdicts provisional (an inconclusive one says nothing)" if quick else "")
         + "." + (f" {where}" if where else "") + "\n"
     )
-    return head + "\n".join(rows) + "\n" + note
+    draft = f"**{DRAFT}: not a published run.**\n\n" if DRAFT in where else ""
+    return draft + head + "\n".join(rows) + "\n" + note
 
 
 def claims_markdown(
@@ -143,11 +172,13 @@ def claims_markdown(
             "runner `python -m pipelines.studies.claims`), logged to MLflow experiment `posenc-claims` "
             "(one parent run per experiment, one child run per trained model). Each claim declares one "
             "primary comparison before the run; every paired call of an experiment is Holm-adjusted "
-            "with the others and the verdict reads the primary one's interval; a trained claim whose "
-            "power (gain over the trivial baseline at L₀ / half-width of its 95 % interval) is below "
-            "10 is \"inconclusive (underpowered)\" (below: how a verdict is called). Budget, cost plan "
+            "with the others and the verdict reads the primary one's interval: yes, no (the opposite "
+            "called, or the interval within ± the declared minimum effect) or inconclusive (with the "
+            "reason); a trained claim whose testbed misses its declared gate is inconclusive (below: how "
+            "a verdict is called). Budget, cost plan "
             "and `--jobs`: [claims_budget.md](claims_budget.md).\n",
             METHOD,
+            CHANGES,
             table,
         ]
     for r in results:
@@ -155,7 +186,10 @@ def claims_markdown(
             f"\n## {r.number}. {r.name}\n\n**Claim.** {r.claim}\n\n**Setup.** {r.setup}\n\n"
             f"**Measured.** {r.measured}\n\n**Primary comparison.** {r.primary or '—'}\n\n"
             f"**Power.** {r.power_text or 'not measured'}\n\n"
-            f"**Holds?** {holds_cell(r).replace('**', '')} — rule: {r.rule}\n\n"
+            f"**Gate.** {r.gate or 'none declared'} — "
+            f"{'passed' if r.gate_failed == '' else r.gate_failed or 'not measured'}\n\n"
+            f"**Holds?** {holds_cell(r).replace('**', '')} — rule: {r.rule}"
+            + (f"\n\n**Why.** {r.why}" if r.why else "") + "\n\n"
             f"Command: `{r.command}` (wall {r.wall_s:.0f} s, CPU {r.cpu_s:.0f} s).\n\n{r.details}"
         )
         for f in r.figures:

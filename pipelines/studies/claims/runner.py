@@ -35,12 +35,19 @@ import yaml
 
 from datamodules.scrub import scrub_text
 from pipelines.console import user_errors_exit
-from pipelines.eval.verdicts import gate
+from pipelines.eval.verdicts import INCONCLUSIVE
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.studies.claims.jobs import MAX_JOBS, ChildPool, cost_rows, cost_table, default_jobs
-from pipelines.studies.claims.judge import parse_primary
-from pipelines.studies.claims.report import claims_markdown, provenance, summary_table
+from pipelines.studies.claims.judge import CLAIM_SEEDS, Gate, parse_gate, parse_primary
+from pipelines.studies.claims.report import (
+    DRAFT,
+    claims_markdown,
+    git_state,
+    provenance,
+    started,
+    summary_table,
+)
 from pipelines.tracking.failure import Terminated, stop_on_sigterm
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
@@ -93,10 +100,24 @@ def build(path: Path) -> Experiment:
                           "the run: {a: <label>, b: <label>, length: <int>} or a sentence)")
     parse_primary(data["primary"], str(path))
     cls = import_class(str(data["class_path"]), Experiment, "experiment class")
+    declared_gate(data, path, cls)
     try:
         return cls(**(data.get("init_args") or {}))
     except TypeError as exc:
         raise PosencError(f"{path}: init_args do not fit {cls.__name__} ({exc})") from None
+
+
+def declared_gate(data: dict[str, Any], path: Path, cls: type[Experiment]) -> Gate | None:
+    """The config's gate: required unless the experiment is exempt (trains nothing or measures an exact
+    identity), refused on an exempt one."""
+    if cls.power_exempt:
+        if "gate" in data:
+            raise PosencError(f"{path}: a gate on an exempt experiment ({cls.power_exempt})")
+        return None
+    if "gate" not in data:
+        raise PosencError(f"{path}: no 'gate' (declared before the run: {{control: <position-free arm>, "
+                          "min_gain: <number>, max_width: <number>})")
+    return parse_gate(data["gate"], str(path))
 
 
 def cpu_seconds() -> float:
@@ -123,8 +144,10 @@ def open_experiment(
         for key, value in (("config", config), *flags,
                            ("primary", primary if isinstance(primary, str) else primary.text())):
             client.log_param(parent, key, str(value))
+    gate = declared_gate(read_config(path), path, type(experiment))
     ctx = Context(name, client, exp_id, parent, out / name, args.smoke, shared.cache, quick=args.quick,
-                  primary=primary, pool=shared.pool, workers=args.jobs > 1 and not args.plan)
+                  primary=primary, gate=gate, pool=shared.pool, workers=args.jobs > 1 and not args.plan,
+                  pilot_seeds=args.seeds)
     return experiment, ctx
 
 
@@ -172,7 +195,7 @@ def finish(client: Any, parent: str, ctx: Context, result: ClaimResult, factor: 
     client.set_tag(parent, "posenc.claims.raw_holds", result.raw_holds)
     client.set_terminated(parent, "FINISHED")
     print(
-        f"[claims] {ctx.name}: holds={result.holds} (rule: {result.raw_holds}; "
+        f"[claims] {ctx.name}: holds={result.holds} ({result.why or 'rule: ' + result.raw_holds}; "
         f"{result.power_text or 'no power'}); {result.measured}\n  wall {result.wall_s:.0f} s, "
         f"CPU {result.cpu_s:.0f} s (idle ≈ {result.cpu_s / factor:.0f} s)",
         file=sys.stderr,
@@ -180,15 +203,16 @@ def finish(client: Any, parent: str, ctx: Context, result: ClaimResult, factor: 
 
 
 def gated(result: ClaimResult, experiment: Experiment) -> None:
-    """Keep the rule's verdict in ``raw_holds``; a claim that is not exempt and misses the power
-    gate (power < 10, or none measured) reports "inconclusive (underpowered)"."""
+    """Keep the rule's verdict in ``raw_holds``; a claim that is not exempt and misses its declared gate
+    (or did not measure it) reports ``inconclusive``, with the reason in ``why``."""
     result.raw_holds = result.holds
     if type(experiment).power_exempt:
-        result.power_text = result.power_text or f"no power gate: {type(experiment).power_exempt}"
+        result.gate = f"no gate: {type(experiment).power_exempt}"
         return
-    result.holds = gate(result.holds, result.power)
-    if result.power is None and not result.power_text:
-        result.power_text = "power not measured"
+    if result.gate_failed is None:
+        result.gate_failed = "the gate was not measured"
+    if result.gate_failed:
+        result.holds, result.why = INCONCLUSIVE, f"gate missed: {result.gate_failed}"
 
 
 def metric_name(key: str) -> str:
@@ -224,11 +248,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--measure", action="store_true",
                    help="with --plan: train one new child per experiment here and show its CPU seconds")
     p.add_argument("--list", action="store_true", help="list the experiments and exit")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help=f"run from a tree with uncommitted changes: a draft, marked {DRAFT!r} in the output "
+                   "(a published run needs a clean tree: its commit is recorded when it starts)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="pilot seeds for every experiment instead of its declared ones (to size a testbed "
+                   "on seeds that are not reported); the table says PILOT")
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs: expected at least 1, got {args.jobs}")
     if args.measure and not args.plan:
         p.error("--measure: only with --plan")
+    if args.seeds and set(args.seeds) & set(CLAIM_SEEDS):
+        p.error(f"--seeds: pilot seeds must not be the reported ones {list(CLAIM_SEEDS)}")
     return args
 
 
@@ -250,6 +282,8 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
         raise PosencError(f"unknown experiment(s) {unknown}; known: {' '.join(configs)}")
     for n in names:
         build(configs[n])  # every config instantiates before anything is trained
+    start = started()  # the commit the run's rules were frozen in, recorded before anything trains
+    refuse_dirty(args)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or Path("outputs") / "claims" / stamp)
     client = mlflow.MlflowClient(tracking_uri())
@@ -262,13 +296,26 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     results = run_all(planned, [configs[n] for n in names], args.jobs, factor)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0  # the workers have exited: counted
     table = summary_table(results, wall, cpu, args.smoke, factor, args.threads, quick=args.quick,
-                          jobs=args.jobs, skipped=skipped, where=provenance())
+                          jobs=args.jobs, skipped=skipped, where=provenance(start),
+                          pilot=args.seeds)
     (out / "claims.md").write_text(table)
     print(table)
     if args.docs:
         write_docs(Path(args.docs), results, table, out)
     print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {client.tracking_uri})")
     return results
+
+
+def refuse_dirty(args: argparse.Namespace) -> None:
+    """A run that trains (not ``--smoke``, ``--plan``) from a tree with uncommitted changes is refused
+    unless ``--allow-dirty`` (a draft): the rules a published run reads must be the committed ones."""
+    if args.smoke or args.plan or args.allow_dirty:
+        return
+    sha, dirty = git_state()
+    if dirty:
+        raise PosencError(f"the tree at {sha} has uncommitted changes: a published run reads its rules "
+                          "(primaries, minimum effects, gates, budgets) from a clean commit; commit them, or "
+                          f"pass --allow-dirty for a draft (marked {DRAFT!r})")
 
 
 def run_all(planned: list[tuple[Experiment, Context]], paths: list[Path], jobs: int,

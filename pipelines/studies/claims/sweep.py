@@ -18,11 +18,11 @@ import numpy as np
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.extrapolation import TRAINED, adapter_for
-from pipelines.eval.statistics import Estimate, call, paired_difference
+from pipelines.eval.statistics import Estimate, paired_difference
 from pipelines.eval.verdicts import PairedStat, Retained, gain, paired, retained
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import Judgement, Key, Primary, judge_stats, power_text, primary_power
+from pipelines.studies.claims.judge import Judgement, Key, Primary, judge_stats, measure_gate, verdict_reason
 
 
 @dataclass
@@ -74,11 +74,6 @@ class Measured:
         stats = {k: self.stat(*k) for k in keys}
         return judge_stats(stats, primary, self.train_length, self.higher_is_better)
 
-    def gain_at_train(self, cond: str) -> PairedStat | None:
-        """Gain of ``cond`` over the trivial baseline at L₀ (positive = better)."""
-        x, t = self.arm(cond, self.train_length), self.trivial_arm()
-        return gain(x, t, self.higher_is_better) if x is not None and t is not None else None
-
     def retained_guarded(self, cond: str, length: int) -> Retained:
         """Retained gain of ``cond`` at ``length``: ratio of mean gains with a bootstrap interval,
         undefined below the guard (:func:`pipelines.eval.verdicts.guard`)."""
@@ -98,11 +93,6 @@ class Measured:
         if not all(math.isfinite(v) for v in [*x, *y]):
             return est([math.nan])
         return paired_difference(x, y)
-
-    def better(self, a: str, b: str, length: int) -> int:
-        """+1 if ``a`` is called better than ``b`` at ``length``, −1 worse, 0 not called."""
-        d = self.diff(a, b, length)
-        return call(d, self.higher_is_better) if math.isfinite(d.mean) else 0
 
 
 class Sweep(Experiment):
@@ -239,12 +229,25 @@ class Sweep(Experiment):
         if judgement is not None:
             out.details += judgement.table(m.metric)
             out.primary = judgement.summary()
-        if isinstance(ctx.primary, Primary):
-            best = primary_power({c: m.gain_at_train(c) for c in (ctx.primary.a, ctx.primary.b)})
-            if best is not None:
-                arm, out.power, g = best
-                out.power_text = power_text(arm, m.baseline_name, g, out.power)
+        self.gate_of(ctx, m, out, judgement)
         return out
+
+    def gate_of(self, ctx, m: Measured, out: ClaimResult, judgement: Judgement | None) -> None:
+        """The reason for the verdict and the declared gate, measured: the claimed arm's gain over the
+        position-free control at the primary's length, and the primary's interval."""
+        out.why = verdict_reason(ctx, judgement, out.holds)
+        gate, primary = ctx.gate, ctx.primary
+        if gate is None:
+            return
+        found = isinstance(primary, Primary)
+        arm = gate.arm or (primary.a if found else None)
+        length = gate.length or (primary.length if found and primary.length else m.train_length)
+        g = None
+        if gate.control and arm in m.values and gate.control in m.values and length in m.lengths:
+            x, y = m.arm(arm, length), m.arm(gate.control, length)
+            g = gain(x, y, m.higher_is_better) if x is not None and y is not None else None
+        stat = judgement.primary.stat if judgement is not None and judgement.primary is not None else None
+        measure_gate(out, gate, g, stat, f"{arm} at {length}")
 
 
 def retained_table(m: Measured, head: list[str], nope: str | None) -> str:
