@@ -28,7 +28,7 @@ export MLFLOW_DISABLE_TELEMETRY ?= true
 PIP_INSTALL := $(BIN)/pip install --no-compile --disable-pip-version-check
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all smoke lint ui tracking-server clean evaluate compare bench figures
+.PHONY: help install train test test-all smoke lint ui tracking-server clean evaluate compare bench figures posenc-wheel
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -78,6 +78,11 @@ smoke: $(STAMP) ## Quick end-to-end check (< 30 s): every module imports, one ti
 
 test-all: $(STAMP) ## Run every test, slow ones included
 	$(PY) -m pytest -q -m "slow or not slow" $(ARGS)
+
+# The library alone (packaging/posenc/): a wheel whose only requirements are torch and numpy, built offline
+# from posenc/ by the venv's setuptools; tests/test_posenc_wheel.py installs it into a fresh environment.
+posenc-wheel: $(STAMP) ## Build the posenc-only wheel (torch + numpy, no pipelines) into dist/
+	$(PY) packaging/posenc/build.py dist
 
 lint: $(STAMP) ## ruff check
 	$(BIN)/ruff check .

@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from posenc._numerics import out_dtype, work_dtype
 from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched, check_max_len
 
 Integration = Literal["add", "concat"]
@@ -26,16 +27,19 @@ def sinusoidal_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
         base: wavelength base.
 
     Returns:
-        Tensor of shape S + (dim,), in float32 (or float64 when ``pos`` is float64).
+        Tensor of shape S + (dim,), in float32 (or float64 when ``pos`` is float64). The angles
+        and their sines are formed in float64 (:func:`~posenc._numerics.work_dtype`) and only the
+        result is cast: float32 angles put the table off by up to 0.15 at 4.6·10⁶ (d = 64).
     """
     if dim % 2:
         raise PosencError(f"sinusoidal table needs an even width, got {dim}")
-    dtype = torch.float64 if pos.dtype == torch.float64 else torch.float32
-    i = torch.arange(dim // 2, device=pos.device, dtype=dtype)
-    inv_freq = base ** (-2.0 * i / dim)  # (d/2,)
-    angles = pos.to(dtype)[..., None] * inv_freq  # S + (d/2,)
-    out = torch.stack((angles.sin(), angles.cos()), dim=-1)  # S + (d/2, 2)
-    return out.flatten(-2)  # S + (d,)
+    work = work_dtype(pos.device)
+    with torch.autocast(device_type=pos.device.type, enabled=False):
+        i = torch.arange(dim // 2, device=pos.device, dtype=work)
+        inv_freq = base ** (-2.0 * i / dim)  # (d/2,)
+        angles = pos.to(work)[..., None] * inv_freq  # S + (d/2,)
+        out = torch.stack((angles.sin(), angles.cos()), dim=-1)  # S + (d/2, 2)
+        return out.flatten(-2).to(out_dtype(pos))  # S + (d,)
 
 
 class AbsoluteEncoding(PositionalEncoding):

@@ -169,8 +169,9 @@ class FIRE(PositionalEncoding):
     Bhojanapalli, 2023).
 
     b(i, j) = f_θ(ψ(i − j) / ψ(max(L, i))) with ψ(x) = log(1 + c·x), learnable c > 0 and threshold
-    L > 0 (both through softplus), and f_θ an MLP with two hidden ReLU layers of ``hidden`` units
-    and H outputs, as in the paper. The paper is causal (j ≤ i). For this bidirectional encoder the
+    L > 0 (both through softplus), and f_θ an MLP with one hidden ReLU layer of ``hidden`` units and
+    H outputs, as in the authors' listing (Linear(1, 32), ReLU, Linear(32, H)). The paper is causal
+    (j ≤ i). For this bidirectional encoder the
     input is ψ(|i − j|) / ψ(max(L, i, j)): symmetric in i and j, still in [0, 1] for non-negative
     positions, and equal to the paper's on the causal triangle, so a causal model gets FIRE exactly.
     The bias is therefore direction-blind in an encoder, and, like the paper's, not invariant to
@@ -178,7 +179,9 @@ class FIRE(PositionalEncoding):
     pairs (its input depends on max(i, j), not on the distance alone).
 
     Args:
-        hidden: width of the two hidden layers (32).
+        hidden: width of the hidden layers (32).
+        n_hidden: number of hidden layers (1, the authors' listing). posenc before issue 41 built
+            2; checkpoints from then load only into ``FIRE(..., n_hidden=2)`` (a clear error says so).
         c_init: initial c (0.1).
         threshold_init: initial L (512); below it the normaliser is the constant ψ(L).
     """
@@ -192,19 +195,33 @@ class FIRE(PositionalEncoding):
         n_heads: int,
         *,
         hidden: int = 32,
+        n_hidden: int = 1,
         c_init: float = 0.1,
         threshold_init: float = 512.0,
     ) -> None:
         super().__init__(d_model, n_heads)
-        if int(hidden) != hidden or hidden < 1:
-            raise PosencError(f"FIRE hidden must be a positive integer, got {hidden!r}")
+        for name, value in (("hidden", hidden), ("n_hidden", n_hidden)):
+            if int(value) != value or value < 1:
+                raise PosencError(f"FIRE {name} must be a positive integer, got {value!r}")
         if c_init <= 0:
             raise PosencError(f"FIRE c_init must be > 0, got {c_init}")
         if threshold_init <= 0:
             raise PosencError(f"FIRE threshold_init must be > 0, got {threshold_init}")
-        self.mlp = _mlp(1, int(hidden), n_heads, n_hidden=2, norm=False)
+        self.n_hidden = int(n_hidden)
+        self.mlp = _mlp(1, int(hidden), n_heads, n_hidden=self.n_hidden, norm=False)
         self.raw_c = nn.Parameter(inverse_softplus(torch.tensor(float(c_init))))
         self.raw_threshold = nn.Parameter(inverse_softplus(torch.tensor(float(threshold_init))))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # noqa: ANN001
+        """Name the fix when a checkpoint's MLP is deeper or shallower than this one."""
+        depth = sum(1 for k in state_dict if k.startswith(f"{prefix}mlp.") and k.endswith(".weight")) - 1
+        if depth >= 1 and depth != self.n_hidden:
+            raise PosencError(
+                f"this FIRE checkpoint has an MLP with {depth} hidden layer(s), this FIRE has "
+                f"{self.n_hidden}: build it with FIRE(..., n_hidden={depth}) (posenc before issue 41 "
+                "used 2; the authors' listing, now the default, has 1)"
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def c(self) -> Tensor:

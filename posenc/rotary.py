@@ -10,7 +10,10 @@ each pair's frequency θ_i by a factor:
 * ``dynamic_ntk`` — NTK with s recomputed per call from the span of positions (see
   :func:`dynamic_scale`); s = 1 while the span fits in ``train_len``.
 * ``yarn`` — "YaRN: Efficient Context Window Extension of Large Language Models" (Peng et al., 2023):
-  NTK-by-parts ramp (:func:`yarn_factors`) plus an attention temperature (:func:`yarn_attention_factor`).
+  NTK-by-parts ramp over the pair index, as the authors' code, Hugging Face and vLLM run it
+  (:func:`yarn_factors`), plus an attention temperature (:func:`yarn_attention_factor`).
+* ``yarn_paper`` — the same with the ramp over each pair's rotation count, as the paper's Eq. 18 is
+  written (:func:`yarn_paper_factors`); the default ``yarn`` before this distinction was drawn.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from posenc._numerics import TWO_PI, work_dtype
 from posenc.base import PosencError, PositionalEncoding, SchemeMeta, as_batched
 
 Layout = Literal["interleaved", "half"]
-Scaling = Literal["none", "linear", "ntk", "dynamic_ntk", "yarn"]
-SCALINGS: tuple[str, ...] = ("none", "linear", "ntk", "dynamic_ntk", "yarn")
+Scaling = Literal["none", "linear", "ntk", "dynamic_ntk", "yarn", "yarn_paper"]
+SCALINGS: tuple[str, ...] = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "yarn_paper")
+YARNS: tuple[str, ...] = ("yarn", "yarn_paper")
 
 
 # --------------------------------------------------------------------------------- pure math
@@ -116,14 +120,53 @@ def ntk_factors(n_pairs: int, head_dim: int, scale: Tensor | float) -> Tensor:
     return s[..., None] ** (-2.0 * i / (head_dim - 2))  # S + (n_pairs,)
 
 
+def yarn_correction_range(
+    head_dim: int, base: float, train_len: int, beta_fast: float, beta_slow: float, truncate: bool = True
+) -> tuple[float, float]:
+    """Pair indices (low, high) between which YaRN ramps, as in its authors' code (Peng et al., 2023).
+
+    Pair i makes r_i = train_len·base^(−2i/d)/(2π) rotations over the training length; solving
+    r_i = β gives i(β) = d·ln(train_len/(2πβ))/(2·ln base). low = i(β_fast), high = i(β_slow),
+    floored and ceiled when ``truncate`` (the released code and Hugging Face's default), then
+    clipped to [0, d − 1] as they do.
+    """
+    def index(rotations: float) -> float:
+        return head_dim * math.log(train_len / (rotations * TWO_PI)) / (2.0 * math.log(base))
+
+    low, high = index(beta_fast), index(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    return max(low, 0), min(high, head_dim - 1)
+
+
 def yarn_factors(
+    n_pairs: int, head_dim: int, base: float, train_len: int, scale: float,
+    beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True,
+) -> Tensor:
+    """YaRN "NTK-by-parts" factors θ'_i/θ_i as practitioners run them (Peng et al., 2023).
+
+    The paper's Eq. 18 ramps γ over each pair's rotation count; the authors' released code, Hugging
+    Face transformers and vLLM ramp it linearly over the pair *index* between
+    :func:`yarn_correction_range` (low, high): γ_i = 1 − clamp((i − low)/(high − low), 0, 1) and
+    θ'_i = (1 − γ_i)·θ_i/s + γ_i·θ_i. Pairs below ``low`` are left alone, pairs above ``high`` are
+    interpolated like ``linear``. Returned in float64, (n_pairs,).
+    """
+    low, high = yarn_correction_range(head_dim, base, train_len, beta_fast, beta_slow, truncate)
+    if low == high:
+        high = high + 0.001  # the released code's guard against a zero-width ramp
+    i = torch.arange(n_pairs, dtype=torch.float64)
+    gamma = 1.0 - ((i - low) / (high - low)).clamp(0.0, 1.0)  # (n,)
+    return (1.0 - gamma) / scale + gamma  # (n,)
+
+
+def yarn_paper_factors(
     inv_freq: Tensor, train_len: int, scale: float, beta_fast: float = 32.0, beta_slow: float = 1.0
 ) -> Tensor:
-    """YaRN "NTK-by-parts" factors θ'_i/θ_i (Peng et al., 2023, Eq. 18–19).
+    """YaRN factors as the paper's Eq. 18–19 are written (``scaling='yarn_paper'``).
 
-    r_i = train_len·θ_i/(2π) is the number of rotations pair i makes over the training length;
-    γ_i = clamp((r_i − β_slow)/(β_fast − β_slow), 0, 1); θ'_i = (1 − γ_i)·θ_i/s + γ_i·θ_i. Fast
-    pairs (r > β_fast) are left alone, slow pairs (r < β_slow) are interpolated like ``linear``.
+    r_i = train_len·θ_i/(2π); γ_i = clamp((r_i − β_slow)/(β_fast − β_slow), 0, 1);
+    θ'_i = (1 − γ_i)·θ_i/s + γ_i·θ_i. At d = 64, s = 4, train_len = 2048 this differs from
+    :func:`yarn_factors` on pairs 9–20 (pair 15: ×0.33 here, ×0.60 there).
     """
     rotations = train_len * inv_freq / TWO_PI  # (n,)
     gamma = ((rotations - beta_slow) / (beta_fast - beta_slow)).clamp(0.0, 1.0)  # (n,)
@@ -166,10 +209,10 @@ def check_scaling(
         raise PosencError(f"RoPE scale_factor must be >= 1, got {scale_factor}")
     if scaling == "none" and scale_factor != 1.0:
         raise PosencError(f"RoPE scale_factor={scale_factor} has no effect with scaling='none'")
-    if scaling in ("dynamic_ntk", "yarn") and (train_len is None or train_len < 1):
+    if scaling in ("dynamic_ntk", *YARNS) and (train_len is None or train_len < 1):
         raise PosencError(f"RoPE scaling={scaling!r} needs a positive train_len, got {train_len}")
-    if scaling == "yarn" and not beta_fast > beta_slow >= 0:
-        raise PosencError(f"YaRN needs beta_fast > beta_slow >= 0, got {beta_fast} and {beta_slow}")
+    if scaling in YARNS and not beta_fast > beta_slow >= (0 if scaling == "yarn_paper" else 1e-300):
+        raise PosencError(f"{scaling} needs beta_fast > beta_slow > 0, got {beta_fast} and {beta_slow}")
     if scaling in ("ntk", "dynamic_ntk") and head_dim <= 2:
         raise PosencError(f"NTK scaling needs head_dim > 2, got {head_dim}")
 
@@ -189,11 +232,13 @@ class RoPE(PositionalEncoding):
     Args:
         base: frequency base (10000 in the paper).
         layout: ``interleaved`` (paper) or ``half`` (GPT-NeoX style).
-        scaling: ``none``, ``linear``, ``ntk``, ``dynamic_ntk`` or ``yarn``.
+        scaling: ``none``, ``linear``, ``ntk``, ``dynamic_ntk``, ``yarn`` or ``yarn_paper``.
         scale_factor: s ≥ 1 (must stay 1 with ``none``; the HF "factor" a for ``dynamic_ntk``).
         train_len: training context length (needed by ``dynamic_ntk`` and ``yarn``).
         beta_fast: YaRN β (rotations per training length above which a pair is left alone).
         beta_slow: YaRN α (rotations below which a pair is fully interpolated).
+        truncate: ``yarn`` only: floor/ceil the correction range to whole pairs (Hugging Face's
+            ``truncate``, default True as there).
     """
 
     meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("rotate",))
@@ -211,6 +256,7 @@ class RoPE(PositionalEncoding):
         train_len: int | None = None,
         beta_fast: float = 32.0,
         beta_slow: float = 1.0,
+        truncate: bool = True,
     ) -> None:
         super().__init__(d_model, n_heads)
         name = type(self).__name__
@@ -226,7 +272,7 @@ class RoPE(PositionalEncoding):
         check_scaling(scaling, scale_factor, train_len, beta_fast, beta_slow, self.head_dim)
         self.base, self.layout = base, layout
         self.scaling, self.scale_factor, self.train_len = scaling, float(scale_factor), train_len
-        self.beta_fast, self.beta_slow = beta_fast, beta_slow
+        self.beta_fast, self.beta_slow, self.truncate = beta_fast, beta_slow, bool(truncate)
         self._cache: dict[str, Tensor] = {}  # device → frequencies in the working dtype
 
     # ------------------------------------------------------------------- frequencies
@@ -258,7 +304,11 @@ class RoPE(PositionalEncoding):
         elif self.scaling == "ntk":
             factor = ntk_factors(n, self.head_dim, torch.tensor(s, **like))  # (n,)
         elif self.scaling == "yarn":
-            factor = yarn_factors(freqs.detach(), self.train_len, s, self.beta_fast, self.beta_slow)
+            factor = yarn_factors(
+                n, self.head_dim, self.base, self.train_len, s, self.beta_fast, self.beta_slow, self.truncate
+            ).to(**like)  # (n,)
+        elif self.scaling == "yarn_paper":
+            factor = yarn_paper_factors(freqs.detach(), self.train_len, s, self.beta_fast, self.beta_slow)
         else:
             rows = dynamic_scale(span.to(**like), self.train_len, s)  # (B',)
             factor = ntk_factors(n, self.head_dim, rows)  # (B', n)
@@ -308,7 +358,7 @@ class RoPE(PositionalEncoding):
 
     def attention_factor(self) -> float:
         """Factor applied to q and to k after rotation (YaRN temperature; 1 otherwise)."""
-        return yarn_attention_factor(self.scale_factor) if self.scaling == "yarn" else 1.0
+        return yarn_attention_factor(self.scale_factor) if self.scaling in YARNS else 1.0
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         span = None

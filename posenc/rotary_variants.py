@@ -76,7 +76,8 @@ class PeriodicRoPE(RoPE):
         periods: periods in positions, each ≥ 2 (see :func:`posenc.periods_from_data`).
         learnable: learn every pair's frequency, as ω·e^δ with δ a parameter starting at 0 (the
             periods are then only the initial values).
-        base, layout, scaling, scale_factor, train_len, beta_fast, beta_slow: as :class:`RoPE`.
+        base, layout, scaling, scale_factor, train_len, beta_fast, beta_slow, truncate: as
+            :class:`RoPE`.
     """
 
     meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("rotate",))
@@ -95,10 +96,11 @@ class PeriodicRoPE(RoPE):
         train_len: int | None = None,
         beta_fast: float = 32.0,
         beta_slow: float = 1.0,
+        truncate: bool = True,
     ) -> None:
         super().__init__(
             d_model, n_heads, base=base, layout=layout, scaling=scaling, scale_factor=scale_factor,
-            train_len=train_len, beta_fast=beta_fast, beta_slow=beta_slow,
+            train_len=train_len, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate,
         )
         self.periods = check_periods(periods, self.head_dim // 2)
         freqs, self.pinned_index = periodic_frequencies(self.head_dim, base, self.periods)
@@ -151,7 +153,8 @@ class XPos(RoPE):
     Args:
         gamma: the γ in ζ_i (0.4 in the paper).
         scale_base: B (512 in the paper).
-        base, layout, scaling, scale_factor, train_len, beta_fast, beta_slow: as :class:`RoPE`.
+        base, layout, scaling, scale_factor, train_len, beta_fast, beta_slow, truncate: as
+            :class:`RoPE`.
     """
 
     meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("rotate",))
@@ -171,10 +174,11 @@ class XPos(RoPE):
         train_len: int | None = None,
         beta_fast: float = 32.0,
         beta_slow: float = 1.0,
+        truncate: bool = True,
     ) -> None:
         super().__init__(
             d_model, n_heads, base=base, layout=layout, scaling=scaling, scale_factor=scale_factor,
-            train_len=train_len, beta_fast=beta_fast, beta_slow=beta_slow,
+            train_len=train_len, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate,
         )
         if not gamma > 0:
             raise PosencError(f"XPos gamma must be > 0, got {gamma}")

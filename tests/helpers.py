@@ -371,3 +371,13 @@ def attention_inputs(padded: bool, width: int = D):
         kpm = torch.zeros(2, ATTN_T, dtype=torch.bool)
         kpm[0, 30:] = True  # one padded row, one full row
     return x, torch.arange(ATTN_T) + 5, kpm
+
+
+#: what the posenc library must never import (the README snippet and the posenc-only wheel are checked)
+PIPELINE_STACK = ("lightning", "mlflow", "pandas", "matplotlib", "pipelines", "datamodules")
+
+
+def readme_snippet() -> str:
+    """The code block of the README's "Use it in your own model" section."""
+    section = (ROOT / "README.md").read_text().split("## Use it in your own model", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import workdir_with_store
+from tests.helpers import PIPELINE_STACK, readme_snippet, workdir_with_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("posenc", "datamodules", "pipelines")
@@ -212,7 +212,6 @@ def test_no_module_reexports_its_neighbours_names():
 # ----------------------------------------------------------------------------------------- posenc whole
 LIBRARY_NEEDS = {"torch", "numpy"}  # numpy: periods_from_data and the diagnostics' arrays
 OPTIONAL = {"posenc.diagnostic_plots": {"matplotlib"}}  # figures; not imported by ``import posenc``
-PIPELINE_STACK = ("lightning", "mlflow", "pandas", "matplotlib", "pipelines", "datamodules")
 
 
 def test_posenc_needs_only_torch_and_names_no_pipeline():
@@ -221,12 +220,6 @@ def test_posenc_needs_only_torch_and_names_no_pipeline():
             outside = {n.split(".")[0] for n in imports(path)} - set(sys.stdlib_module_names) - {"posenc"}
             assert outside <= LIBRARY_NEEDS | OPTIONAL.get(module, set()), (module, outside)
             assert not re.search(r"pipelines|datamodules", path.read_text()), module
-
-
-def readme_snippet() -> str:
-    """The code block of the README's "Use it in your own model" section."""
-    section = (ROOT / "README.md").read_text().split("## Use it in your own model", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readme_snippet_runs_on_torch_alone(tmp_path):

@@ -7,6 +7,8 @@ compile) falls back to the SDPA paths for good.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from torch import Tensor
 
@@ -43,20 +45,45 @@ def distance_lookup(pe: PositionalEncoding, q: Tensor, pos: Tensor) -> tuple[Ten
 def flex_inputs(pe: PositionalEncoding, q: Tensor, pos: Tensor, pad: Tensor | None,
                 causal: bool) -> tuple[Tensor, int, object]:
     """What every layer of a forward reads alike: the distance table and its span
-    (:func:`distance_lookup`) and the block mask of causality and key padding (``None``: neither)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
+    (:func:`distance_lookup`) and the block mask of causality and key padding (``None``: neither,
+    else from :func:`block_mask_for`, kept across forwards)."""
     B, _, T, _ = q.shape
     table, span = distance_lookup(pe, q, as_batched(pos))
     if not (causal or pad is not None):
         return table, span, None
+    return table, span, block_mask_for(B, T, causal, pad, q.device)
+
+
+_BLOCK_MASKS: OrderedDict[tuple, tuple[Tensor | None, object]] = OrderedDict()
+BLOCK_MASKS_KEPT = 8  # distinct (shape, causality, padding) signatures kept, least recently used dropped
+
+
+def block_mask_for(B: int, T: int, causal: bool, pad: Tensor | None, device: torch.device) -> object:
+    """FlexAttention's block mask of causality and key padding ``pad`` (B, T) for T × T scores.
+
+    It depends on neither the parameters nor the positions, so one mask serves every forward with
+    the same signature (T, causality, device and, with padding, B and the padding itself, compared
+    by value): training builds it once instead of once per step. Masks are kept for the last
+    :data:`BLOCK_MASKS_KEPT` signatures.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    key = (T, bool(causal), str(device), B if pad is not None else None)
+    held = _BLOCK_MASKS.get(key)
+    if held is not None and (pad is None or torch.equal(held[0], pad)):
+        _BLOCK_MASKS.move_to_end(key)
+        return held[1]
+    kept_pad = pad.clone() if pad is not None else None
 
     def mask_mod(b, h, qi, ki):
         keep = (ki <= qi) if causal else (ki >= 0)
-        return keep & ~pad[b, ki] if pad is not None else keep
+        return keep & ~kept_pad[b, ki] if kept_pad is not None else keep
 
-    block_mask = create_block_mask(mask_mod, B if pad is not None else None, None, T, T, device=q.device)
-    return table, span, block_mask
+    block_mask = create_block_mask(mask_mod, B if pad is not None else None, None, T, T, device=device)
+    _BLOCK_MASKS[key] = (kept_pad, block_mask)
+    while len(_BLOCK_MASKS) > BLOCK_MASKS_KEPT:
+        _BLOCK_MASKS.popitem(last=False)
+    return block_mask
 
 
 def flex_attention_bias(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, pos: Tensor,

@@ -396,3 +396,34 @@ def test_every_table_scheme_rejects_a_bad_max_len_with_one_message(cls, bad):
     with pytest.raises(PosencError, match=rf"^{cls.__name__} max_len must be a positive integer, got "):
         cls(D, H, max_len=bad)
     assert cls(D, H, max_len=4.0).max_len == 4
+
+
+# ------------------------------------------------------------------------------ genome-scale positions
+GENOME = [0, 1, 4_096, 100_000, 4_600_000, 4_641_651]  # E. coli K-12 is 4,641,652 bp
+
+
+def test_sinusoidal_is_exact_to_float32_rounding_at_genome_coordinates():
+    """The angles are formed in float64 (``posenc._numerics``); float32 angles miss this by up to 0.15."""
+    pe = Sinusoidal(64, 2)
+    for dtype in (torch.int64, torch.float32):
+        got = pe.table(torch.tensor([GENOME], dtype=dtype))[0].double()  # (T, 64)
+        assert pe.table(torch.tensor([GENOME], dtype=dtype)).dtype == torch.float32
+        for t, p in enumerate(GENOME):
+            want = []
+            for i in range(32):
+                w = p / 10000.0 ** (2 * i / 64)
+                want += [math.sin(w), math.cos(w)]
+            torch.testing.assert_close(got[t], torch.tensor(want, dtype=torch.float64), atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("make", [Sinusoidal, TrainableSinusoidal, ComplexExponential, RandomFourier,
+                                  GaussianRBF, ConditionalPE],
+                         ids=lambda m: m.__name__)
+def test_absolute_functions_of_position_keep_float64_angles_for_float32_outputs(make):
+    """Each scheme's float32 table at genome coordinates equals its float64 table to float32 rounding."""
+    torch.manual_seed(0)
+    pe = perturbed(make(64, 2))
+    pos = torch.tensor([GENOME])
+    lo = pe.table(pos).double()  # (1, T, 64), from int64 positions
+    hi = pe.table(pos.double())  # (1, T, 64), the float64 reference path
+    torch.testing.assert_close(lo, hi, atol=2e-6 * max(1.0, hi.abs().max().item()), rtol=0)

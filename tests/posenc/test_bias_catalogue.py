@@ -426,3 +426,15 @@ def test_bad_arguments_name_the_value(build, match):
 def test_content_biases_need_keys(cls):
     with pytest.raises(PosencError, match="needs the keys"):
         cls(D, H).bias(qk(4)[0], torch.arange(4), torch.arange(4))
+
+
+def test_fire_mlp_is_the_authors_one_hidden_layer_and_old_checkpoints_name_the_fix():
+    """Li et al. (2023)'s listing: Linear(1, 32), ReLU, Linear(32, H). Two-layer checkpoints from
+    before issue 41 load into ``n_hidden=2`` and fail with a message naming it otherwise."""
+    pe = FIRE(D, H)
+    assert [type(m).__name__ for m in pe.mlp] == ["Linear", "ReLU", "Linear"]
+    assert (pe.mlp[0].in_features, pe.mlp[0].out_features, pe.mlp[2].out_features) == (1, 32, H)
+    old = FIRE(D, H, n_hidden=2).state_dict()
+    with pytest.raises(PosencError, match="n_hidden=2"):
+        FIRE(D, H).load_state_dict(old)
+    FIRE(D, H, n_hidden=2).load_state_dict(old)

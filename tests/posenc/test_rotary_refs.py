@@ -152,19 +152,56 @@ def scaled_freqs(kind: str, s: float, span: float | None = None, train_len: int 
         if kind == "dynamic_ntk":
             s = max(1.0, s * span / train_len - (s - 1.0))
         return ladder(10000.0 * s ** (DH / (DH - 2)))
+    if kind == "yarn_paper":
+        return yarn_paper_ref(s, train_len)
+    return [(1 - g) * w / s + g * w for g, w in zip(yarn_index_gammas(train_len), ladder(), strict=True)]
+
+
+def yarn_paper_ref(s: float, train_len: int) -> list[float]:
+    """YaRN as the paper's Eq. 17–19 are written (α = 1, β = 32): γ ramps over the rotation count r."""
     out = []
-    for w in ladder():  # YaRN, Peng et al. (2023), Eq. 17–19 with α = 1, β = 32
+    for w in ladder():
         r = train_len / (2 * math.pi / w)
         gamma = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
         out.append((1 - gamma) * w / s + gamma * w)
     return out
 
 
-@pytest.mark.parametrize("kind", ["linear", "ntk", "yarn"])
+def yarn_index_gammas(train_len: int, dh: int = DH, base: float = 10000.0, fast: float = 32.0,
+                      slow: float = 1.0) -> list[float]:
+    """γ_i of YaRN as its authors' code runs it: linear in the pair index i between the (fractional)
+    pairs that make ``fast`` and ``slow`` rotations over ``train_len``, floored/ceiled to whole pairs.
+
+    Pair i turns train_len·base^(−2i/dh)/(2π) times; that equals β at i = log_base(train_len/(2πβ))·dh/2.
+    """
+    def where(beta: float) -> float:
+        return math.log(train_len / (2 * math.pi * beta), base) * dh / 2
+
+    lo, hi = max(math.floor(where(fast)), 0), min(math.ceil(where(slow)), dh - 1)
+    hi = hi + 0.001 if hi == lo else hi
+    return [1.0 - min(max((i - lo) / (hi - lo), 0.0), 1.0) for i in range(dh // 2)]
+
+
+def test_yarn_ramps_over_the_pair_index_not_the_rotation_count():
+    """The case of issue 41: d = 64, s = 4, L₀ = 2048. Pairs 9–20 differ between the two ramps; pair 15
+    is ×0.60 with the index ramp (what Hugging Face and the authors' code run), ×0.33 with the paper's."""
+    pe = RoPE(128, 2, scaling="yarn", scale_factor=4.0, train_len=2048)
+    paper = RoPE(128, 2, scaling="yarn_paper", scale_factor=4.0, train_len=2048)
+    base = [10000.0 ** (-2 * i / 64) for i in range(32)]
+    got = [a / b for a, b in zip(pe.scaled_frequencies().tolist(), base, strict=True)]
+    old = [a / b for a, b in zip(paper.scaled_frequencies().tolist(), base, strict=True)]
+    want = [(1 - g) / 4 + g for g in yarn_index_gammas(2048, dh=64)]
+    assert got == pytest.approx(want, rel=1e-12)
+    assert got[15] == pytest.approx(0.60, abs=0.01) and old[15] == pytest.approx(0.33, abs=0.01)
+    differ = [i for i in range(32) if abs(got[i] - old[i]) > 1e-9]
+    assert differ == list(range(9, 21))
+
+
+@pytest.mark.parametrize("kind", ["linear", "ntk", "yarn", "yarn_paper"])
 def test_static_scalings_match_their_papers(kind):
     pe = RoPE(D, H, scaling=kind, scale_factor=4.0, train_len=32)
     q, k = qk(len(POS))
-    factor = (0.1 * math.log(4.0) + 1.0) ** 2 if kind == "yarn" else 1.0  # YaRN temperature 1/t
+    factor = (0.1 * math.log(4.0) + 1.0) ** 2 if "yarn" in kind else 1.0  # YaRN temperature 1/t
     ref = logits_ref(q, k, POS, scaled_freqs(kind, 4.0), "interleaved", factor)
     close64(logits(pe, q, k, torch.tensor(POS, dtype=torch.float64)), ref)
 
