@@ -14,9 +14,8 @@ from posenc import PosencError, PositionOutOfRange
 
 log = logging.getLogger(__name__)
 
-# The Forecaster's Transformer is unused here: the smallest one keeps its machinery (checkpoints, specs).
-_NO_BACKBONE = {"d_model": 2, "n_heads": 1, "n_layers": 0, "pe": None, "head": "last", "dropout": 0.0,
-               "linear_path": False}
+#: Weights of the zero-block Transformer older DLinear checkpoints carried (built on a dummy backbone).
+_DUMMY_PREFIXES = ("backbone.", "embed.", "head.")
 
 
 def moving_average(x: Tensor, kernel: int) -> Tensor:
@@ -35,7 +34,7 @@ class DLinearForecaster(Forecaster):
     A :class:`~pipelines.tasks.forecast.Forecaster` in everything but the network: the same data,
     loss, AdamW + warm-up/cosine schedule, checkpointing on ``val/loss``, test metrics at every
     lookback (a longer lookback is cut to its last ``lookback`` steps; a shorter one is undefined)
-    and inference. Run it with ``configs/ts_dlinear.yaml``.
+    and inference. Run it with ``configs/ltsf/dlinear_etth1.yaml``.
 
     Args:
         lookback: input steps L (linked from the datamodule).
@@ -46,14 +45,16 @@ class DLinearForecaster(Forecaster):
     """
 
     task_name = "ts_forecast_dlinear"
+    has_backbone = False  # no Transformer, token embedding or head: two linear maps
 
     def __init__(self, lookback: int = 336, kernel_size: int = 25, revin: bool = False,
                  **kwargs: Any) -> None:
         if lookback < 1 or kernel_size < 1:
             raise PosencError(f"model.lookback and model.kernel_size must be ≥ 1, got {lookback}, "
                               f"{kernel_size}")
-        kwargs = {**kwargs, **_NO_BACKBONE}
+        kwargs = {**kwargs, "linear_path": False}
         super().__init__(lookback=lookback, revin=revin, **kwargs)
+        self._register_load_state_dict_pre_hook(_drop_dummy_backbone)
         self.kernel_size = kernel_size
         self.trend = nn.Linear(lookback, self.horizon)
         self.seasonal = nn.Linear(lookback, self.horizon)
@@ -80,6 +81,13 @@ class DLinearForecaster(Forecaster):
         out = self.trend(trend) + self.seasonal(seq - trend)  # (B·C, H)
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         return self.revin.denormalize(y, mu, sd) if self.revin is not None else y
+
+
+def _drop_dummy_backbone(state_dict: dict, prefix: str, *args: Any) -> None:
+    """Checkpoints of DLinear built on the zero-block Transformer hold its unused weights: drop them,
+    so those models load and predict as before."""
+    for key in [k for k in state_dict if k.startswith(tuple(prefix + p for p in _DUMMY_PREFIXES))]:
+        del state_dict[key]
 
 
 def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearForecaster:
