@@ -113,6 +113,7 @@ class LTSFData:
     source: str
     protocol: str = "ett"
     sentinels: dict[str, int] = field(default_factory=dict)  # column → sentinel values kept (non-zero only)
+    period: int = 24  # a day in rows (24 hourly, 96 every 15 min, 144 every 10 min): seasonal naive's lag
 
     @property
     def n_channels(self) -> int:
@@ -160,11 +161,13 @@ def read_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] |
         raise PosencError(f"{file.name}: no time column {time_col!r}; columns are {names}")
     columns = list(target_cols or [c for c in table.columns if c != time_col])
     series = parse_series(table, None, columns, source=file.name)  # the protocol splits rows as they are
-    protocol = protocol or detect_protocol(file)
+    protocol, step = protocol or detect_protocol(file), step_minutes(table[time_col])
     if borders is None:
-        borders = protocol_borders(protocol, len(series.targets), step_minutes(table[time_col]), file.name)
+        borders = protocol_borders(protocol, len(series.targets), step, file.name)
     data = scale_protocol(series.targets, columns, tuple(borders), file.name)
     data.protocol = protocol
+    if step and 1440 % step == 0:
+        data.period = int(1440 // step)
     raw = np.asarray(series.targets, dtype=np.float64)[: borders[2]]
     counts = np.isin(raw, SENTINELS).sum(axis=0)
     data.sentinels = {c: int(k) for c, k in zip(columns, counts, strict=True) if k}

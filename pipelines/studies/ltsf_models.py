@@ -157,8 +157,11 @@ def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.nd
 
 
 # ----------------------------------------------------------------------------- closed-form baselines
-def seasonal_naive_run(data: LTSFData, lookback: int, horizon: int, seed: int, period: int = 24) -> Result:
-    """The value ``period`` steps (a day of hours) earlier, repeated over the horizon."""
+def seasonal_naive_run(data: LTSFData, lookback: int, horizon: int, seed: int,
+                       period: int | None = None) -> Result:
+    """The value ``period`` steps (default: a day in the file's rows, ``data.period``) earlier,
+    repeated over the horizon."""
+    period = int(period or data.period)
     with Timer() as clock:
         pred = {s: seasonal_naive(data.values, data.starts(s, lookback, horizon), horizon, period)
                 for s in ("val", "test")}

@@ -259,14 +259,15 @@ def test_baselines_on_the_protocols_windows():
     assert scaled_errors(ridge.pred, truth)["mse_scaled"] < 1e-3 and ridge.params["alpha"] > 0
 
 
-def test_lightgbm_forecasts_every_window_recursively():
+def test_lightgbm_forecasts_every_window_directly():
     pytest.importorskip("lightgbm", reason="lightgbm is not installed (the optional ltsf extra)")
-    from pipelines.studies.ltsf_trees import lightgbm_run
+    from pipelines.studies.ltsf_trees import anchors, lightgbm_run
 
     data = small_protocol()
     truth = data.windows("test", 336, 8)[1]
     result = lightgbm_run(data, 336, 8, seed=0, threads=1)
-    assert result.pred.shape == truth.shape
+    assert result.pred.shape == truth.shape and result.params["strategy"] == "direct"
+    assert list(anchors(8)) == list(range(8)) and len(anchors(720)) == 24 and anchors(720)[-1] == 719
     naive = scaled_errors(np.repeat(data.windows("test", 336, 8)[0][:, -1:], 8, axis=1), truth)["mse_scaled"]
     assert scaled_errors(result.pred, truth)["mse_scaled"] < naive  # better than repeating the last value
 

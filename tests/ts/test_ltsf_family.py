@@ -81,6 +81,7 @@ def test_weather_like_file_keeps_and_reports_its_sentinels(tmp_path):
     data = read_ltsf(quirky_csv(tmp_path / "station.csv"))
     assert data.protocol == "custom" and data.bounds["test"] == (800, 1000)
     assert data.columns[1] == "PAR (\ufffdmol/m\ufffd/s)" and data.sentinels == {"OT": 2}
+    assert data.period == 144  # a day of 10-minute rows: seasonal naive's lag
     line = describe_data(data)
     assert "custom protocol, 3 channels" in line and "OT: 2" in line
     assert read_ltsf(tmp_path / "station.csv", protocol="custom", borders=(600, 800, 1000)).bounds[
