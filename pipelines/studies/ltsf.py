@@ -295,7 +295,7 @@ def run(argv: Sequence[str] | None = None) -> Path:
     summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))
     files = [results, summary]
     if rows and not args.val_only:
-        figure(rows, out / "ltsf.png")
+        figure(rows, out / "ltsf.png", args.data, args.lookback)
         files.append(out / "ltsf.png")
     for f in files:
         client.log_artifact(parent, str(f))

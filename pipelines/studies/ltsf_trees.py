@@ -1,4 +1,4 @@
-"""Gradient-boosted trees for the LTSF benchmark, as practitioners run them (optional: ``pip install .[ltsf]``).
+"""Gradient-boosted trees for the LTSF benchmark as practitioners run them (optional: ``.[ltsf]``).
 
 A **direct multi-horizon** LightGBM (the strategy of mlforecast's and skforecast's direct
 forecasters, not a recursive one-step model fed its own predictions): one global regressor shared by
@@ -8,10 +8,10 @@ horizon step* and predicts that step directly. Fixed before any run, for the CPU
 - each window is normalised by its lookback's mean and std (trees do not extrapolate levels: RevIN's
   idea), the forecast mapped back;
 - features: the last :data:`RECENT` values, :data:`BLOCKS` block means of the whole lookback, the
-  seasonal-naive value of the step (a day earlier, ``data.period`` rows), the step and its phase in
-  the day;
-- target: the step's value minus that seasonal-naive value (so the daily shape is kept however far
-  apart the modelled steps are);
+  lookback's mean daily profile at the step's phase (the mean of the values a whole number of days
+  of ``data.period`` rows apart), the step and its phase in the day;
+- target: the step's value minus that profile value (so the daily shape is kept however far apart
+  the modelled steps are);
 - modelled steps: at most :data:`ANCHORS` steps spread evenly over the horizon (all of them when
   the horizon is shorter); the residual is interpolated linearly between them and the seasonal
   naive added back at every step — every test window and step is scored;
@@ -50,10 +50,13 @@ def _window_features(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def _seasonal(z: np.ndarray, steps: np.ndarray, period: int) -> np.ndarray:
-    """The seasonal-naive value of each step (n, len(steps)) from normalised lookbacks z (n, L)."""
-    p = min(period, z.shape[1])
-    back = p * ((steps + p) // p)  # a whole number of periods, known at the window's end
-    return z[:, z.shape[1] + steps - back]
+    """The seasonal profile's value at each step (n, len(steps)): the mean over the lookback's whole
+    periods (days) of the value at the step's phase, from normalised lookbacks z (n, L)."""
+    length = z.shape[1]
+    p = min(period, length)
+    m = (length // p) * p  # the lookback's last whole periods
+    profile = z[:, length - m:].reshape(len(z), m // p, p).mean(axis=1)  # (n, p)
+    return profile[:, (m + steps) % p]
 
 
 def _design(rows: np.ndarray, steps: np.ndarray, period: int) -> tuple[np.ndarray, ...]:
@@ -74,13 +77,13 @@ def _rows(data: LTSFData, split: str, lookback: int, horizon: int, n_rows: int,
     steps = anchors(horizon)
     pick = rng.choice(len(lb), size=min(len(lb), max(1, n_rows // len(steps))), replace=False)
     feats, seas, mu, sd = _design(lb[pick], steps, data.period)
-    target = (tg[pick][:, steps] - mu) / sd - seas  # (m, S): the residual over seasonal naive
+    target = (tg[pick][:, steps] - mu) / sd - seas  # (m, S): the residual over the daily profile
     return feats, target.reshape(-1).astype(np.float32)
 
 
 def _forecast(model: object, data: LTSFData, x: np.ndarray, horizon: int, chunk: int = 20_000) -> np.ndarray:
     """The forecast (n, H, C) of lookbacks x (n, L, C): residuals at the anchor steps interpolated
-    over the horizon, plus the seasonal naive, in the data's scaled units."""
+    over the horizon, plus the daily profile, in the data's scaled units."""
     rows, steps, every = _per_channel(x), anchors(horizon), np.arange(horizon)
     out = np.empty((len(rows), horizon))
     for lo in range(0, len(rows), chunk):

@@ -144,3 +144,11 @@ def test_documented_command_on_the_real_files(tmp_path, path):
                               "--baselines", "naive")
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 1 + len(makefile_configs())
+
+
+def test_summary_prints_the_files_own_published_numbers():
+    from pipelines.studies.ltsf_report import published_for
+
+    assert published_for("/x/weather.csv")["PatchTST/42 (paper)"][96] == 0.152
+    assert published_for("ETTh1.csv")["DLinear (paper)"][720] == 0.472
+    assert published_for("ETTh2.csv") == {}  # no table the project has checked: none printed
