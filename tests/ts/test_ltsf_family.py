@@ -152,3 +152,19 @@ def test_summary_prints_the_files_own_published_numbers():
     assert published_for("/x/weather.csv")["PatchTST/42 (paper)"][96] == 0.152
     assert published_for("ETTh1.csv")["DLinear (paper)"][720] == 0.472
     assert published_for("ETTh2.csv") == {}  # no table the project has checked: none printed
+
+
+def test_dlinear_has_no_dummy_transformer_and_old_checkpoints_load():
+    import torch
+
+    from pipelines.tasks.forecast_linear import DLinearForecaster
+
+    model = DLinearForecaster(lookback=16, n_targets=2, horizon=4, plot_examples=0)
+    assert model.backbone is None and model.pe is None
+    state = model.state_dict()
+    assert sorted(state) == ["seasonal.bias", "seasonal.weight", "trend.bias", "trend.weight"]
+    old = {**state, "backbone.norm.weight": torch.ones(2), "embed.weight": torch.zeros(2, 1)}  # dummy's
+    fresh = DLinearForecaster(lookback=16, n_targets=2, horizon=4, plot_examples=0)
+    fresh.load_state_dict(old)
+    x = torch.randn(3, 16, 2)
+    assert torch.equal(fresh(x), model(x))
