@@ -15,7 +15,10 @@ name (``ETTh*`` / ``ETTm*``: the ETT rule, its 12 / 4 / 4 months counted in rows
 ×4 for the 15-minute files; anything else: ``custom``). Rows are taken in file order, as the
 literature's loaders take them (Weather repeats a few timestamps), and values such as Weather's
 -9999 sentinels are kept and scaled like any other, as the published numbers were: they are
-counted per channel (:attr:`LTSFData.sentinels`) so the benchmark can say they are there.
+counted per channel (:attr:`LTSFData.sentinels`) so the benchmark can say they are there. Every
+val and test window is scored as published; the *training* windows that touch a sentinel row are
+left out of every model's fit (Weather: all its sentinels are in the train rows, where a -9999
+target divided by a calm window's own std dominated the RevIN models' least squares).
 
 This module is that protocol and nothing else (no Lightning or MLflow): :func:`read_ltsf` reads a
 file with the project's CSV parsing, :func:`split_windows` gives a split's windows and
@@ -114,6 +117,7 @@ class LTSFData:
     protocol: str = "ett"
     sentinels: dict[str, int] = field(default_factory=dict)  # column → sentinel values kept (non-zero only)
     period: int = 24  # a day in rows (24 hourly, 96 every 15 min, 144 every 10 min): seasonal naive's lag
+    sentinel_rows: np.ndarray | None = None  # (N,) bool: a row holds a sentinel value in some channel
 
     @property
     def n_channels(self) -> int:
@@ -121,10 +125,16 @@ class LTSFData:
 
     def starts(self, split: str, lookback: int, horizon: int) -> np.ndarray:
         """First-target rows τ of every window of ``split`` (lookback rows ``[τ − L, τ)``, targets
-        ``[τ, τ + H)`` inside the split)."""
+        ``[τ, τ + H)`` inside the split). Training windows whose rows hold a sentinel value are left
+        out (what every model trains and fits on); val and test keep every window, as the protocol
+        scores them."""
         if split not in self.bounds:
             raise PosencError(f"unknown split {split!r}; one of {', '.join(SPLITS)}")
-        return window_starts(self.bounds[split], lookback, horizon, context_from=0)
+        starts = window_starts(self.bounds[split], lookback, horizon, context_from=0)
+        if split != "train" or self.sentinel_rows is None or not self.sentinel_rows.any():
+            return starts
+        seen = np.concatenate(([0], np.cumsum(self.sentinel_rows)))  # sentinel rows before each row
+        return starts[seen[starts + horizon] == seen[starts - lookback]]
 
     def windows(self, split: str, lookback: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
         """Every window of ``split``: lookbacks x (n, L, C) and targets y (n, H, C), scaled."""
@@ -169,7 +179,9 @@ def read_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] |
     if step and 1440 % step == 0:
         data.period = int(1440 // step)
     raw = np.asarray(series.targets, dtype=np.float64)[: borders[2]]
-    counts = np.isin(raw, SENTINELS).sum(axis=0)
+    flagged = np.isin(raw, SENTINELS)  # (N, C)
+    counts = flagged.sum(axis=0)
+    data.sentinel_rows = flagged.any(axis=1)
     data.sentinels = {c: int(k) for c, k in zip(columns, counts, strict=True) if k}
     return data
 

@@ -82,6 +82,9 @@ def test_weather_like_file_keeps_and_reports_its_sentinels(tmp_path):
     assert data.protocol == "custom" and data.bounds["test"] == (800, 1000)
     assert data.columns[1] == "PAR (\ufffdmol/m\ufffd/s)" and data.sentinels == {"OT": 2}
     assert data.period == 144  # a day of 10-minute rows: seasonal naive's lag
+    train = data.starts("train", 32, 8)  # windows touching row 5's sentinel are not trained on
+    assert train[0] == 38 and len(train) == 700 - 8 - 38 + 1
+    assert len(data.starts("val", 32, 8)) == 100 - 8 + 1  # row 700's is in val: every window scored
     line = describe_data(data)
     assert "custom protocol, 3 channels" in line and "OT: 2" in line
     assert read_ltsf(tmp_path / "station.csv", protocol="custom", borders=(600, 800, 1000)).bounds[
