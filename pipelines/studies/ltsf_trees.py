@@ -5,8 +5,8 @@ forecasters, not a recursive one-step model fed its own predictions): one global
 every channel (channel-independent, like the other models) takes the lookback's features *and the
 horizon step* and predicts that step directly. Fixed before any run, for the CPU budget:
 
-- each window is normalised by its lookback's mean and std (trees do not extrapolate levels: RevIN's
-  idea), the forecast mapped back;
+- each window is normalised by its lookback's mean and std, the std at least :data:`MIN_STD` (trees
+  do not extrapolate levels: RevIN's idea), the forecast mapped back;
 - features: the last :data:`RECENT` values, :data:`BLOCKS` block means of the whole lookback, the
   lookback's mean daily profile at the step's phase (the mean of the values a whole number of days
   of ``data.period`` rows apart), the step and its phase in the day;
@@ -27,6 +27,9 @@ from datamodules.timeseries.ltsf import LTSFData, scaled_errors
 from pipelines.studies.ltsf_models import Result, Timer, _from_channels, _per_channel
 
 RECENT, BLOCKS, ANCHORS = 24, 24, 24
+#: the smallest window std a window is divided by (scaled units: a tenth of the channel's train std),
+#: so a calm window (a dry spell of a rain channel) whose target moves does not give a huge target
+MIN_STD = 0.1
 TRAIN_ROWS, VAL_ROWS = 200_000, 50_000
 PARAMS = {"n_estimators": 1000, "learning_rate": 0.05, "num_leaves": 63, "min_child_samples": 100,
           "subsample": 0.8, "subsample_freq": 1, "colsample_bytree": 0.8, "verbose": -1}
@@ -42,7 +45,7 @@ def anchors(horizon: int) -> np.ndarray:
 
 def _window_features(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row (n, L) of normalised lookbacks: its features (n, RECENT + BLOCKS), and mean, std (n, 1)."""
-    mu, sd = rows.mean(axis=1, keepdims=True), rows.std(axis=1, keepdims=True) + 1e-5
+    mu, sd = rows.mean(axis=1, keepdims=True), np.maximum(rows.std(axis=1, keepdims=True), MIN_STD)
     z = (rows - mu) / sd
     blocks = np.array_split(z, min(BLOCKS, z.shape[1]), axis=1)
     feats = np.concatenate([z[:, -RECENT:], np.stack([b.mean(axis=1) for b in blocks], axis=1)], axis=1)
