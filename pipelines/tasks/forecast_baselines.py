@@ -74,11 +74,16 @@ class LinearBaseline:
         n = int(keep.sum())
         xs = x[keep].reshape(n, -1).astype(np.float64)  # (n, D)
         ys = y[keep].reshape(n, -1).astype(np.float64)  # (n, H·C)
-        w = np.ones(n) if weight is None else np.asarray(weight, dtype=np.float64).reshape(-1)[keep]
-        w = w / w.mean()  # the penalty keeps its scale
-        x_mean, y_mean = w @ xs / n, w @ ys / n
-        xs -= x_mean
-        xw = xs * w[:, None]
+        if weight is None:  # unweighted: exactly the arithmetic of before (the README's numbers)
+            x_mean, y_mean = xs.mean(axis=0), ys.mean(axis=0)
+            xs -= x_mean
+            xw = xs
+        else:
+            w = np.asarray(weight, dtype=np.float64).reshape(-1)[keep]
+            w = w / w.mean()  # the penalty keeps its scale
+            x_mean, y_mean = w @ xs / n, w @ ys / n
+            xs -= x_mean
+            xw = xs * w[:, None]
         gram, cross = xw.T @ xs, xw.T @ (ys - y_mean)  # (D, D), (D, H·C)
         fits = []
         for alpha in alphas:

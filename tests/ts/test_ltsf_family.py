@@ -174,3 +174,14 @@ def test_dlinear_has_no_dummy_transformer_and_old_checkpoints_load():
     fresh.load_state_dict(old)
     x = torch.randn(3, 16, 2)
     assert torch.equal(fresh(x), model(x))
+
+
+def test_weighted_ridge_equals_ridge_on_repeated_rows():
+    from pipelines.tasks.forecast_baselines import LinearBaseline
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(40, 5)), rng.normal(size=(40, 3, 1))
+    w = rng.integers(1, 4, size=40)
+    weighted = LinearBaseline.fit_path([2.0], x, y, weight=w)[0]
+    repeated = LinearBaseline.fit_path([2.0 * w.sum() / len(x)], np.repeat(x, w, 0), np.repeat(y, w, 0))[0]
+    np.testing.assert_allclose(weighted.predict(x), repeated.predict(x), rtol=1e-9, atol=1e-12)
