@@ -129,8 +129,8 @@ bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_re
 # The long-horizon forecasting benchmark (docs/ltsf.md): DATA is your copy of ETTh1.csv (not shipped).
 LTSF_CONFIGS ?= configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear_etth1.yaml
 .PHONY: benchmark-ltsf
-benchmark-ltsf: $(STAMP) ## ETTh1 under the literature's protocol: DATA=ETTh1.csv [HORIZONS=..] [SEEDS=..] [OUT=..] [ARGS=..]
-	@test -n "$(DATA)" || { echo "usage: make benchmark-ltsf DATA=path/to/ETTh1.csv [HORIZONS=\"96 192 336 720\"] [SEEDS=\"0 1 2\"]" >&2; exit 2; }
+benchmark-ltsf: $(STAMP) ## any LTSF file under its protocol (ETT rule or custom, from the file; ARGS="--protocol ett|custom"): DATA=ETTh1.csv|weather.csv [HORIZONS=..] [SEEDS=..] [OUT=..] [ARGS=..]
+	@test -n "$(DATA)" || { echo "usage: make benchmark-ltsf DATA=path/to/ETTh1.csv|weather.csv [HORIZONS=\"96 192 336 720\"] [SEEDS=\"0 1 2\"]" >&2; exit 2; }
 	@$(PY) -c "import lightgbm, statsmodels" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[ltsf]" >/dev/null || true
 	$(PY) -m pipelines.studies.ltsf --data "$(DATA)" --horizons $(or $(HORIZONS),96 192 336 720) \
 	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --out $(or $(OUT),docs/ltsf_results) $(ARGS)

@@ -8,6 +8,18 @@ the train rows only, all columns go in and all come out, and MSE / MAE are avera
 channel, horizon step and test window of the *scaled* data (every window counts: for lookback 336
 and horizon 96 that is 2,785 test windows).
 
+The rest of the family (Weather, Electricity, Traffic, Exchange, ILI: Autoformer's "custom" loader)
+splits by fraction: train the first ``int(0.7·n)`` rows, test the last ``int(0.2·n)``, val the rows
+between (Weather: 36,887 / 5,270 / 10,539). :func:`detect_protocol` tells them apart by the file
+name (``ETTh*`` / ``ETTm*``: the ETT rule, its 12 / 4 / 4 months counted in rows of the file's step,
+×4 for the 15-minute files; anything else: ``custom``). Rows are taken in file order, as the
+literature's loaders take them (Weather repeats a few timestamps), and values such as Weather's
+-9999 sentinels are kept and scaled like any other, as the published numbers were: they are
+counted per channel (:attr:`LTSFData.sentinels`) so the benchmark can say they are there. Every
+val and test window is scored as published; the *training* windows that touch a sentinel row are
+left out of every model's fit (Weather: all its sentinels are in the train rows, where a -9999
+target divided by a calm window's own std dominated the RevIN models' least squares).
+
 This module is that protocol and nothing else (no Lightning or MLflow): :func:`read_ltsf` reads a
 file with the project's CSV parsing, :func:`split_windows` gives a split's windows and
 :func:`scaled_errors` the metrics.
@@ -16,10 +28,11 @@ file with the project's CSV parsing, :func:`split_windows` gives a split's windo
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from sklearn.preprocessing import StandardScaler
 
 from datamodules.timeseries.parse import Series, parse_series, read_table
@@ -31,6 +44,46 @@ ETT_HOURLY_BORDERS = (8640, 11520, 14400)
 SPLITS = ("train", "val", "test")
 #: the largest share of a target column that may be missing in the protocol's rows (all in train)
 MAX_MISSING = 0.10
+PROTOCOLS = ("ett", "custom")
+#: The values the literature's files use for "not measured" (kept, counted, reported).
+SENTINELS = (-9999.0,)
+
+
+def detect_protocol(name: str | Path) -> str:
+    """``ett`` for the ETT files (``ETTh1.csv``, ``ETTm2.csv``…: the stem starts with ``ETTh`` or
+    ``ETTm``), ``custom`` for every other file of the family."""
+    stem = Path(name).name
+    return "ett" if stem.startswith(("ETTh", "ETTm")) else "custom"
+
+
+def ett_borders(step_minutes: float, source: str = "<data>") -> tuple[int, int, int]:
+    """The ETT rule's borders for a file stepping every ``step_minutes``: 12 / 4 / 4 months of 30
+    days in rows (hourly: 8640 / 11520 / 14400; 15 minutes: four times that)."""
+    per_hour = 60.0 / step_minutes if step_minutes > 0 else 0.0
+    if per_hour < 1 or abs(per_hour - round(per_hour)) > 1e-9:
+        raise PosencError(f"{source}: the ETT protocol needs a step that divides an hour, the file steps "
+                          f"every {step_minutes:g} min (use --protocol custom)")
+    return tuple(int(b * round(per_hour)) for b in ETT_HOURLY_BORDERS)  # type: ignore[return-value]
+
+
+def custom_borders(n_rows: int) -> tuple[int, int, int]:
+    """Autoformer's ``custom`` rule: train ``int(0.7·n)`` rows, test the last ``int(0.2·n)``, val the
+    rest between; e.g. (36887, 42157, 52696) for Weather's 52,696 rows."""
+    train, test = int(n_rows * 0.7), int(n_rows * 0.2)
+    return train, n_rows - test, n_rows
+
+
+def protocol_borders(protocol: str, n_rows: int, step_minutes: float | None,
+                     source: str = "<data>") -> tuple[int, int, int]:
+    """The row borders (train end, val end, test end) of ``protocol`` for a file."""
+    if protocol == "custom":
+        return custom_borders(n_rows)
+    if protocol != "ett":
+        raise PosencError(f"unknown protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
+    if step_minutes is None:
+        raise PosencError(f"{source}: the ETT protocol needs datetimes in the time column to count months "
+                          "in rows (use --protocol custom)")
+    return ett_borders(step_minutes, source)
 
 
 def split_bounds(n_rows: int, borders: tuple[int, int, int] = ETT_HOURLY_BORDERS,
@@ -64,6 +117,10 @@ class LTSFData:
     columns: list[str]
     scaler: StandardScaler
     source: str
+    protocol: str = "ett"
+    sentinels: dict[str, int] = field(default_factory=dict)  # column → sentinel values kept (non-zero only)
+    period: int = 24  # a day in rows (24 hourly, 96 every 15 min, 144 every 10 min): seasonal naive's lag
+    sentinel_rows: np.ndarray | None = None  # (N,) bool: a row holds a sentinel value in some channel
 
     @property
     def n_channels(self) -> int:
@@ -71,10 +128,16 @@ class LTSFData:
 
     def starts(self, split: str, lookback: int, horizon: int) -> np.ndarray:
         """First-target rows τ of every window of ``split`` (lookback rows ``[τ − L, τ)``, targets
-        ``[τ, τ + H)`` inside the split)."""
+        ``[τ, τ + H)`` inside the split). Training windows whose rows hold a sentinel value are left
+        out (what every model trains and fits on); val and test keep every window, as the protocol
+        scores them."""
         if split not in self.bounds:
             raise PosencError(f"unknown split {split!r}; one of {', '.join(SPLITS)}")
-        return window_starts(self.bounds[split], lookback, horizon, context_from=0)
+        starts = window_starts(self.bounds[split], lookback, horizon, context_from=0)
+        if split != "train" or self.sentinel_rows is None or not self.sentinel_rows.any():
+            return starts
+        seen = np.concatenate(([0], np.cumsum(self.sentinel_rows)))  # sentinel rows before each row
+        return starts[seen[starts + horizon] == seen[starts - lookback]]
 
     def windows(self, split: str, lookback: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
         """Every window of ``split``: lookbacks x (n, L, C) and targets y (n, H, C), scaled."""
@@ -98,9 +161,10 @@ def scale_protocol(raw: np.ndarray, columns: list[str], borders: tuple[int, int,
 
 
 def read_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] | None = None,
-              borders: tuple[int, int, int] = ETT_HOURLY_BORDERS) -> LTSFData:
-    """Read a CSV/parquet file (e.g. ETTh1.csv) with the project's parser and apply the protocol:
-    every column but ``time_col`` is a channel unless ``target_cols`` names them."""
+              borders: tuple[int, int, int] | None = None, protocol: str | None = None) -> LTSFData:
+    """Read a CSV/parquet file of the family with the project's parser, rows in file order, and apply
+    its protocol: ``protocol`` (``ett`` / ``custom``; ``None``: :func:`detect_protocol`), or the
+    explicit ``borders``. Every column but ``time_col`` is a channel unless ``target_cols`` names them."""
     file = Path(path)
     if not file.is_file():
         raise PosencError(f"{file}: no such file (pass the path of ETTh1.csv or your own file)")
@@ -109,11 +173,29 @@ def read_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] |
         names = ", ".join(map(str, table.columns))
         raise PosencError(f"{file.name}: no time column {time_col!r}; columns are {names}")
     columns = list(target_cols or [c for c in table.columns if c != time_col])
-    series = parse_series(table, time_col, columns, source=file.name)
-    if not series.report.regular:
-        raise PosencError(f"{file.name}: the protocol needs a regular series (rows not evenly spaced)")
-    check_filled(series, borders, file.name)
-    return scale_protocol(series.targets, columns, borders, file.name)
+    series = parse_series(table, None, columns, source=file.name)  # the protocol splits rows as they are
+    protocol, step = protocol or detect_protocol(file), step_minutes(table[time_col])
+    if borders is None:
+        borders = protocol_borders(protocol, len(series.targets), step, file.name)
+    check_filled(series, tuple(borders), file.name)
+    data = scale_protocol(series.targets, columns, tuple(borders), file.name)
+    data.protocol = protocol
+    if step and 1440 % step == 0:
+        data.period = int(1440 // step)
+    raw = np.asarray(series.targets, dtype=np.float64)[: borders[2]]
+    flagged = np.isin(raw, SENTINELS)  # (N, C)
+    counts = flagged.sum(axis=0)
+    data.sentinel_rows = flagged.any(axis=1)
+    data.sentinels = {c: int(k) for c, k in zip(columns, counts, strict=True) if k}
+    return data
+
+
+def step_minutes(times: pd.Series) -> float | None:
+    """The median step of a time column in minutes; ``None`` when it does not hold datetimes."""
+    parsed = pd.to_datetime(times, errors="coerce")
+    if parsed.isna().mean() > 0.01 or len(parsed) < 2:
+        return None
+    return float(pd.Series(parsed).diff().median().total_seconds() / 60.0)
 
 
 def check_filled(series: Series, borders: tuple[int, int, int], source: str) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
-from datamodules.timeseries.ltsf import ETT_HOURLY_BORDERS, read_ltsf
+from datamodules.timeseries.ltsf import read_ltsf
 from datamodules.timeseries.windows import ForecastWindows
 
 
@@ -33,17 +33,20 @@ class LTSFDataModule(L.LightningDataModule):
         lookback: input steps L.
         horizon: forecast steps H.
         time_col: the timestamp column; every other column is a channel.
-        borders: the split's row borders (train end, val end, test end).
+        borders: the split's row borders (train end, val end, test end); ``None``: the protocol's.
+        protocol: ``ett`` or ``custom`` (``None``: recognised from the file name, see
+            :func:`~datamodules.timeseries.ltsf.detect_protocol`).
         batch_size: windows per batch.
         seed: seed of the training order.
         samples_per_epoch: random training windows per epoch (``None``: every window once).
     """
 
     def __init__(self, path: str, lookback: int = 336, horizon: int = 96, time_col: str = "date",
-                 borders: tuple[int, int, int] = ETT_HOURLY_BORDERS, batch_size: int = 128, seed: int = 0,
-                 samples_per_epoch: int | None = None) -> None:
+                 borders: tuple[int, int, int] | None = None, protocol: str | None = None,
+                 batch_size: int = 128, seed: int = 0, samples_per_epoch: int | None = None) -> None:
         super().__init__()
-        self.data = read_ltsf(path, time_col=time_col, borders=tuple(borders))
+        self.data = read_ltsf(path, time_col=time_col, borders=tuple(borders) if borders else None,
+                              protocol=protocol)
         self.lookback, self.horizon = lookback, horizon
         self.batch_size, self.seed, self.samples_per_epoch = batch_size, seed, samples_per_epoch
         self.n_targets = self.data.n_channels

@@ -1,4 +1,4 @@
-"""The long-horizon forecasting benchmark (ETTh1 and its protocol) with the literature's models.
+"""The long-horizon forecasting benchmark: ETT, Weather and the rest of the family, each under its rule.
 
 Usage::
 
@@ -8,7 +8,9 @@ Usage::
         --baselines naive ridge lightgbm ets --out docs/ltsf_results
     make benchmark-ltsf DATA=path/to/ETTh1.csv
 
-The protocol (:mod:`datamodules.timeseries.ltsf`): rows 8640 / 2880 / 2880, a train-only scaler, all
+The protocol (:mod:`datamodules.timeseries.ltsf`), recognised from the file (``--protocol`` overrides):
+the ETT rule (rows 8640 / 2880 / 2880 for the hourly files, ×4 for 15-minute ones) or the ``custom``
+rule of Weather and the rest (0.7 / 0.1 / 0.2 of the rows); a train-only scaler, all
 columns in and out, every test window scored; MSE and MAE on the scaled data (``test/mse_scaled``,
 ``test/mae_scaled``). Each model config (``configs/ltsf/*.yaml``) is trained per horizon and seed by
 the sweep runner (:func:`pipelines.eval.sweep.train_run`: the Lightning CLI on the config
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from datamodules.timeseries.ltsf import LTSFData, read_ltsf, scaled_errors
+from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
 from pipelines.console import configure
 from pipelines.results_table import read_results
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
@@ -50,6 +52,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pipelines.studies.ltsf", description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True, help="the series (e.g. ETTh1.csv)")
     p.add_argument("--time-col", default="date", help="timestamp column (default: date)")
+    p.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                   help="split rule: ett (12/4/4 months) or custom (0.7/0.1/0.2 of the rows); "
+                        "default: ett for ETTh*/ETTm* files, custom otherwise")
     p.add_argument("--horizons", type=int, nargs="+", default=[96, 192, 336, 720])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--lookback", type=int, default=336)
@@ -200,6 +205,11 @@ def append_row(path: Path, row: dict[str, Any], fields: list[str]) -> None:
         writer.writerow(row)
 
 
+def metric_name(column: str) -> str:
+    """A column name as an MLflow metric key (letters, digits, ``_-./`` and spaces only)."""
+    return "".join(ch if ch.isalnum() and ch.isascii() or ch in "_-./ " else "_" for ch in column)
+
+
 def log_metrics(client: Any, run_id: str, values: dict[str, Any]) -> None:
     """The finite numbers of ``values`` as metrics of ``run_id``."""
     for k, v in values.items():
@@ -228,6 +238,16 @@ def progress_line(row: dict[str, Any], val_only: bool) -> str:
             f"({row['time/cpu_s']:.0f} CPU s, {row['time/wall_s']:.0f} s wall)")
 
 
+def describe_data(data: LTSFData) -> str:
+    """One line on what the benchmark reads: protocol, split rows, channels, and the sentinel values
+    kept as the protocol keeps them (per channel)."""
+    b = data.bounds
+    rows = " / ".join(f"{s} [{lo}, {hi})" for s, (lo, hi) in b.items())
+    kept = ", ".join(f"{c}: {n}" for c, n in data.sentinels.items())
+    note = f"; sentinel -9999 values kept and scaled as the protocol does: {kept}" if kept else ""
+    return f"{data.source}: {data.protocol} protocol, {data.n_channels} channels, {rows}{note}"
+
+
 def run(argv: Sequence[str] | None = None) -> Path:
     import mlflow
 
@@ -241,7 +261,9 @@ def run(argv: Sequence[str] | None = None) -> Path:
 
         torch.set_num_threads(args.threads)
     configs = model_configs(args)
-    data = read_ltsf(args.data, time_col=args.time_col)
+    data = read_ltsf(args.data, time_col=args.time_col, protocol=args.protocol)
+    args.protocol = data.protocol  # the children read the file under the same rule
+    print(describe_data(data), file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.csv"
@@ -256,6 +278,9 @@ def run(argv: Sequence[str] | None = None) -> Path:
                                tags={"posenc.ltsf": "parent"}).info.run_id
     command = " ".join(["python -m pipelines.studies.ltsf", *(argv or sys.argv[1:])])
     client.log_param(parent, "command", command[:500])
+    client.log_param(parent, "protocol", data.protocol)
+    for column, count in data.sentinels.items():  # e.g. Weather's -9999 values, kept as published
+        client.log_metric(parent, f"data/sentinels/{metric_name(column)}", count)
     skipped = []
     for job in jobs(args, configs):
         if job[:3] in have:
@@ -273,7 +298,7 @@ def run(argv: Sequence[str] | None = None) -> Path:
     summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))
     files = [results, summary]
     if rows and not args.val_only:
-        figure(rows, out / "ltsf.png")
+        figure(rows, out / "ltsf.png", args.data, args.lookback)
         files.append(out / "ltsf.png")
     for f in files:
         client.log_artifact(parent, str(f))

@@ -114,30 +114,32 @@ def log_interval(train: dict[str, Any], default: int = 50) -> int:
 
 
 def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
-               time_col: str = "date", test: bool = True, test_lookbacks: tuple[int, ...] = (),
-               accelerator: str = "cpu") -> dict:
+               time_col: str = "date", protocol: str | None = None, test: bool = True,
+               test_lookbacks: tuple[int, ...] = (), accelerator: str = "cpu") -> dict:
     """The LightningCLI config that trains a benchmark model config
     (:func:`~pipelines.studies.ltsf_models.load_model_config`) on
     the protocol's windows of ``data``: AdamW + the model's schedule, early stopping on ``val/loss``
     (``train.patience``), the best val epoch checkpointed, :class:`LTSFProtocol` around the fit; no
     Forecaster test pass, model registration or resume checkpoints. ``accelerator``: Lightning's
-    (``cpu``, ``gpu``, ``auto``), one device, float32 either way."""
+    (``cpu``, ``gpu``, ``auto``), one device, float32 either way; ``protocol``: the file's split rule
+    (``ett`` / ``custom``; ``None``: recognised from the file)."""
     train = config["train"]
     model = config["model"]
-    protocol = {"linear_warm_start": bool(train["linear_warm_start"]), "test": test,
+    callback = {"linear_warm_start": bool(train["linear_warm_start"]), "test": test,
                 "test_lookbacks": list(test_lookbacks)}
     callbacks = [
         {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
          "init_args": {"monitor": "val/loss", "mode": "min", "save_top_k": 1}},
         {"class_path": "lightning.pytorch.callbacks.EarlyStopping",
          "init_args": {"monitor": "val/loss", "mode": "min", "patience": int(train["patience"])}},
-        {"class_path": f"{__name__}.LTSFProtocol", "init_args": protocol},
+        {"class_path": f"{__name__}.LTSFProtocol", "init_args": callback},
     ]
     return {
         "model": {"class_path": model["class_path"],
                   "init_args": {**(model.get("init_args") or {}), "plot_examples": 0}},
         "data": {"class_path": DATAMODULE, "init_args": {
-            "path": str(Path(data).resolve()), "time_col": time_col, "lookback": lookback, "horizon": horizon,
+            "path": str(Path(data).resolve()), "time_col": time_col, "protocol": protocol,
+            "lookback": lookback, "horizon": horizon,
             "batch_size": int(train["batch_size"]), "samples_per_epoch": train["samples_per_epoch"]}},
         "trainer": {"max_epochs": int(train["max_epochs"]), "accelerator": accelerator, "devices": 1,
                     "log_every_n_steps": log_interval(train),
@@ -159,6 +161,7 @@ def train_child(config: dict[str, Any], horizon: int, seed: int, args: Any, pare
     from pipelines.eval.sweep import config_key, train_run
 
     overlay = cli_config(config, args.data, args.lookback, horizon, time_col=args.time_col,
+                         protocol=getattr(args, "protocol", None),
                          test=not args.val_only, test_lookbacks=tuple(args.test_lookbacks),
                          accelerator=args.accelerator)
     return train_run([], overlay, seed, experiment=args.experiment,

@@ -132,12 +132,15 @@ def _as_rows(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
 def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[str, Any]:
     """Fit the model's linear path in closed form: ridge from the lookback to the horizon (both
     RevIN-normalised when the path reads the normalised lookback) on every train window, the penalty
-    the best of :data:`RIDGE_ALPHAS` on val (MSE, scaled)."""
+    the best of :data:`RIDGE_ALPHAS` on val (MSE, scaled). Normalised, each window's squared error is
+    weighted by its variance, so the fit minimises the error in the data's units as training does
+    (unweighted, a calm window — a dry spell of a rain channel, σ near 0 — whose target moves would
+    dominate the fit)."""
     normalise = _normalised if getattr(model, "linear_input", "raw") == "revin" else _as_rows
-    xt, yt, _, _ = normalise(*data.windows("train", lookback, horizon))
+    xt, yt, _, sdt = normalise(*data.windows("train", lookback, horizon))
     xv, yv = data.windows("val", lookback, horizon)
     xvn, _, mu, sd = normalise(xv)
-    fits = LinearBaseline.fit_path(RIDGE_ALPHAS, xt, yt[:, :, None])
+    fits = LinearBaseline.fit_path(RIDGE_ALPHAS, xt, yt[:, :, None], weight=sdt[:, 0] ** 2)
     errors = [float(np.mean((f.predict(xvn)[..., 0] * sd + mu - _per_channel(yv)) ** 2)) for f in fits]
     best = int(np.argmin(errors))
     fit = fits[best]
@@ -157,8 +160,11 @@ def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.nd
 
 
 # ----------------------------------------------------------------------------- closed-form baselines
-def seasonal_naive_run(data: LTSFData, lookback: int, horizon: int, seed: int, period: int = 24) -> Result:
-    """The value ``period`` steps (a day of hours) earlier, repeated over the horizon."""
+def seasonal_naive_run(data: LTSFData, lookback: int, horizon: int, seed: int,
+                       period: int | None = None) -> Result:
+    """The value ``period`` steps (default: a day in the file's rows, ``data.period``) earlier,
+    repeated over the horizon."""
+    period = int(period or data.period)
     with Timer() as clock:
         pred = {s: seasonal_naive(data.values, data.starts(s, lookback, horizon), horizon, period)
                 for s in ("val", "test")}

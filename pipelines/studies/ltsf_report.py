@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from pipelines.eval.statistics import estimate, paired_difference
@@ -20,6 +21,19 @@ PUBLISHED = {
     "PatchTST (all windows)": {96: 0.385, 192: 0.413, 336: 0.440, 720: 0.456},
     "DLinear (all windows)": {96: 0.384, 192: 0.443, 336: 0.446, 720: 0.504},
 }
+#: Weather MSE, PatchTST paper Table 3 (../shared/data/weather/README.md)
+PUBLISHED_WEATHER = {
+    "PatchTST/64 (paper)": {96: 0.149, 192: 0.194, 336: 0.245, 720: 0.314},
+    "PatchTST/42 (paper)": {96: 0.152, 192: 0.197, 336: 0.249, 720: 0.320},
+    "DLinear (paper)": {96: 0.176, 192: 0.220, 336: 0.265, 720: 0.323},
+}
+PUBLISHED_BY_FILE = {"etth1": PUBLISHED, "weather": PUBLISHED_WEATHER}
+
+
+def published_for(data: Any) -> dict[str, dict[int, float]]:
+    """The published MSE of the file ``data`` names (by its stem, e.g. ``ETTh1``, ``weather``); none
+    for a file the project has no published table of."""
+    return PUBLISHED_BY_FILE.get(Path(str(data)).stem.lower(), {})
 
 
 def _group(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, int], dict[int, float]]:
@@ -55,7 +69,7 @@ def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) 
              "metrics on the train-scaled data; mean ± 95 % Student-t half-width over seeds.", "",
              "## Test MSE (scaled)", "", head, rule]
     lines += [_row(m, mse, horizons, _cell) for m in models]
-    for name, nums in PUBLISHED.items():
+    for name, nums in published_for(args.data).items():
         lines.append(f"| *{name}* | " + " | ".join(f"{nums[h]:.3f}" if h in nums else "–" for h in horizons)
                      + " |")
     lines += ["", "## Test MAE (scaled)", "", head, rule]
@@ -144,7 +158,7 @@ def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
     return lines
 
 
-def figure(rows: list[dict[str, Any]], path: Any) -> None:
+def figure(rows: list[dict[str, Any]], path: Any, data: Any = "ETTh1.csv", lookback: int = 336) -> None:
     """Test MSE per horizon: each model's mean with its 95 % CI (bars where it has several seeds), and
     the published PatchTST/64 and all-windows re-run numbers as dashed lines."""
     import matplotlib
@@ -162,15 +176,18 @@ def figure(rows: list[dict[str, Any]], path: Any) -> None:
                [e.hi - e.mean if e.n > 1 else 0 for e in ests]]
         ax.errorbar([h * (1 + 0.012 * (i - len(models) / 2)) for h in hs], [e.mean for e in ests], yerr=err,
                     marker="o", capsize=3, label=m)
-    for name, style in (("PatchTST/64 (paper)", "k--"), ("PatchTST (all windows)", "k:")):
-        hs = sorted(PUBLISHED[name])
-        ax.plot(hs, [PUBLISHED[name][h] for h in hs], style, label=name, linewidth=1)
+    published = published_for(data)
+    for name, style in (("PatchTST/64 (paper)", "k--"), ("PatchTST (all windows)", "k:"),
+                        ("DLinear (paper)", "k-.")):
+        if name in published:
+            hs = sorted(published[name])
+            ax.plot(hs, [published[name][h] for h in hs], style, label=name, linewidth=1)
     ax.set_xscale("log")
     ax.minorticks_off()
     ax.set_xticks([96, 192, 336, 720], ["96", "192", "336", "720"])
-    ax.set_xlabel("horizon (hours)")
+    ax.set_xlabel("horizon (steps)")
     ax.set_ylabel("test MSE (scaled), every window")
-    ax.set_title("ETTh1, lookback 336")
+    ax.set_title(f"{Path(str(data)).stem}, lookback {lookback}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -222,7 +239,6 @@ def main(argv: list[str] | None = None) -> None:
     run as separate commands); a row repeated (same model, horizon, seed) keeps its last copy."""
     import argparse
     import csv
-    from pathlib import Path
 
     p = argparse.ArgumentParser(prog="python -m pipelines.studies.ltsf_report", description=main.__doc__)
     p.add_argument("--results", nargs="+", required=True)
@@ -248,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
         writer.writeheader()
         writer.writerows(merged)
     (out / "summary.md").write_text(summary_markdown(merged, args, []))
-    figure(merged, out / "ltsf.png")
+    figure(merged, out / "ltsf.png", args.data, args.lookback)
     drawn = lookback_figure(merged, args.lookback, out / "lookbacks.png")
     extra = f" {out / 'lookbacks.png'}" if drawn else ""
     print(f"files: {out / 'results.csv'} {out / 'summary.md'} {out / 'ltsf.png'}{extra}")

@@ -139,6 +139,7 @@ class TaskModule(L.LightningModule):
     writes_intervals: ClassVar[bool] = False  # per-base labels that can be written as GFF/BED intervals
     batch_records: ClassVar[bool] = False  # many short records scored together (classification)
     config_groups: ClassVar[dict[str, type]] = TASK_GROUPS
+    has_backbone: ClassVar[bool] = True  # False: a model without attention (DLinear): no Transformer, no pe
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -161,6 +162,10 @@ class TaskModule(L.LightningModule):
         self.net, self.optim, attention = given["net"], given["optim"], given["attention"]
         self._base_hparams = {name: asdict(value) for name, value in given.items()}
         n = self.net
+        self.backbone: Transformer | None = None
+        if not self.has_backbone:
+            self.posenc_inference: dict[str, Any] = {}
+            return
         encoding = build_encoding(pe, n.d_model, n.n_heads)
         self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, n.d_ff, n.dropout,
                                     causal=self.causal, scale_embedding=n.scale_embedding,
@@ -170,7 +175,7 @@ class TaskModule(L.LightningModule):
 
     def _save_hparams(self, **task_hparams: Any) -> None:
         """Save all hyperparameters, the encoding as its primitive spec (call once, from the task)."""
-        hp = {**self._base_hparams, **task_hparams, "pe": self.pe.spec()}
+        hp = {**self._base_hparams, **task_hparams, "pe": self.pe.spec() if self.pe is not None else None}
         self.save_hyperparameters(hp)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -181,8 +186,9 @@ class TaskModule(L.LightningModule):
         scrub_checkpoint(checkpoint)
 
     @property
-    def pe(self) -> PositionalEncoding:
-        return self.backbone.pe
+    def pe(self) -> PositionalEncoding | None:
+        """The backbone's encoding; ``None`` for a model without one (``has_backbone`` False)."""
+        return self.backbone.pe if self.backbone is not None else None
 
     @property
     def d_model(self) -> int:

@@ -160,8 +160,9 @@ class Forecaster(TaskModule):
         self.head_kind, self.loss_kind, self.plot_examples = output.head, output.loss, output.plot_examples
         per_seq = 1 if series.channel_independent else n_targets
         self.n_inputs = patch_len * (per_seq + n_covariates)  # token width
-        self.embed = nn.Linear(self.n_inputs, d_model)
-        self.head = ForecastTokens(output.head, d_model, horizon, patch_len, per_seq, n_future)
+        if self.has_backbone:  # the token embedding and the head belong to the Transformer
+            self.embed = nn.Linear(self.n_inputs, d_model)
+            self.head = ForecastTokens(output.head, d_model, horizon, patch_len, per_seq, n_future)
         self._register_load_state_dict_pre_hook(_rename_legacy_head)
         self.revin = RevIN(n_targets, affine=series.revin_affine) if series.revin else None
         self.linear = self._linear_path(output.linear_path, lookback, n_future)

@@ -64,17 +64,27 @@ class LinearBaseline:
         return self.fit_path([self.alpha], x, y, mask)[0]
 
     @classmethod
-    def fit_path(cls, alphas, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> list:
-        """One fit per penalty in ``alphas``, sharing the Gram matrix (one pass over the data)."""
+    def fit_path(cls, alphas, x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None,
+                 weight: np.ndarray | None = None) -> list:
+        """One fit per penalty in ``alphas``, sharing the Gram matrix (one pass over the data);
+        ``weight`` (n,): each window's weight in the squared error (``None``: equal)."""
         keep = np.ones(len(x), dtype=bool) if mask is None else mask.reshape(len(mask), -1).all(axis=1)
         if not keep.any():
             raise PosencError("no training window has fully observed targets for the linear baseline")
         n = int(keep.sum())
         xs = x[keep].reshape(n, -1).astype(np.float64)  # (n, D)
         ys = y[keep].reshape(n, -1).astype(np.float64)  # (n, H·C)
-        x_mean, y_mean = xs.mean(axis=0), ys.mean(axis=0)
-        xs -= x_mean
-        gram, cross = xs.T @ xs, xs.T @ (ys - y_mean)  # (D, D), (D, H·C)
+        if weight is None:  # unweighted: exactly the arithmetic of before (the README's numbers)
+            x_mean, y_mean = xs.mean(axis=0), ys.mean(axis=0)
+            xs -= x_mean
+            xw = xs
+        else:
+            w = np.asarray(weight, dtype=np.float64).reshape(-1)[keep]
+            w = w / w.mean()  # the penalty keeps its scale
+            x_mean, y_mean = w @ xs / n, w @ ys / n
+            xs -= x_mean
+            xw = xs * w[:, None]
+        gram, cross = xw.T @ xs, xw.T @ (ys - y_mean)  # (D, D), (D, H·C)
         fits = []
         for alpha in alphas:
             lin = cls(alpha)

@@ -12,13 +12,13 @@ from torch import Tensor, nn
 from datamodules.config import as_group
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors
-from pipelines.tasks.options import ForecastOutput, Net, Optim, SeriesInput
+from pipelines.tasks.options import ForecastOutput, Optim, SeriesInput
 from posenc import PosencError, PositionOutOfRange
 
 log = logging.getLogger(__name__)
 
-# The Forecaster's Transformer is unused here: the smallest one keeps its machinery (checkpoints, specs).
-_NO_BACKBONE = {"net": Net(d_model=2, n_heads=1, n_layers=0), "pe": None}
+#: Weights of the zero-block Transformer older DLinear checkpoints carried (built on a dummy backbone).
+_DUMMY_PREFIXES = ("backbone.", "embed.", "head.")
 
 
 def moving_average(x: Tensor, kernel: int) -> Tensor:
@@ -37,7 +37,7 @@ class DLinearForecaster(Forecaster):
     A :class:`~pipelines.tasks.forecast.Forecaster` in everything but the network: the same data,
     loss, AdamW + warm-up/cosine schedule, checkpointing on ``val/loss``, test metrics at every
     lookback (a longer lookback is cut to its last ``lookback`` steps; a shorter one is undefined)
-    and inference. Run it with ``configs/ts_dlinear.yaml``.
+    and inference. Run it with ``configs/ltsf/dlinear_etth1.yaml``.
 
     Args:
         lookback: input steps L (linked from the datamodule).
@@ -48,6 +48,7 @@ class DLinearForecaster(Forecaster):
     """
 
     task_name = "ts_forecast_dlinear"
+    has_backbone = False  # no Transformer, token embedding or head: two linear maps
 
     def __init__(self, lookback: int = 336, kernel_size: int = 25, revin: bool = False,
                  **kwargs: Any) -> None:
@@ -57,7 +58,8 @@ class DLinearForecaster(Forecaster):
         series = replace(as_group(SeriesInput, kwargs.pop("series", None), "series"), revin=revin)
         output = replace(as_group(ForecastOutput, kwargs.pop("output", None), "output"), head="last",
                          linear_path=False)
-        super().__init__(lookback=lookback, series=series, output=output, **{**kwargs, **_NO_BACKBONE})
+        super().__init__(lookback=lookback, series=series, output=output, **kwargs)
+        self._register_load_state_dict_pre_hook(_drop_dummy_backbone)
         self.kernel_size = kernel_size
         self.trend = nn.Linear(lookback, self.horizon)
         self.seasonal = nn.Linear(lookback, self.horizon)
@@ -84,6 +86,13 @@ class DLinearForecaster(Forecaster):
         out = self.trend(trend) + self.seasonal(seq - trend)  # (B·C, H)
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         return self.revin.denormalize(y, mu, sd) if self.revin is not None else y
+
+
+def _drop_dummy_backbone(state_dict: dict, prefix: str, *args: Any) -> None:
+    """Checkpoints of DLinear built on the zero-block Transformer hold its unused weights: drop them,
+    so those models load and predict as before."""
+    for key in [k for k in state_dict if k.startswith(tuple(prefix + p for p in _DUMMY_PREFIXES))]:
+        del state_dict[key]
 
 
 def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearForecaster:

@@ -26,7 +26,7 @@ from posenc import PosencError
 from tests.helpers import task
 
 ROOT = Path(__file__).resolve().parents[2]
-ETTH1 = ROOT / ".." / "shared" / "data" / "ETT" / "ETTh1.csv"
+ETTH1 = Path(os.environ.get("POSENC_SHARED_DATA", ROOT / ".." / "shared" / "data")) / "ETT" / "ETTh1.csv"
 COLUMNS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
 
 
@@ -109,7 +109,7 @@ def test_bad_file_says_what_is_wrong(tmp_path):
     pd.DataFrame({"date": pd.date_range("2020", periods=100, freq="h"), "a": np.arange(100.0)}).to_csv(
         short, index=False)
     with pytest.raises(PosencError, match="short.csv: the protocol needs at least 14400 rows"):
-        read_ltsf(short)
+        read_ltsf(short, protocol="ett")
     with pytest.raises(PosencError, match="no time column 'when'"):
         read_ltsf(short, time_col="when")
 
@@ -150,7 +150,7 @@ train: {max_epochs: 1, patience: 1, batch_size: 64, samples_per_epoch: 64}
 
 def run_benchmark(tmp_path: Path, *extra: str, data: Path | None = None,
                   models: tuple[str, ...] = (TINY_MODEL,)) -> subprocess.CompletedProcess:
-    data = data or write_tiny_ett(tmp_path / "tiny.csv")
+    data = data or write_tiny_ett(tmp_path / "ETTh_tiny.csv")  # an ETT name: the ETT rule
     configs = []
     for i, text in enumerate(models):
         configs.append(tmp_path / f"model{i}.yaml")
@@ -260,14 +260,15 @@ def test_baselines_on_the_protocols_windows():
     assert scaled_errors(ridge.pred, truth)["mse_scaled"] < 1e-3 and ridge.params["alpha"] > 0
 
 
-def test_lightgbm_forecasts_every_window_recursively():
+def test_lightgbm_forecasts_every_window_directly():
     pytest.importorskip("lightgbm", reason="lightgbm is not installed (the optional ltsf extra)")
-    from pipelines.studies.ltsf_trees import lightgbm_run
+    from pipelines.studies.ltsf_trees import anchors, lightgbm_run
 
     data = small_protocol()
     truth = data.windows("test", 336, 8)[1]
     result = lightgbm_run(data, 336, 8, seed=0, threads=1)
-    assert result.pred.shape == truth.shape
+    assert result.pred.shape == truth.shape and result.params["strategy"] == "direct"
+    assert list(anchors(8)) == list(range(8)) and len(anchors(720)) == 24 and anchors(720)[-1] == 719
     naive = scaled_errors(np.repeat(data.windows("test", 336, 8)[0][:, -1:], 8, axis=1), truth)["mse_scaled"]
     assert scaled_errors(result.pred, truth)["mse_scaled"] < naive  # better than repeating the last value
 
