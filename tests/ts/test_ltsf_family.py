@@ -24,6 +24,7 @@ from datamodules.timeseries.ltsf import (
     split_bounds,
 )
 from posenc import PosencError
+from tests.helpers import task
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("POSENC_SHARED_DATA", ROOT / ".." / "shared" / "data"))
@@ -165,12 +166,12 @@ def test_dlinear_has_no_dummy_transformer_and_old_checkpoints_load():
 
     from pipelines.tasks.forecast_linear import DLinearForecaster
 
-    model = DLinearForecaster(lookback=16, n_targets=2, horizon=4, plot_examples=0)
+    model = task(DLinearForecaster, lookback=16, n_targets=2, horizon=4, plot_examples=0)
     assert model.backbone is None and model.pe is None
     state = model.state_dict()
     assert sorted(state) == ["seasonal.bias", "seasonal.weight", "trend.bias", "trend.weight"]
     old = {**state, "backbone.norm.weight": torch.ones(2), "embed.weight": torch.zeros(2, 1)}  # dummy's
-    fresh = DLinearForecaster(lookback=16, n_targets=2, horizon=4, plot_examples=0)
+    fresh = task(DLinearForecaster, lookback=16, n_targets=2, horizon=4, plot_examples=0)
     fresh.load_state_dict(old)
     x = torch.randn(3, 16, 2)
     assert torch.equal(fresh(x), model(x))

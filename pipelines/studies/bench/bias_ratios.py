@@ -10,6 +10,8 @@ issue-41 table in docs/performance.md; ``make bench`` is the full grid.
 
 from __future__ import annotations
 
+import argparse
+
 import sys
 import time
 
@@ -22,8 +24,13 @@ SCHEMES = ("PositionalEncoding", "T5Bias", "DynamicBias", "GaussianPrior", "Shaw
 
 
 def main(argv: list[str]) -> int:
-    batch, length = int(argv[0]), int(argv[1])
-    rounds = int(argv[2]) if len(argv) > 2 else 4
+    parser = argparse.ArgumentParser(prog="python -m pipelines.studies.bench.bias_ratios",
+                                     description="Training speed of the learned bias schemes over NoPE.")
+    parser.add_argument("batch", type=int)
+    parser.add_argument("length", type=int)
+    parser.add_argument("rounds", type=int, nargs="?", default=4)
+    args = parser.parse_args(argv)
+    batch, length, rounds = args.batch, args.length, args.rounds
     torch.set_num_threads(1)
     x, pos = torch.randn(batch, length, 128), torch.arange(length)  # (B, T, C), (T,)
     models = {}
