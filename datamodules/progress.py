@@ -84,7 +84,7 @@ class LineProgress:
         self.postfix = text
 
     def _line(self) -> None:
-        from tqdm import tqdm
+        from tqdm import tqdm  # optional: tqdm progress bars
 
         meter = tqdm.format_meter(self.n, self.total, time.monotonic() - self._start,
                                   prefix=self.desc, unit=self.unit, unit_scale=self.unit_scale,
@@ -137,7 +137,7 @@ def progress_bar(total: int | None, desc: str, unit: str = "it", unit_scale: boo
         with LineProgress(total, desc, unit, unit_scale) as bar:
             yield bar
     else:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # optional: tqdm progress bars
 
         with tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, leave=False, file=sys.stderr,
                   dynamic_ncols=True) as bar:

@@ -46,6 +46,7 @@ def __getattr__(name: str) -> type:
     ``python -m pipelines.eval.evaluate`` entry point itself (runpy would warn that it was imported
     before it ran)."""
     if name == "ExtrapolationEval":
+        # lazy: importing it here makes `python -m pipelines.eval.evaluate` warn (runpy)
         from pipelines.eval.evaluate import ExtrapolationEval
 
         return ExtrapolationEval

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -57,6 +58,7 @@ from pipelines.tracking.store import (
     run_summary,
 )
 from pipelines.tracking.system_metrics import GpuSystemMetrics
+from pipelines.tracking.whole_window import log_run_lengths
 from posenc import PosencError
 
 
@@ -272,7 +274,6 @@ class PosencCLI(LightningCLI):
 
     def _print_lengths(self, logger: Any) -> None:
         """The causal LM's whole-window table (and figure artifact) when the test pass logged one."""
-        from pipelines.tracking.whole_window import log_run_lengths
 
         train_length = getattr(self.datamodule, "seq_len", None)
         window = getattr(getattr(self.model, "backbone", None), "window", None)
@@ -307,7 +308,6 @@ def named_subcommand(args: Any) -> str | None:
 
 def check_fit_memory(cfg: Any) -> None:
     """Refuse, before the model exists, a training step that cannot fit (:mod:`pipelines.tasks.resources`)."""
-    import torch
 
     model, data = cfg.get("model"), cfg.get("data")
     if not hasattr(model, "init_args") or not hasattr(data, "init_args"):

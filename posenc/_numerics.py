@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from posenc.base import PosencError
+
 TWO_PI = 2.0 * math.pi
 
 
@@ -30,7 +32,6 @@ def pad_features(t: Tensor, dim: int) -> Tensor:
 
 def require_integers(pos: Tensor, who: str) -> None:
     """Raise :class:`~posenc.base.PosencError` if ``pos`` holds non-integer values."""
-    from posenc.base import PosencError
 
     if pos.is_floating_point() and not torch.equal(pos, pos.round()):
         raise PosencError(f"{who} needs integer positions, got fractional values")

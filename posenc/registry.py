@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from posenc.base import PosencError, PositionalEncoding, SchemeMeta
+from posenc.base import PUBLIC, PosencError, PositionalEncoding, SchemeMeta, public_class_path
 
 EncodingFactory = Callable[[int, int], PositionalEncoding]
 
@@ -161,7 +162,6 @@ def build_encoding(
 
 def all_schemes() -> list[type[PositionalEncoding]]:
     """Every concrete scheme re-exported from ``posenc`` (NoPE included), sorted by name."""
-    from posenc.base import PUBLIC
 
     out = {PositionalEncoding}
     for obj in PUBLIC.values():
@@ -177,7 +177,6 @@ def _is_abstract(cls: type) -> bool:
 
 def _source(cls: type) -> str:
     """The first quoted title in the opening paragraph of a docstring (the paper), else that paragraph."""
-    import re
 
     first = (cls.__doc__ or "").strip().split("\n\n")[0]  # the opening paragraph only
     doc = " ".join(first.split())
@@ -192,7 +191,6 @@ def scheme_table() -> str:
     ``python -c "import posenc; print(posenc.scheme_table())"``. ``Compose`` shows its class-level
     metadata (what a composition *may* do); an instance reports its children's combination.
     """
-    from posenc.base import public_class_path
 
     yes = lambda flag: "yes" if flag else "no"  # noqa: E731
     lines = [

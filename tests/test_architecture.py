@@ -381,3 +381,35 @@ def test_no_entry_point_is_imported_by_its_own_package():
     # the finder sees one: the import the package had before it became lazy
     bad = {**deps, "pipelines": import_time_imports(ast.parse("from pipelines.eval.evaluate import X\n"))}
     assert "pipelines.eval.evaluate" in imported_with("pipelines.eval", bad)
+
+
+#: The words that say why an import sits inside a function body: an optional or heavy dependency, or a
+#: project module that must stay lazy (a cycle, a light module, MLflow's model-from-code file).
+IMPORT_REASON = re.compile(r"#\s*(optional|heavy|lazy)\b")
+
+
+def unexplained_function_imports(source: str) -> list[int]:
+    """Line numbers of imports inside a function body without an ``# optional``/``# heavy``/``# lazy``
+    comment on their line or the line before."""
+    lines = source.splitlines()
+    found = set()
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    said = lines[node.lineno - 1] + (lines[node.lineno - 2] if node.lineno > 1 else "")
+                    if not IMPORT_REASON.search(said):
+                        found.add(node.lineno)
+    return sorted(found)
+
+
+def test_the_function_import_finder_finds_one_without_a_reason():
+    planted = ("import os\n\n\ndef f():\n    import json\n    # optional: yaml\n    import yaml\n"
+               "    import numpy  # heavy: numpy\n    return json, yaml, numpy, os\n")
+    assert unexplained_function_imports(planted) == [5]
+
+
+def test_every_import_in_a_function_body_says_why():
+    found = {f"{path.relative_to(ROOT)}:{line}" for path in modules().values()
+             for line in unexplained_function_imports(path.read_text())}
+    assert sorted(found) == []

@@ -184,7 +184,7 @@ def call_genes(genome: Genome) -> list[dict]:
         One dict per gene: ``record``, ``begin``/``end`` (1-based inclusive, as pyrodigal gives
         them), ``strand`` (±1), ``partial_begin``/``partial_end``.
     """
-    import pyrodigal
+    import pyrodigal  # optional: pyrodigal, gene calling only
 
     seqs = [_record_bytes(genome, i) for i in range(len(genome.ids))]
     meta = int(genome.lengths.sum()) < 20000

@@ -117,7 +117,7 @@ class ClassificationDataModule(L.LightningDataModule):
     ) -> dict[str, SampleSet]:
         path = resolve_path(fasta) if fasta else default_genome()
         genome = self._load(path)
-        import pyrodigal
+        import pyrodigal  # optional: pyrodigal, gene calling only
 
         key = genome.cache_path.stem if genome.cache_path is not None else None
         cache = self.cache_dir if key is not None else None

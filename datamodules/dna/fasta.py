@@ -253,8 +253,8 @@ def iter_records(
         PosencError: naming the file (and record) for a missing/unreadable file, a file that is no
             FASTA/GenBank, a duplicated record id, a bad character, or no non-empty record.
     """
-    from Bio import SeqIO
-    from Bio.SeqIO.FastaIO import SimpleFastaParser
+    from Bio import SeqIO  # optional: Biopython
+    from Bio.SeqIO.FastaIO import SimpleFastaParser  # optional: Biopython
 
     path = Path(path)
     if not path.is_file():

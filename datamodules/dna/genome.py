@@ -37,7 +37,7 @@ _REPORTED: set[str] = set()  # genomes already reported by this process
 def report_genome(genome: Genome) -> None:
     """One line on what was read and what encoding changed (Lightning's logger, rank 0 only), once
     per process: a datamodule rebuilt with other test lengths reads the same genome again."""
-    from lightning.pytorch.utilities import rank_zero_info
+    from lightning.pytorch.utilities import rank_zero_info  # heavy: lightning
 
     line = (f"{genome.source}: {len(genome.ids)} record(s), {len(genome.codes)} bases "
             f"({'genome cache hit' if genome.cache_hit else 'encoded'}: {genome.cache_path}); "

@@ -72,7 +72,7 @@ class SegmentationDataModule(GenomeDataModule):
             # Parse eagerly (cheap) so a bad annotation fails here even when labels are cached.
             cds = read_annotation(self.annotation, self.genome)
             return cached_array(cache, f"{key}.labels-{tag}.u8", size, lambda: frame_labels(self.genome, cds))
-        import pyrodigal
+        import pyrodigal  # optional: pyrodigal, gene calling only
 
         tag = f"pyrodigal{pyrodigal.__version__}"
         genes = cached_json(cache, f"{key}.genes-{tag}.json", lambda: call_genes(self.genome))

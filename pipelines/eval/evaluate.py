@@ -243,7 +243,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(argv: Sequence[str] | None = None) -> Extrapolation:
-    import mlflow
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
     args = parse_args(argv)
     configure(args.verbose, args.progress)

@@ -156,10 +156,10 @@ def binned(curve: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
 def figure(result: Extrapolation, bins: int = 64):
     """Metric vs length (one line per variant), the per-position curves of the scheme as trained
     (one line per length) and, for RoPE-family schemes, every variant at the longest length."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     variants = result.variants
     n_panels = 3 if len(variants) > 1 else 2
@@ -215,7 +215,7 @@ def figures_on() -> bool:
 def save_all(result: Extrapolation, folder: Path) -> list[Path]:
     """Write the tables and ``extrapolation.png`` (unless :func:`figures_on` says not) into ``folder``;
     returns the files."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     files = write_tables(result, folder)
     if not figures_on():
@@ -229,7 +229,7 @@ def save_all(result: Extrapolation, folder: Path) -> list[Path]:
 
 def log_to_mlflow(result: Extrapolation, client: Any, run_id: str) -> None:
     """Log metrics (step = length), the undefined lengths (tags) and the artifacts to ``run_id``."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric  # heavy: mlflow, loaded only when tracking
 
     now = int(1000 * __import__("time").time())
     metrics = [Metric(k, v, now, step) for k, v, step in mlflow_metrics(result)]

@@ -73,7 +73,7 @@ class Estimate:
 
 def estimate(values: Sequence[float], level: float = LEVEL) -> Estimate:
     """Mean ± Student-t ``level`` interval of ``values`` (NaN interval for fewer than two values)."""
-    from scipy import stats
+    from scipy import stats  # optional: scipy
 
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
@@ -113,7 +113,7 @@ def sign_of(lo: float, hi: float, higher_is_better: bool) -> int:
 def t_p_value(e: Estimate) -> float:
     """Two-sided one-sample t-test p-value of "the mean is 0" for the values behind ``e`` (NaN for
     one value; 0 when every value is the same non-zero number, 1 when all are 0)."""
-    from scipy import stats
+    from scipy import stats  # optional: scipy
 
     if e.n < 2 or not math.isfinite(e.mean):
         return math.nan
@@ -125,7 +125,7 @@ def t_p_value(e: Estimate) -> float:
 
 def t_interval(e: Estimate, level: float) -> tuple[float, float]:
     """The Student-t interval of the values behind ``e`` at another ``level`` (NaN for one value)."""
-    from scipy import stats
+    from scipy import stats  # optional: scipy
 
     if e.n < 2:
         return math.nan, math.nan

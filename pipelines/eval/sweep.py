@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from datamodules.config import group_of
+from pipelines.cli import main as cli_main
 from pipelines.eval.evaluate import ExtrapolationEval, _merge, load_config
 from pipelines.eval.sweep_child import launches_processes, run_in_subprocess
 from pipelines.tasks.base import mlflow_loggers
@@ -165,7 +166,6 @@ class _Tee(io.TextIOBase):
 
 def _fit_here(args: list[str], command: str, run_name: str) -> TrainedRun:
     """Fit in this process; the length sweep run if the fit ended before it (interrupted)."""
-    from pipelines.cli import main as cli_main
 
     tee, argv = _Tee(sys.stderr), sys.argv
     sys.argv = sys.argv[:1]  # the CLI must not see the caller's own options
@@ -226,7 +226,7 @@ def train_run(layers: Sequence[Path | str], overlay: dict[str, Any] | Sequence[s
     Raises:
         TrainingFailed: the CLI refused the config (one line) or the training stopped.
     """
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # heavy: mlflow, loaded only when tracking
 
     tags = {k: str(v) for k, v in (tags or {}).items()}
     if key and reuse:  # the store is opened only when needed: a config the CLI refuses writes none

@@ -19,7 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from pipelines.children import child_environment, die_with_parent_from_env, terminate
+from pipelines.cli import main as cli_main
+from pipelines.eval.evaluate import ExtrapolationEval
+from pipelines.tasks.base import mlflow_loggers
 
 
 def _devices(value: Any) -> int | None:
@@ -50,7 +55,6 @@ def launches_processes(config: dict[str, Any]) -> bool:
         return count > 1
     if str(trainer.get("accelerator", "auto")).lower() == "cpu":
         return False
-    import torch
 
     return torch.cuda.device_count() > 1
 
@@ -80,9 +84,6 @@ def run_in_subprocess(fit_args: list[str], result: Path) -> tuple[str | None, st
 
 def main(argv: list[str] | None = None) -> None:
     """``--result FILE -- <fit arguments>``: run the fit; rank 0 writes what the runner needs."""
-    from pipelines.cli import main as cli_main
-    from pipelines.eval.evaluate import ExtrapolationEval
-    from pipelines.tasks.base import mlflow_loggers
 
     die_with_parent_from_env()  # started by run_in_subprocess: stop when the runner stops or is killed
     argv = list(sys.argv[1:] if argv is None else argv)

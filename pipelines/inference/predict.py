@@ -20,6 +20,7 @@ window) and are stitched (see :mod:`pipelines.tasks.windows`). ``.gz`` outputs a
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 import warnings
 from pathlib import Path
@@ -28,10 +29,13 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from datamodules.dna.fasta import EncodeReport, iter_records
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure
+from pipelines.inference.loading import load_model
 from pipelines.inference.outputs import atomic_output, check_output, terminate_on_sigterm
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
+from pipelines.tasks.dna_predict import label_intervals
 from posenc import PosencError
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
@@ -99,7 +103,6 @@ class TableWriter:
 def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool, min_length: int = 0) -> int:
     """CDS intervals (of at least ``min_length`` bases) of one record's per-base labels as GFF3 or
     BED6 lines; returns their number."""
-    from pipelines.tasks.dna_predict import label_intervals
 
     rid = str(table["record"].iloc[0])
     labels, prob = table["label"].to_numpy(), table["prob"].to_numpy()
@@ -118,7 +121,6 @@ def write_intervals(fh: IO[str], kind: str, table: pd.DataFrame, first: bool, mi
 
 def predictor_options(model: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The command's options that the model's task predictor takes (by its signature)."""
-    import inspect
 
     params = inspect.signature(type(model).predictor).parameters
     return {k: v for k, v in options.items() if k in params}
@@ -126,7 +128,6 @@ def predictor_options(model: Any, options: dict[str, Any]) -> dict[str, Any]:
 
 def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
     """Stream the records of a FASTA/GenBank file through the model into ``out``."""
-    from datamodules.dna.fasta import EncodeReport, iter_records
 
     kind, sep = output_kind(out)
     if kind != "table" and not model.writes_intervals:
@@ -183,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
         apply_trust_args(args)
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
-        from pipelines.inference.loading import load_model
 
         with terminate_on_sigterm():
             out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work

@@ -19,6 +19,7 @@ class PosencPyfunc(mlflow.pyfunc.PythonModel):
     """Wraps the checkpoint stored as the model's ``checkpoint`` artifact."""
 
     def load_context(self, context: Any) -> None:
+        # lazy: MLflow runs this file as the model's code; load only on load_context
         from pipelines.inference import load_model
 
         self.model = load_model(context.artifacts["checkpoint"], device="cpu")

@@ -20,6 +20,7 @@ import logging
 import tempfile
 import time
 import types
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import torch
 
 from datamodules.scrub import scrub_logged_model_tags
 from pipelines.inference.loading import META_KEY, load_model
+from pipelines.tasks.base import mlflow_loggers
 from pipelines.tracking.card import ModelCard, card_metrics, command_line, from_training, write_card
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,6 @@ def slim_checkpoint(path: str | Path, out: Path) -> Path:
 
 def pip_requirements() -> list[str]:
     """Pinned versions of what loading the model imports (explicit: MLflow infers nothing)."""
-    from importlib.metadata import PackageNotFoundError, version
 
     out = []
     for pkg in ("torch", "lightning", "mlflow", "numpy", "pandas", "biopython", "scikit-learn"):
@@ -67,9 +68,9 @@ def column_type(series: Any, input_side: bool) -> str:
 def signature_for(example: Any, output: Any) -> Any:
     """The model signature, from explicit column types when input and output are DataFrames (no
     schema inference, so no inference hints), else MLflow's inference."""
-    import pandas as pd
-    from mlflow.models import ModelSignature, infer_signature
-    from mlflow.types import ColSpec, Schema
+    import pandas as pd  # heavy: pandas
+    from mlflow.models import ModelSignature, infer_signature  # heavy: mlflow, loaded only when tracking
+    from mlflow.types import ColSpec, Schema  # heavy: mlflow, loaded only when tracking
 
     if not (isinstance(example, pd.DataFrame) and isinstance(output, pd.DataFrame)):
         return infer_signature(example, output)
@@ -82,10 +83,11 @@ def signature_for(example: Any, output: Any) -> Any:
 
 def log_pyfunc(ckpt: Path, run_id: str, tracking_uri: str, example: Any, output: Any) -> Any:
     """Log ``ckpt`` as a pyfunc model of run ``run_id``; returns MLflow's ``ModelInfo``."""
-    import mlflow
-    from mlflow.models import Model
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+    import mlflow  # heavy: mlflow, loaded only when tracking
+    from mlflow.models import Model  # heavy: mlflow, loaded only when tracking
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri  # heavy: mlflow
 
+    # lazy: MLflow's model-from-code file, named only when logging a model
     import pipelines.inference.pyfunc as code
 
     with _use_tracking_uri(tracking_uri):
@@ -101,7 +103,7 @@ def portable_pyfunc() -> Any:
     """``mlflow.pyfunc`` as the flavor of :meth:`mlflow.models.Model.log`, except that the saved
     ``MLmodel`` names the model's code file by its name alone: MLflow records its absolute path
     (``model_code_path``: a home folder, a user name), and reads back only its base name."""
-    import mlflow
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
     def save_model(path: str, mlflow_model: Any, **kwargs: Any) -> None:
         mlflow.pyfunc.save_model(path=path, mlflow_model=mlflow_model, **kwargs)
@@ -116,7 +118,7 @@ def portable_pyfunc() -> Any:
 def register_version(client: Any, name: str, info: Any, run_id: str, card: ModelCard) -> str:
     """Register the logged model ``info`` as a new version of ``name`` (created if new), with the
     card as description and tags; returns the version."""
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # heavy: mlflow, loaded only when tracking
 
     try:
         client.create_registered_model(name, tags=card.tags(), description=card.markdown())
@@ -157,7 +159,6 @@ class RegisterModel(L.Callback):
         checkpoint[META_KEY] = dict(getattr(pl_module, "posenc_inference", {}) or {})
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from pipelines.tasks.base import mlflow_loggers
 
         loggers = mlflow_loggers(trainer)
         if not self.register or not loggers or trainer.global_rank != 0 or trainer.interrupted:

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.tracking.store import tracking_uri as default_uri
 from posenc import PosencError
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -96,9 +97,8 @@ class _Store:
     """One MLflow client on one store, for tracking and registry; MLflow errors become one line."""
 
     def __init__(self, tracking_uri: str | None) -> None:
-        import mlflow
+        import mlflow  # heavy: mlflow, loaded only when tracking
 
-        from pipelines.tracking.store import tracking_uri as default_uri
 
         self.uri = tracking_uri or default_uri()
         self.client = mlflow.MlflowClient(self.uri, registry_uri=self.uri)
@@ -109,7 +109,7 @@ class _Store:
 
     def model_location(self, source: str, ref: str) -> tuple[str, str | None]:
         """(artifact location, source run id) of ``models:/<ref>``."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # heavy: mlflow, loaded only when tracking
 
         try:
             if ref.startswith("m-") and "/" not in ref:  # a logged model's id
@@ -133,7 +133,7 @@ class _Store:
 
     def logged_model(self, run_id: str, name: str | None) -> str | None:
         """Artifact location of the last model (named ``name``, if given) logged by the run, or None."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # heavy: mlflow, loaded only when tracking
 
         try:
             run = self.client.get_run(run_id)
@@ -146,7 +146,7 @@ class _Store:
 
     def run_artifacts(self, run_id: str, path: str, tmp: Path) -> Path:
         """Download the run's artifact ``path`` ("" = all of them)."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # heavy: mlflow, loaded only when tracking
 
         try:
             return Path(self.client.download_artifacts(run_id, path, str(self._fresh(tmp / "run"))))
@@ -160,8 +160,8 @@ class _Store:
         return Path(self.client.download_artifacts(run_id, "config.yaml", str(self._fresh(tmp / "config"))))
 
     def download(self, location: str, dst: Path) -> Path:
-        import mlflow
-        from mlflow.exceptions import MlflowException
+        import mlflow  # heavy: mlflow, loaded only when tracking
+        from mlflow.exceptions import MlflowException  # heavy: mlflow, loaded only when tracking
 
         try:
             got = mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=str(self._fresh(dst)),

@@ -32,6 +32,7 @@ import argparse
 import math
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,7 @@ def check_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
-    import mlflow
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
     args = parse_args(argv)
     configure(args.verbose, args.progress)  # the children's trainings inherit both
@@ -235,7 +236,7 @@ def reuse_or_train(args: argparse.Namespace, layers: list[Path], lab: str, seed:
         return ChildRun(lab, seed, None, "skipped", exc.reason)
     note = untrained_positions(run.module, run.datamodule) if run.module is not None else ""
     if note:
-        from mlflow import MlflowClient
+        from mlflow import MlflowClient  # heavy: mlflow, loaded only when tracking
 
         MlflowClient(tracking_uri()).set_tag(run.run_id, TAGS["note"], note)
     return ChildRun(lab, seed, run.run_id, run.source, note=note)
@@ -243,7 +244,7 @@ def reuse_or_train(args: argparse.Namespace, layers: list[Path], lab: str, seed:
 
 def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:
     """Tables, CSVs and figure into ``out`` and onto the parent run; summary metrics on the parent."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     out.mkdir(parents=True, exist_ok=True)
     md = out / "comparison.md"
@@ -273,9 +274,8 @@ def log_parent_metrics(client: Any, parent: str, cmp: Comparison) -> None:
     """Per scheme: mean metric, paired difference (and its Holm-adjusted p), the difference from NoPE
     and the retained gain (where defined) per length (step = length), the power and the
     extrapolation ratio; the baselines."""
-    import time
 
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric  # heavy: mlflow, loaded only when tracking
 
     now, metrics = int(1000 * time.time()), []
     for r in cmp.rows:

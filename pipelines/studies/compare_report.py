@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.eval.extrapolation import TRAINED
+from pipelines.eval.report import binned
 from pipelines.eval.statistics import SYMBOLS, Estimate
 from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained, min_effect
 from pipelines.studies.compare_stats import NOPE, Comparison, Row
+from pipelines.tracking.whole_window import length_figure
 
 
 def decimals(cmp: Comparison) -> int:
@@ -242,10 +244,10 @@ def wide_row(cmp: Comparison, r: Row) -> list:
 def figure(cmp: Comparison):
     """Metric vs length per scheme with its CI band; the RoPE family with its variants; retained
     gain with its CI band; per-position curves at the longest defined length (mean over seeds)."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     info = cmp.info
     trained = [r for r in cmp.rows if r.variant == TRAINED]
@@ -286,7 +288,6 @@ def figure(cmp: Comparison):
 def whole_window_figure(cmp: Comparison, path: Path) -> Path:
     """Bits/base against whole-window length, every scheme (and RoPE variant) with its band over
     seeds and the chain on the same windows dashed (:func:`pipelines.tracking.whole_window.length_figure`)."""
-    from pipelines.tracking.whole_window import length_figure
 
     def points(est: dict[int, Estimate | None]) -> dict[int, tuple[float, float, float]]:
         return {n: (e.mean, e.lo if e.n > 1 else e.mean, e.hi if e.n > 1 else e.mean)
@@ -321,7 +322,6 @@ def _axes(ax, info, ylabel: str, title: str) -> None:
 
 
 def _positions(ax, cmp: Comparison) -> None:
-    from pipelines.eval.report import binned
 
     curves: dict[str, list[tuple[int, np.ndarray]]] = {}
     for c in cmp.children:

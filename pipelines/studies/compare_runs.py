@@ -11,6 +11,7 @@ are not hashed: after changing either, start a new experiment (``--experiment``)
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,10 +138,9 @@ def read_child(client: Any, child: ChildRun) -> ChildRun:
 
 def _artifact_table(client: Any, run_id: str, name: str) -> Any:
     """The run's CSV artifact ``extrapolation/<name>`` as a DataFrame, or ``None`` if it has none."""
-    import tempfile
 
-    import mlflow
-    import pandas as pd
+    import mlflow  # heavy: mlflow, loaded only when tracking
+    import pandas as pd  # heavy: pandas
 
     with tempfile.TemporaryDirectory() as tmp:
         try:

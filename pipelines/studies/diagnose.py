@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import yaml
 
 from posenc import PosencError, PositionalEncoding, build_encoding, diagnostic_plots
 
@@ -25,7 +26,6 @@ def load_scheme(
     ``d_model`` / ``n_heads`` default to the YAML's ``model.init_args.net`` values (or flat
     ``model.init_args`` ones), else 128 / 8.
     """
-    import yaml
 
     path = Path(path)
     try:

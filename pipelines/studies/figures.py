@@ -38,7 +38,15 @@ import numpy as np
 import torch
 
 from pipelines.console import add_console_args, configure
-from posenc import PosencError
+from pipelines.eval.evaluate import build_from_checkpoint, load_config
+from pipelines.eval.evaluate import run as evaluate
+from pipelines.inference.loading import read_checkpoint
+from pipelines.inference.resolve import resolve
+from pipelines.studies.diagnose import load_scheme
+from pipelines.tracking.store import tracking_uri
+from pipelines.tracking.whole_window import length_figure, read_lengths, run_curves
+from posenc import PosencError, diagnostic_plots
+from posenc.diagnostic_plots import attention_distance_figure
 
 SIZE, DPI, MAX_WIDTH = (6.4, 3.6), 100, 800  # our figures 640×360 px; copied ones scaled to ≤ 800 px
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,10 +75,10 @@ def baselines(run: Any, metric: str) -> dict[str, float]:
 
 def curve_figure(result: Any, base: dict[str, float], title: str, path: Path) -> Path:
     """Metric against test length, one line per variant, baselines dashed, training length dotted."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     fig, ax = plt.subplots(figsize=SIZE)
     for i, variant in enumerate(result.variants):
@@ -92,7 +100,7 @@ def curve_figure(result: Any, base: dict[str, float], title: str, path: Path) ->
 
 
 def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -103,7 +111,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 def copy_scaled(src: Path, dst: Path) -> Path:
     """``src`` as ``dst``, scaled down to at most :data:`MAX_WIDTH` pixels wide."""
-    from PIL import Image
+    from PIL import Image  # optional: PIL
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     with Image.open(src) as img:
@@ -115,7 +123,6 @@ def copy_scaled(src: Path, dst: Path) -> Path:
 
 def extrapolation(run: Any, factors: Sequence[float], title: str, path: Path) -> Path:
     """Score the run's model at ``factors`` × its training length (``make evaluate``) and plot it."""
-    from pipelines.eval.evaluate import run as evaluate
 
     with tempfile.TemporaryDirectory(prefix="posenc-figures-") as tmp:
         result = evaluate([run.info.run_id, "--out", tmp, "--no-mlflow",
@@ -126,7 +133,6 @@ def extrapolation(run: Any, factors: Sequence[float], title: str, path: Path) ->
 def whole_windows(run: Any, path: Path) -> Path | None:
     """The run's logged whole-window scores per length beside the chain on the same windows
     (:func:`pipelines.tracking.whole_window.length_figure`); ``None`` if it logged none (an older run)."""
-    from pipelines.tracking.whole_window import length_figure, read_lengths, run_curves
 
     table = read_lengths(run.data.metrics, int(run.data.params.get("seq_len") or 0))
     if table is None:
@@ -139,11 +145,6 @@ def whole_windows(run: Any, path: Path) -> Path | None:
 
 def attention_distances(run: Any, path: Path, windows: int = 8, factor: int = 8) -> Path:
     """Attention-distance histograms of the run's model at its training length and ``factor``×."""
-    from pipelines.eval.evaluate import build_from_checkpoint, load_config
-    from pipelines.inference.loading import read_checkpoint
-    from pipelines.inference.resolve import resolve
-    from pipelines.tracking.store import tracking_uri
-    from posenc.diagnostic_plots import attention_distance_figure
 
     with resolve(run.info.run_id, tracking_uri(), with_config=True) as found:
         ckpt, config = read_checkpoint(found.checkpoint), load_config([str(found.config)])
@@ -165,8 +166,6 @@ def attention_distances(run: Any, path: Path, windows: int = 8, factor: int = 8)
 
 def diagnostics(out: Path) -> list[Path]:
     """PeriodicRoPE's aliasing and band-period figures (``python -m pipelines.studies.diagnose``)."""
-    from pipelines.studies.diagnose import load_scheme
-    from posenc import diagnostic_plots
 
     with tempfile.TemporaryDirectory(prefix="posenc-figures-") as tmp:
         pe = load_scheme(ROOT / "configs/posenc/periodic_rope.yaml").eval()
@@ -177,7 +176,7 @@ def diagnostics(out: Path) -> list[Path]:
 
 def forecast_examples(run: Any, path: Path) -> Path:
     """The run's ``forecast.png`` artifact (test forecasts against the truth), scaled."""
-    import mlflow
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
     with tempfile.TemporaryDirectory(prefix="posenc-figures-") as tmp:
         local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="forecast.png",
@@ -187,9 +186,8 @@ def forecast_examples(run: Any, path: Path) -> Path:
 
 def make_all(out: Path) -> list[Path]:
     """Every figure whose run exists (see the module docstring); notes the ones skipped."""
-    import mlflow
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
-    from pipelines.tracking.store import tracking_uri
 
     client = mlflow.MlflowClient(tracking_uri())
     written = diagnostics(out)

@@ -22,8 +22,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.eval.evaluate import load_config
 from pipelines.eval.statistics import estimate, paired_difference
-from pipelines.tracking.store import tracking_uri
+from pipelines.eval.sweep import config_key, read_layers, train_run
+from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 
 NAMESPACE = "posenc.forecast_seeds"  # the parent's and the children's tags
@@ -43,7 +45,7 @@ class SeedRun:
 
 
 def _client():
-    import mlflow
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
     return mlflow.MlflowClient(tracking_uri())
 
@@ -58,8 +60,6 @@ def train_seeds(config: list[str], seeds: list[int], extra: list[str], experimen
                 retrain: bool) -> tuple[str, list[SeedRun]]:
     """Train ``config`` (+ ``extra`` CLI arguments) at every seed as children of a new parent run
     (initialisation and training-window order seeded as ``pipelines.studies.compare`` seeds them)."""
-    from pipelines.eval.sweep import config_key, read_layers, train_run
-    from pipelines.tracking.store import experiment_id
 
     client = _client()
     exp_id = experiment_id(client, experiment)
@@ -146,7 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.runs:
             print(table([read_run(r) for r in args.runs]))
             return 0
-        from pipelines.eval.evaluate import load_config
 
         load_config(args.config)  # a missing or broken file: one line, before any run
         parent, runs = train_seeds(args.config, args.seeds, extra, args.experiment, args.retrain)

@@ -36,13 +36,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
 from pipelines.console import configure
 from pipelines.results_table import read_results
+from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
+from pipelines.studies.compare import scheme_file
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
 from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
 from pipelines.studies.ltsf_report import FIELDS, figure, summary_markdown
+from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 
 BASELINES = ("naive", "ridge", "lightgbm", "ets")
@@ -80,7 +84,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def model_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The neural models: every ``--configs`` file, then the first one once per ``--schemes`` encoding."""
-    from pipelines.studies.compare import scheme_file
 
     configs = [load_model_config(c) for c in args.configs]
     if args.schemes and not configs:
@@ -104,7 +107,6 @@ def check_args(args: argparse.Namespace) -> None:
         if any(v < 1 for v in values):
             raise PosencError(f"{name} must be positive, got {values}")
     if args.accelerator == "gpu":
-        import torch
 
         if not torch.cuda.is_available():
             raise PosencError("--accelerator gpu: no CUDA GPU is visible here (use cpu, or auto)")
@@ -112,17 +114,14 @@ def check_args(args: argparse.Namespace) -> None:
 
 def baseline_runner(name: str) -> Any:
     """``(data, lookback, horizon, seed) → Result``, or a reason string when its package is missing."""
-    from pipelines.studies import ltsf_models
 
     if name == "naive":
         return ltsf_models.seasonal_naive_run
     if name == "ridge":
         return ltsf_models.ridge_run
     if name == "ets":
-        from pipelines.studies import ltsf_stats
 
         return ltsf_models.missing_package("statsmodels") or ltsf_stats.ets_run
-    from pipelines.studies import ltsf_trees
 
     return ltsf_models.missing_package("lightgbm") or ltsf_trees.lightgbm_run
 
@@ -249,15 +248,13 @@ def describe_data(data: LTSFData) -> str:
 
 
 def run(argv: Sequence[str] | None = None) -> Path:
-    import mlflow
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
-    from pipelines.tracking.store import experiment_id, tracking_uri
 
     args = parse_args(argv)
     configure(verbose=False, progress=False)
     check_args(args)
     if args.threads:
-        import torch
 
         torch.set_num_threads(args.threads)
     configs = model_configs(args)

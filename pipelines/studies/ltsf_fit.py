@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules.timeseries.ltsf import scaled_errors
+from pipelines.eval.sweep import config_key, train_run
 from pipelines.studies.ltsf_models import forecast, longer_lookbacks, warm_start
 
 NAMESPACE = "posenc.ltsf"  # the children's tags: <namespace>.model/.horizon (ours), .seed/.key/.complete
@@ -158,7 +159,6 @@ def train_child(config: dict[str, Any], horizon: int, seed: int, args: Any, pare
     """Train one model config at ``horizon`` and ``seed`` as a nested child of ``parent`` with
     :func:`~pipelines.eval.sweep.train_run` (always trained: ``--resume`` works from results.csv;
     the key is tagged); the :class:`~pipelines.eval.sweep.TrainedRun`."""
-    from pipelines.eval.sweep import config_key, train_run
 
     overlay = cli_config(config, args.data, args.lookback, horizon, time_col=args.time_col,
                          protocol=getattr(args, "protocol", None),

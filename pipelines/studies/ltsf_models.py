@@ -21,6 +21,7 @@ import torch
 import yaml
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
+from datamodules.timeseries.windows import gather_windows
 from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, LinearBaseline, seasonal_naive
 from posenc import PosencError
 
@@ -151,7 +152,6 @@ def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[
 
 def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.ndarray:
     """Lookbacks of ``n`` steps ending where the protocol's test windows (lookback ``lookback``) start."""
-    from datamodules.timeseries.windows import gather_windows
 
     starts = data.starts("test", lookback, horizon)
     if starts.min() < n:

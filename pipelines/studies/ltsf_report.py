@@ -3,12 +3,16 @@ numbers, paired differences against the reference model, and CPU time."""
 
 from __future__ import annotations
 
+import argparse
+import csv
 import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from pipelines.eval.bootstrap import Arm
 from pipelines.eval.statistics import estimate, paired_difference
+from pipelines.eval.verdicts import retained
 
 FIELDS = ["model", "horizon", "seed", "n_test_windows", "test/mse_scaled", "test/mae_scaled",
           "val/mse_scaled", "time/cpu_s", "time/wall_s"]
@@ -125,8 +129,6 @@ def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
     lookback, and the retained gain over seasonal naive (the ``naive`` row of that horizon: its forecast
     reads the last day only, so it is the same at every lookback) — a ratio of mean gains with a paired
     bootstrap interval, undefined unless the gain at the training lookback is clearly above 0."""
-    from pipelines.eval.bootstrap import Arm
-    from pipelines.eval.verdicts import retained
 
     longer = _lookbacks(rows)
     if not longer:
@@ -161,10 +163,10 @@ def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
 def figure(rows: list[dict[str, Any]], path: Any, data: Any = "ETTh1.csv", lookback: int = 336) -> None:
     """Test MSE per horizon: each model's mean with its 95 % CI (bars where it has several seeds), and
     the published PatchTST/64 and all-windows re-run numbers as dashed lines."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     mse = _group(rows, "test/mse_scaled")
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -201,10 +203,10 @@ def lookback_figure(rows: list[dict[str, Any]], lookback: int, path: Any) -> boo
     longer = _lookbacks(rows)
     if not longer:
         return False
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     horizons = sorted({int(r["horizon"]) for r in rows})
     curves = {n: _group(rows, f"test/mse_scaled_L{n}") for n in longer}
@@ -237,8 +239,6 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m pipelines.studies.ltsf_report --results A.csv [B.csv …] --out DIR``: one ``results.csv``,
     ``summary.md`` and ``ltsf.png`` from the results of several benchmark runs (e.g. horizons or seeds
     run as separate commands); a row repeated (same model, horizon, seed) keeps its last copy."""
-    import argparse
-    import csv
 
     p = argparse.ArgumentParser(prog="python -m pipelines.studies.ltsf_report", description=main.__doc__)
     p.add_argument("--results", nargs="+", required=True)

@@ -66,7 +66,7 @@ class HoltWinters:
 def fit_channel(y: np.ndarray, form: str, period: int = PERIOD) -> tuple[dict[str, float], np.ndarray, bool]:
     """statsmodels' least-squares fit of one channel's rows ``y`` (T,) in ``form``: (scalar
     parameters, initial seasons (m,), whether the optimiser converged)."""
-    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing  # optional: statsmodels
 
     trend, damped = FORMS[form]
     with warnings.catch_warnings():

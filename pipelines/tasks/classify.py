@@ -16,6 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.base import TaskAdapter, baseline_datamodule
+from pipelines.tasks.classify_baselines import fit_baselines, score_lengths
 from pipelines.tasks.dna_predict import predict_classify
 from pipelines.tasks.per_length import PerLengthTest, token_positions
 from posenc import PosencError
@@ -42,7 +43,7 @@ class ClassifyAdapter(TaskAdapter):
         return probs.cpu(), batch["label"].cpu(), none, none
 
     def combine(self, parts: list[tuple[Tensor, Tensor]]) -> float:
-        from torchmetrics.functional.classification import multiclass_auroc
+        from torchmetrics.functional.classification import multiclass_auroc  # heavy: torchmetrics
 
         probs = torch.cat([p[0] for p in parts])  # (N, C)
         labels = torch.cat([p[1] for p in parts])  # (N,)
@@ -156,8 +157,8 @@ class KmerBaseline(L.Callback):
         dm = baseline_datamodule(trainer, "sets")
         if dm is None:
             return
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.metrics import roc_auc_score
+        from sklearn.linear_model import LogisticRegression  # optional: sklearn baselines
+        from sklearn.metrics import roc_auc_score  # optional: sklearn baselines
 
         x_train, y_train = self.features(dm.sets["train"], dm)
         x_test, y_test = self.features(dm.sets["test"], dm)
@@ -203,7 +204,6 @@ class ClassifyBaselines(L.Callback):
 
     def compute(self, dm: Any) -> dict[str, float]:
         """Fit on ``dm.sets["train"]``/``["val"]``, score ``dm.sets["test"]`` at every ``dm.eval_lengths``."""
-        from pipelines.tasks.classify_baselines import fit_baselines, score_lengths
 
         self.train_length, width = int(dm.seq_len), dm.tokenizer.n_bases(dm.seq_len)
         seed = self.seed if self.seed is not None else int(getattr(dm, "seed", 0))

@@ -55,7 +55,7 @@ def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
     """AUROC of class scores (N, C): for two classes the usual ROC AUC of column 1, for more the macro
     mean over classes of one-vs-rest AUROC (each column ranked on its own, as the classifier reports it);
     NaN when the labels hold a single class."""
-    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import roc_auc_score  # optional: sklearn baselines
 
     labels = np.asarray(labels)
     if len(np.unique(labels)) < 2:
@@ -83,7 +83,7 @@ class OneHotLogistic:
     def fit(self, train: tuple[Tensor, np.ndarray], val: tuple[Tensor, np.ndarray],
             num_classes: int) -> OneHotLogistic:
         """Fit one model per C on ``train`` (one-hot (N, 4, L0), labels (N,)); keep the best on ``val``."""
-        from sklearn.linear_model import LogisticRegression
+        from sklearn.linear_model import LogisticRegression  # optional: sklearn baselines
 
         (x, y), (xv, yv) = train, val
         best = None
@@ -265,7 +265,7 @@ def one_thread() -> Iterator[None]:
     gain little from threads, and on a busy machine the threads wait on each other (2 CNN epochs on the
     test-sized data: 27 s on two threads vs 0.5 s on one at load 12 on 2 cores; the logistic regressions
     2.8 s vs 0.24 s)."""
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import threadpool_limits  # optional: threadpoolctl
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -34,7 +34,7 @@ class DNATask(TaskModule):
 
     def input_example(self, dm: Any) -> Any:
         """One short sequence (at least four k-mer tokens) as a DataFrame with ``id``/``sequence``."""
-        import pandas as pd
+        import pandas as pd  # heavy: pandas
 
         k = int(self.posenc_inference.get("data", {}).get("kmer", 1))
         return pd.DataFrame({"id": ["example"], "sequence": ["ACGTTGCA" * max(4, k)]})

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from datamodules.config import as_group
 from pipelines.tasks.base import TaskAdapter, TaskModule
 from pipelines.tasks.distributed import EpochMeans
+from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors, seasonal_naive
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
 from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_periods re-exported
     ForecastTokens,
@@ -56,7 +57,6 @@ class ForecastAdapter(TaskAdapter):
         return float(per_step.sum()), float(count.sum()), per_step.cpu(), count.cpu()
 
     def baselines(self, dm: Any, split: str = "test") -> dict[str, float]:
-        from pipelines.tasks.forecast_baselines import ForecastBaselines
 
         found = ForecastBaselines().compute(dm)  # same test windows at every lookback
         return {name: found[f"{name}_mse"] for name in ("seasonal_naive", "linear")}
@@ -65,7 +65,6 @@ class ForecastAdapter(TaskAdapter):
 
     def trivial_baseline(self, dm: Any, split: str = "test") -> float:
         """MSE of the seasonal-naive forecast on the test windows (period as :class:`ForecastBaselines`)."""
-        from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors, seasonal_naive
 
         test = dm.windows("test")  # the same forecast windows at every lookback
         orig = lambda a: a * dm.target_scale + dm.target_loc  # noqa: E731 - scaled → original units

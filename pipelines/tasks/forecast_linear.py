@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 from dataclasses import replace
 from typing import Any
 
@@ -100,10 +101,9 @@ def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearF
     (AdamW + warm-up/cosine, ``epochs`` epochs of ``dm``'s sampler), the weights of its best
     validation epoch kept (as a checkpoint on ``val/loss``); no logger, nothing left on disk.
     ``hparams`` go to the model (``kernel_size``, ``optim``, …)."""
-    import tempfile
 
-    import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    import lightning as L  # heavy: lightning
+    from lightning.pytorch.callbacks import ModelCheckpoint  # heavy: lightning
 
     # Called from a callback while the outer trainer tests (inference mode): training needs autograd back.
     # The caller's random state (e.g. the Forecaster's) is left as it was.

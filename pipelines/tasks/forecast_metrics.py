@@ -22,6 +22,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from pipelines.tasks.base import mlflow_loggers
+from pipelines.tasks.distributed import gather, world_size
 from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive
 from posenc import PosencError, PositionOutOfRange
 
@@ -66,7 +68,6 @@ def merge_ranks(errors: dict[int, ForecastErrors | None],
     """Every DDP rank's test errors summed per lookback (undefined on one rank: undefined) and the
     scored window starts of every rank, in rank order (= loader order: ranks hold contiguous
     blocks). A single process gets its own back."""
-    from pipelines.tasks.distributed import gather, world_size
 
     if world_size() == 1:
         return errors, starts
@@ -156,7 +157,6 @@ def log_test_metrics(module, errors: ForecastErrors, scaled: ForecastErrors) -> 
     ``test/mae`` and the same as ``test/{mse,mae}_original`` (the series' units) from ``errors``,
     ``test/{mse,mae}_scaled`` from ``scaled``; per horizon step (``test/mse_by_horizon``, step = h)
     and the :data:`UNITS` tag when an MLflow logger is attached."""
-    from pipelines.tasks.base import mlflow_loggers
 
     values = {"test/mse": errors.mse, "test/mae": errors.mae, "test/mse_original": errors.mse,
               "test/mae_original": errors.mae, "test/mse_scaled": scaled.mse, "test/mae_scaled": scaled.mae}
@@ -200,7 +200,7 @@ def forecast_figure(examples: list[dict], horizon: int, lookback: int, channel: 
     Each example holds ``x`` (L, C), ``y`` (H, C), ``pred`` (H, C), ``mask`` (H, C) and a
     ``title``.
     """
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # optional: matplotlib, figures only
 
     n = len(examples)
     fig = Figure(figsize=(10, 2.3 * n), layout="constrained")
@@ -267,8 +267,6 @@ class ForecastReport(Callback):
         return {int(starts[i]) for i in pick}
 
     def on_test_end(self, trainer, pl_module) -> None:
-        from pipelines.tasks.base import mlflow_loggers
-        from pipelines.tasks.distributed import gather
 
         self._picked = [e for part in gather(self._picked) for e in part]  # DDP: every rank's windows
         if not getattr(trainer, "is_global_zero", True):

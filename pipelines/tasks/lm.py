@@ -16,6 +16,7 @@ from pipelines.tasks.base import TaskAdapter, positions
 from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna import DNATask
 from pipelines.tasks.dna_predict import predict_lm
+from pipelines.tasks.markov import MarkovBaselines, MarkovModel
 from posenc import PosencError, PositionOutOfRange
 from posenc.positions import RandomizedPositions
 
@@ -57,7 +58,6 @@ class LMAdapter(TaskAdapter):
         windows of every length n (``markov_best_L<n>``: a base sees only its own window, as the model
         does). With ``split="val"`` the chain's order was chosen on a region holding those very bases,
         so it is slightly favoured there (no model choice is made on it)."""
-        from pipelines.tasks.markov import MarkovBaselines
 
         found = MarkovBaselines(progress=False).compute(dm, split)
         prefix = "baseline/markov_bits_per_base_L"
@@ -75,7 +75,6 @@ class LMAdapter(TaskAdapter):
             return float(dm.reference(int(dm.seq_len))["trivial"])
         blocks = self.trivial_blocks(dm, split)
         if blocks is None:  # a datamodule without blocks: every base of the evaluated span
-            from pipelines.tasks.markov import MarkovModel
 
             scored = dm.region_codes(split, dm.eval_span)
             return MarkovModel(0).fit(dm.region_codes("train")).bits_per_base(scored)
@@ -86,7 +85,6 @@ class LMAdapter(TaskAdapter):
         (``dm.block_codes``), over exactly the bases the windows' targets cover."""
         if hasattr(dm, "reference") or not hasattr(dm, "block_codes"):
             return None
-        from pipelines.tasks.markov import MarkovModel
 
         chain = MarkovModel(0).fit(dm.region_codes("train"))
         return np.array([chain.bits_and_count(segments) for segments in dm.block_codes(split)],

@@ -138,7 +138,7 @@ class InterpolatedMarkov:
     def fit(self, segments: list[np.ndarray], progress: bool | None = None) -> InterpolatedMarkov:
         """Count (context, base) pairs of every order on ``segments`` (N breaks contexts), then fit
         β per order. ``progress``: a bar on stderr (``None``: only on a terminal)."""
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # optional: tqdm progress bars
 
         self.tables, betas, loo, self._dense = [], [], np.full(0, 0.25), []
         for k in tqdm(range(self.max_order + 1), desc="Markov chain orders", unit="order",

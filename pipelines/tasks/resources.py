@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from datamodules.memory import checks_enabled, host_available_bytes
-from posenc import PosencError
+from posenc import PosencError, all_schemes
 
 GB = 1e9
 
@@ -85,7 +87,6 @@ def available_bytes(device: str = "cpu") -> int | None:
     smaller of ``MemAvailable`` and the cgroup (v2 or v1) limit minus usage
     (:func:`datamodules.memory.host_available_bytes`); None if unknown."""
     if device.startswith("cuda"):
-        import torch
 
         return int(torch.cuda.mem_get_info(torch.device(device))[0]) if torch.cuda.is_available() else None
     return host_available_bytes()
@@ -114,7 +115,6 @@ def check_fits(parts: dict[str, int], what: str, advice: str, device: str = "cpu
 def attention_kind(pe_class_path: str | None, length: int, device: str = "cpu") -> str:
     """Which attention tensors the scheme's kernel keeps at ``length`` on ``device`` (see the
     module docstring; the path choice is :func:`posenc.nn.attention.choose_path`'s)."""
-    from posenc import all_schemes
 
     name = (pe_class_path or "posenc.PositionalEncoding").rsplit(".", 1)[-1]
     meta = next((c.meta for c in all_schemes() if c.__name__ == name), None)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from datamodules.dna.annotation import LABEL_NAMES, N_LABELS
+from datamodules.dna.annotation import LABEL_NAMES, N_LABELS, call_genes, frame_labels, genes_to_cds
 from pipelines.tasks.base import TaskAdapter
 from pipelines.tasks.dna_predict import predict_segment
 from pipelines.tasks.per_length import PerLengthTest, token_positions
@@ -170,7 +170,6 @@ class SegmentBaselines(L.Callback):
         out = {f"baseline/majority_{k}": v
                for k, v in label_scores(np.full_like(target, majority), target, dm.num_classes).items()}
         if getattr(dm, "annotation", None) is not None:
-            from datamodules.dna.annotation import call_genes, frame_labels, genes_to_cds
 
             called = frame_labels(dm.genome, genes_to_cds(call_genes(dm.genome)))
             pred = np.concatenate([called[a:b] for a, b in spans])

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 import lightning as L
 import torch
 
+from pipelines.tasks.base import mlflow_loggers
+from pipelines.tracking.store import tracking_uri
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,6 @@ def mark_runs_failed(trainer: L.Trainer, status: str = "FAILED") -> list[str]:
     """Set every MLflow run of ``trainer`` that is still RUNNING to ``status`` (FAILED or KILLED);
     returns their ids. For KILLED, the logger's own ``finalize("failed")`` that Lightning calls
     next is made to keep KILLED."""
-    from pipelines.tasks.base import mlflow_loggers
 
     failed = []
     for logger in mlflow_loggers(trainer):
@@ -171,7 +172,6 @@ def note_store(uri: str | None) -> None:
 def environment_error(exc: BaseException) -> str | None:
     """One line for a broken environment — a file or folder that cannot be written, an MLflow
     store that is corrupt or locked — found anywhere in the exception chain, else ``None``."""
-    from pipelines.tracking.store import tracking_uri
 
     lost = lost_peer(exc)
     if lost is not None:
@@ -197,7 +197,7 @@ def lost_peer(exc: BaseException) -> str | None:
     """One line when another process of a distributed (DDP) run died — this rank's collective then
     fails (gloo: "Connection closed by peer"; NCCL: an aborted communicator or a timeout) — else
     ``None``. Rerunning the same command resumes the run from its last checkpoint."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch.distributed, only under DDP
 
     backend_error = getattr(dist, "DistBackendError", ())
     for e in exception_chain(exc):

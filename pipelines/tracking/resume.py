@@ -38,12 +38,15 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 import yaml
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
 from datamodules.scrub import scrub_value
+from pipelines.tasks.base import mlflow_loggers
 from pipelines.tracking.runlock import acquire, hold
+from posenc import PosencError
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +115,14 @@ def previous_run(run_dir: Path, tracking_uri: str | None) -> tuple[str | None, P
 
 
 def _set_status(run_id: str, tracking_uri: str | None, status: str) -> None:
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # heavy: mlflow, loaded only when tracking
 
     MlflowClient(tracking_uri).set_terminated(run_id, status)
 
 
 def _run_status(run_id: str, tracking_uri: str | None) -> str | None:
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
+    from mlflow.exceptions import MlflowException  # heavy: mlflow, loaded only when tracking
+    from mlflow.tracking import MlflowClient  # heavy: mlflow, loaded only when tracking
 
     try:
         return MlflowClient(tracking_uri).get_run(run_id).info.status
@@ -227,7 +230,6 @@ class ResumeCheckpoint(L.Callback):
             self._record_run(trainer)
 
     def _record_run(self, trainer: L.Trainer) -> None:
-        from pipelines.tasks.base import mlflow_loggers
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for logger in mlflow_loggers(trainer):
@@ -304,7 +306,6 @@ def _primitive_rng(states: dict[str, Any]) -> dict[str, Any]:
 
 
 def _numpy_rng(states: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
 
     out = dict(states)
     if "numpy" in out:
@@ -376,9 +377,8 @@ def handed_down(run_dir: Path) -> tuple[str | None, Path | None] | None:
 def check_same_resume(trainer: L.Trainer) -> None:
     """Every rank must start from the same checkpoint: ranks that read different ``outputs/`` folders
     (one per node, not shared) would not, and would train out of step; stop with one line instead."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch.distributed, only under DDP
 
-    from posenc import PosencError
 
     if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
         return

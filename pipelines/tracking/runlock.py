@@ -34,6 +34,7 @@ import json
 import os
 import socket
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -246,7 +247,6 @@ def _run_id(run_dir: Path) -> str | None:
 
 def _take_over_or_refuse(path: Path, take_over: bool) -> None:
     """Remove ``path`` if its lock is stale (said on stderr), else raise :class:`RunLocked`."""
-    import sys
 
     try:
         age = time.time() - os.lstat(path).st_mtime

@@ -50,7 +50,7 @@ class LogConfigToMLflow(SaveConfigCallback):
         self.already_saved = True
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
-        from pipelines.tasks.base import mlflow_loggers  # the store module stays light (server checks)
+        from pipelines.tasks.base import mlflow_loggers  # lazy: the store module stays light (server checks)
 
         # the parsed config (validated when it was parsed: the same text, without a second validation)
         text = scrub_config(self.parser.dump(self.config, skip_none=False, skip_validation=True))
@@ -73,7 +73,7 @@ def new_store_lock(uri: str | None) -> Iterator[None]:
     if path is None or str(path) == ":memory:" or (path.is_file() and path.stat().st_size > 0):
         yield
         return
-    import fcntl
+    import fcntl  # optional: fcntl, POSIX only
 
     key = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
     with open(Path(tempfile.gettempdir()) / f"posenc-mlflow-{key}.lock", "a") as fh:
@@ -93,7 +93,7 @@ def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test
                 model_uri: str | None = None) -> str:
     """The run's final metrics under ``prefixes``, read back from the store (what the UI shows), the
     registered model and where the run is in the UI (``make ui``)."""
-    from pipelines.tracking.ui_url import run_url
+    from pipelines.tracking.ui_url import run_url  # lazy: ui_url is a `python -m` entry point
 
     run = logger.experiment.get_run(logger.run_id)
     metrics = {k: v for k, v in run.data.metrics.items() if k.startswith(prefixes) and "_by_" not in k}
@@ -108,7 +108,7 @@ def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test
 def experiment_id(client: Any, experiment: str) -> str:
     """The id of MLflow experiment ``experiment``, created if missing (for the caller's parent run);
     two sweeps started together may both try to create it, and the second then takes the first one's."""
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # heavy: mlflow, loaded only when tracking
 
     exp = client.get_experiment_by_name(experiment)
     if exp is not None:

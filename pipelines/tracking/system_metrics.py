@@ -28,6 +28,7 @@ class GpuSystemMetrics(Callback):
         if trainer.strategy.root_device.type != "cuda" or trainer.global_rank != 0:
             return
         try:
+            # heavy: mlflow, loaded only when tracking
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
         except ImportError as exc:
             log.warning("MLflow system metrics off: %s (pip install psutil nvidia-ml-py)", exc)

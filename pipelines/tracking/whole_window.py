@@ -80,10 +80,10 @@ def format_lengths(table: LengthTable) -> str:
 def length_figure(curves: Curves, chain: dict[int, float], train_length: int, title: str, path: Path) -> Path:
     """Bits/base against whole-window length (log₂ x axis): one line per scheme of ``curves`` with
     its band (where lower < upper), ``chain`` dashed, L₀ dotted; written to ``path`` (PNG)."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     colors = plt.get_cmap("tab20").colors  # up to 20 schemes apart

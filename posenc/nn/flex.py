@@ -25,6 +25,7 @@ MIN_HEAD_DIM = 16
 def _flex_kernel():
     """The compiled ``flex_attention`` (compiled once per process: eager flex materialises scores)."""
     if "fn" not in _FLEX:
+        # optional: flex_attention, not in every torch build
         from torch.nn.attention.flex_attention import flex_attention
 
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
@@ -66,6 +67,7 @@ def block_mask_for(B: int, T: int, causal: bool, pad: Tensor | None, device: tor
     by value): training builds it once instead of once per step. Masks are kept for the last
     :data:`BLOCK_MASKS_KEPT` signatures.
     """
+    # optional: flex_attention, not in every torch build
     from torch.nn.attention.flex_attention import create_block_mask
 
     key = (T, bool(causal), str(device), B if pad is not None else None)

@@ -11,7 +11,6 @@ issue-41 table in docs/performance.md; ``make bench`` is the full grid.
 from __future__ import annotations
 
 import argparse
-
 import sys
 import time
 

@@ -16,14 +16,16 @@ layers — what one would write by hand for a single scheme. Its bias is dense, 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc import build_encoding, sinusoidal_table
+from posenc import build_encoding, sinusoidal_table, t5_relative_bucket
 from posenc.base import relative_distance
+from posenc.kernel_bias import gaussian_prior_bias
 from posenc.nn.transformer import Transformer
 
 #: scheme name → posenc spec (the same defaults as configs/posenc/*.yaml).
@@ -76,7 +78,7 @@ class XTRunner(nn.Module):
 
     def __init__(self, scheme: str, d: int, h: int, layers: int, flash: bool) -> None:
         super().__init__()
-        from x_transformers import Encoder
+        from x_transformers import Encoder  # optional: x_transformers
 
         kwargs = dict(XT_KWARGS[scheme])
         if "rotary_emb_dim" in kwargs:
@@ -165,8 +167,6 @@ def hand_model(scheme: str, d: int, h: int, layers: int, pe=None) -> HandEncoder
 
 def _bias_fn(scheme: str, pe, h: int) -> Callable[[Tensor], Tensor]:
     """dist (T, T) → (H, T, T), written directly from each paper's formula."""
-    from posenc import t5_relative_bucket
-    from posenc.kernel_bias import gaussian_prior_bias
 
     if scheme == "ALiBi":
         slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)])
@@ -238,7 +238,6 @@ def forward_flops(d: int, layers: int, tokens: int, length: int, d_ff: int | Non
 
 def matmul_peak(seconds: float = 2.0, n: int = 2048) -> float:
     """Measured float32 matmul throughput of this machine (FLOP/s, best of a few n×n products)."""
-    import time
 
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)

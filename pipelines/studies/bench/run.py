@@ -33,6 +33,9 @@ from dataclasses import replace
 
 import torch
 
+from datamodules import DNADataModule
+from datamodules.config import Loader
+from datamodules.dna.config import GenomeFile, GenomeWindows
 from pipelines.studies.bench.models import SCHEMES, build, matmul_peak
 from pipelines.studies.bench.plan import IMPLS, NOPE_REF, QUICK, Cell, Plan, Workload
 from pipelines.studies.bench.report import data_line, fmt_rate, machine_header, render
@@ -208,9 +211,6 @@ def run_group(scheme: str, w: Workload, plan: Plan) -> dict[str, Cell]:
 def data_throughput(seconds: float, seq_len: int = 512, batch: int = 8) -> tuple[float, str]:
     """DNA windows/s from the default DNADataModule's training loader (E. coli, in-process)."""
     try:
-        from datamodules import DNADataModule
-        from datamodules.config import Loader
-        from datamodules.dna.config import GenomeFile, GenomeWindows
 
         dm = DNADataModule(GenomeFile(cache_dir=None), windows=GenomeWindows(seq_len=seq_len),
                            loader=Loader(batch_size=batch, samples_per_epoch=1 << 20))

@@ -135,10 +135,10 @@ class Aliasing(Experiment):
 
     @staticmethod
     def figure(curves: dict[str, np.ndarray], path) -> str:
-        import matplotlib
+        import matplotlib  # optional: matplotlib, figures only
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
         fig, ax = plt.subplots(figsize=(7, 3.6))
         for label, ratio in curves.items():

@@ -308,10 +308,10 @@ def details(got: dict[int, dict[str, Any]], arms: list[str]) -> str:
 
 def spectra_figure(g: dict[str, Any], arms: list[str], path) -> str:
     """Each head's band spectrum (share per band) of one seed, one row per arm, one panel per layer."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     layers = len(g[arms[0]]["spectra"])
     fig, axes = plt.subplots(len(arms), layers, figsize=(3.4 * layers, 2.4 * len(arms)), squeeze=False)

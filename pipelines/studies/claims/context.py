@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,7 +178,6 @@ class Context:
 
 def taken(future: Any, run_name: str) -> TrainedRun:
     """A worker's run; a worker that died (killed, out of memory) is one line naming the child."""
-    from concurrent.futures.process import BrokenProcessPool
 
     try:
         return future.result()

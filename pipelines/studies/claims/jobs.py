@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+import torch
+
 from pipelines.children import die_with_parent, terminate
 from pipelines.studies.claims.base import Experiment, md_table
 from pipelines.studies.claims.context import Context, fit_child
@@ -40,7 +42,6 @@ def default_jobs() -> int:
 
 def _start_worker(threads: int, parent: int | None = None) -> None:
     """A worker's start: it stops when the main process exits, however (see :mod:`pipelines.children`)."""
-    import torch
 
     die_with_parent(parent)
     torch.set_num_threads(threads)

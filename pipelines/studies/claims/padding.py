@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from datamodules.dna.genome_cache import default_genome, load_genome
 from pipelines.studies.claims.base import ClaimResult, Experiment, md_table
 from pipelines.studies.claims.context import scheme_spec
+from pipelines.tasks.mlm import MaskedDNAModel
 
 
 def real_windows(n: int, length: int, seed: int) -> torch.Tensor:
     """``n`` windows (n, length) of base codes from the last tenth of the default genome."""
-    from datamodules.dna.genome_cache import default_genome, load_genome
 
     codes = np.asarray(load_genome(default_genome()).codes)
     tail = codes[int(0.9 * len(codes)) :]
@@ -62,7 +63,6 @@ class PaddingLeak(Experiment):
         self.windows, self.seed = windows, seed
 
     def run(self, ctx) -> ClaimResult:
-        from pipelines.tasks.mlm import MaskedDNAModel
 
         tokens = real_windows(self.windows, self.length, self.seed)
         rows, off, on = [], {}, {}

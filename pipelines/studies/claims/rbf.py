@@ -31,7 +31,7 @@ from posenc.diagnostics import attention_weights
 
 def gaussian_fit(d: np.ndarray, w: np.ndarray, mu: float) -> tuple[float, float]:
     """Least-squares fit of a·exp(−(d − μ)²/(2s²)) to w(d) (μ fixed): (s, R²)."""
-    from scipy.optimize import curve_fit
+    from scipy.optimize import curve_fit  # optional: scipy
 
     def g(x, a, s):
         return a * np.exp(-((x - mu) ** 2) / (2 * s**2))
@@ -260,10 +260,10 @@ class GaussianShape(Sweep):
 
 def sigma_figure(traces: dict[tuple[str, int], dict[int, list[float]]], path) -> str:
     """log σ (mean over heads) against the training step, one line per (condition, seed)."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
     fig, ax = plt.subplots(figsize=(6, 3.4))
     colours = {}

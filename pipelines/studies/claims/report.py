@@ -8,6 +8,8 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
+
 from pipelines.machine import cpu_model
 from pipelines.studies.claims.base import ClaimResult
 from pipelines.studies.claims.changes import CHANGES
@@ -117,7 +119,6 @@ def started(root: Path | None = None) -> str:
 def provenance(start: str = "") -> str:
     """``start`` (:func:`started`, recorded before anything trained), then when the run finished and
     on what: UTC time, CPU model and count, torch."""
-    import torch
 
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"{start} Run finished {when} on {cpu_model()} ({os.cpu_count()} CPUs), torch "

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from datamodules.scrub import scrub_text
@@ -265,8 +266,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
-    import mlflow
-    import torch
+    import mlflow  # heavy: mlflow, loaded only when tracking
 
     args = parse_args(argv)
     torch.set_num_threads(max(1, args.threads))

@@ -188,10 +188,10 @@ class Sweep(Experiment):
         return next((c for c, v in self.conditions.items() if v.get("scheme") == "none"), None)
 
     def figure(self, m: Measured, path, title: str) -> str:
-        import matplotlib
+        import matplotlib  # optional: matplotlib, figures only
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # optional: matplotlib, figures only
 
         fig, ax = plt.subplots(figsize=(6, 3.4))
         for c in m.values:
