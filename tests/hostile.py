@@ -3,6 +3,9 @@ modules that leave a marker when imported, and real tiny checkpoints whose saved
 
 from __future__ import annotations
 
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import torch
@@ -33,3 +36,19 @@ def model_checkpoint(path: Path, pe_class: str) -> Path:
     ckpt["hyper_parameters"]["pe"] = {"class_path": pe_class, "init_args": {}}
     torch.save(ckpt, path)
     return path
+
+
+def serve(folder: Path, hits: list[str]) -> ThreadingHTTPServer:
+    """An HTTP server on 127.0.0.1 over ``folder`` that records every path asked for in ``hits``."""
+
+    class Handler(SimpleHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            hits.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

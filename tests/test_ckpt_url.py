@@ -3,31 +3,12 @@ even when a local file of that name exists, and Lightning is given the resolved 
 
 from __future__ import annotations
 
-import threading
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import run_cli_in, tiny_setup
-from tests.hostile import model_checkpoint
-
-
-def serve(folder: Path, hits: list[str]) -> ThreadingHTTPServer:
-    """An HTTP server on 127.0.0.1 over ``folder`` that records every path asked for in ``hits``."""
-
-    class Handler(SimpleHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            hits.append(self.path)
-            super().do_GET()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(folder)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+from tests.hostile import model_checkpoint, serve
 
 
 def test_a_url_chain_is_refused_even_beside_a_local_file_of_its_name(tmp_path, capsys):

@@ -10,16 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.helpers import ROOT, run_cli_in, runs, tiny_setup, workdir_with_store, write_fasta
-from tests.hostile import evil_folder, model_checkpoint
+from tests.hostile import evil_folder, model_checkpoint, serve
 
 
 class Payload:
@@ -64,16 +61,7 @@ def test_ckpt_path_url_is_refused_before_anything_is_downloaded(tmp_path):
     served.mkdir()
     crafted_checkpoint(served / "x.ckpt", marker)
 
-    class Handler(SimpleHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            hits.append(self.path)
-            super().do_GET()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(served)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(served, hits)
     try:
         tiny_setup(tmp_path)
         url = f"http://127.0.0.1:{server.server_address[1]}/x.ckpt"
