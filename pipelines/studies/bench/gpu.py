@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.tiny and not torch.cuda.is_available():
         print("error: python -m pipelines.studies.bench.gpu needs a CUDA GPU (none is visible); "
-              "--tiny runs on "
-              "CPU", file=sys.stderr)
+              "--tiny runs on CPU", file=sys.stderr)
         return 2
     lines = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
