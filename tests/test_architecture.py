@@ -114,8 +114,7 @@ def test_layers_point_one_way_and_parsers_stay_light():
 RANKS = (
     ("posenc", 0), ("posenc.nn", 1), ("posenc.diagnostics", 2), ("posenc.diagnostic_plots", 2),
     ("datamodules", 3),
-    ("pipelines.safety", 4), ("pipelines.machine", 4), ("pipelines.console", 4), ("pipelines.children", 4),
-    ("pipelines.results_table", 4),
+    ("pipelines.safety", 4), ("pipelines.console", 4), ("pipelines.children", 4),
     ("pipelines.tasks", 5),
     ("pipelines.tracking", 6),
     ("pipelines.inference", 7),

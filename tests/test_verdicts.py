@@ -15,7 +15,6 @@ from pipelines.eval.verdicts import (
     Call,
     PairedStat,
     gain,
-    gate_reason,
     guard,
     holm_calls,
     min_effect,
@@ -23,8 +22,8 @@ from pipelines.eval.verdicts import (
     point_guard,
     power,
     retained,
-    three_way,
 )
+from pipelines.studies.claims.judge import gate_reason, three_way
 
 
 def test_holm_matches_a_hand_worked_example():

@@ -170,57 +170,6 @@ def power(gain_at_train: PairedStat, level: float = LEVEL) -> float:
     return math.inf if half == 0 else gain_at_train.mean / half
 
 
-# ----------------------------------------------------------------------------- three-way verdicts
-YES, NO, INCONCLUSIVE = "yes", "no", "inconclusive"
-EXPECT = ("better", "worse", "differ")
-
-
-def three_way(call: Call | None, expect: str, margin: float) -> tuple[str, str]:
-    """(verdict, reason) of a primary comparison ``a − b`` after Holm.
-
-    * ``yes``: the expected direction is called (``expect`` better/worse: that side; ``differ``: either);
-    * ``no``: the opposite direction is called, or the whole interval (at the Holm level) lies within
-      ±``margin`` (the claim's declared minimum effect, in the metric's units): an equivalence;
-    * ``inconclusive``: everything else — not called and the interval reaches past ±``margin``, or the
-      comparison is undefined.
-    """
-    if expect not in EXPECT:
-        raise ValueError(f"expect must be one of {EXPECT}, got {expect!r}")
-    if call is None or not (math.isfinite(call.lo) and math.isfinite(call.hi)):
-        return INCONCLUSIVE, "the primary comparison is undefined (an arm is missing or has no interval)"
-    want = {"better": 1, "worse": -1, "differ": call.sign}[expect]
-    where = f"[{call.lo:+.4g}, {call.hi:+.4g}] at level {call.level:.4g}"
-    if call.sign != 0 and call.sign == want:
-        return YES, f"called {'better' if call.sign == 1 else 'worse'} in the expected direction: {where}"
-    if call.sign != 0:
-        return NO, f"the opposite direction is called: {where}"
-    if -margin <= call.lo and call.hi <= margin:
-        return NO, f"not called and the interval {where} lies within ±{margin:g} (the minimum effect)"
-    return INCONCLUSIVE, (f"not called (p_adj {call.p_adj:.2g}) and the interval {where} reaches past "
-                          f"±{margin:g} (the minimum effect): neither an effect nor its absence is shown")
-
-
-def gate_reason(gain_over_control: PairedStat | None, min_gain: float, primary: PairedStat | None,
-                max_width: float, level: float = LEVEL) -> str:
-    """Why a testbed cannot carry a verdict (``""``: it can). It can when the claimed arm's gain over the
-    position-free control has its lower ``level`` bound at or above ``min_gain`` (the testbed rewards
-    position at all), and the primary comparison's ``level`` interval is at most ``max_width`` wide."""
-    why = []
-    if gain_over_control is not None:
-        lo, hi = gain_over_control.interval(level)
-        if not lo >= min_gain:
-            why.append(f"the claimed arm's gain over the control {gain_over_control.mean:+.4g} "
-                       f"[{lo:+.4g}, {hi:+.4g}] has its lower bound below {min_gain:g}")
-    if primary is not None:
-        lo, hi = primary.interval(level)
-        if not math.isfinite(hi - lo):
-            why.append(f"the primary has no {level:.0%} interval (undefined, or one seed)")
-        elif not hi - lo <= max_width:
-            why.append(f"the primary's {level:.0%} interval [{lo:+.4g}, {hi:+.4g}] is wider than "
-                       f"{max_width:g}")
-    return "; ".join(why)
-
-
 # ----------------------------------------------------------------------------- retained gain
 def min_effect(metric: str, trivial: float) -> float:
     """Smallest gain at L₀ for which retained gain is defined: :data:`MIN_EFFECT` of the metric, else

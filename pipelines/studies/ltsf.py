@@ -40,7 +40,7 @@ import torch
 
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
 from pipelines.console import configure
-from pipelines.results_table import read_results
+from pipelines.studies.results_table import read_results
 from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
 from pipelines.studies.compare import scheme_file
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
@@ -188,7 +188,7 @@ def row_for(job: tuple, result: Result, data: LTSFData, args: argparse.Namespace
 
 def done_rows(path: Path, resume: bool) -> list[dict[str, Any]]:
     """``--resume``: the rows of an earlier ``results.csv``, checked before any job runs (one line
-    naming the row and column: :func:`pipelines.results_table.read_results`)."""
+    naming the row and column: :func:`pipelines.studies.results_table.read_results`)."""
     if not resume or not path.is_file():
         return []
     return read_results(path, FIELDS, integers=("horizon", "seed", "n_test_windows"),

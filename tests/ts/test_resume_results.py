@@ -53,7 +53,7 @@ def test_a_bad_results_csv_is_one_line_before_any_job(tmp_path, capsys, bad, mes
 
 
 def test_a_results_csv_of_another_command_is_refused_by_column(tmp_path):
-    from pipelines.results_table import read_results
+    from pipelines.studies.results_table import read_results
     from posenc import PosencError
 
     (tmp_path / "r.csv").write_text("a,b\n1,2\n")

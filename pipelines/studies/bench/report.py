@@ -10,7 +10,7 @@ from importlib import metadata
 
 import torch
 
-from pipelines.machine import cpu_model
+from pipelines.studies.machine import cpu_model
 from pipelines.studies.bench.models import XT_NO_FLASH, build, forward_flops, param_groups
 from pipelines.studies.bench.plan import IMPLS, NOPE_REF, Cell, Plan
 

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from pipelines.eval.bootstrap import Arm
-from pipelines.eval.verdicts import holm_calls, paired, three_way
+from pipelines.eval.verdicts import holm_calls, paired
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import measure_gate, power_over
+from pipelines.studies.claims.judge import measure_gate, power_over, three_way
 
 LN2 = math.log(2.0)
 

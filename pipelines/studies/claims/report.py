@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from pipelines.machine import cpu_model
+from pipelines.studies.machine import cpu_model
 from pipelines.studies.claims.base import ClaimResult
 from pipelines.studies.claims.changes import CHANGES
 from pipelines.studies.claims.context import ROOT

@@ -36,11 +36,10 @@ import yaml
 
 from datamodules.scrub import scrub_text
 from pipelines.console import user_errors_exit
-from pipelines.eval.verdicts import INCONCLUSIVE
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.studies.claims.jobs import MAX_JOBS, ChildPool, cost_rows, cost_table, default_jobs
-from pipelines.studies.claims.judge import CLAIM_SEEDS, Gate, parse_gate, parse_primary
+from pipelines.studies.claims.judge import CLAIM_SEEDS, INCONCLUSIVE, Gate, parse_gate, parse_primary
 from pipelines.studies.claims.report import (
     DRAFT,
     claims_markdown,
