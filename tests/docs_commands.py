@@ -137,8 +137,24 @@ def config_keys(snippet: Snippet, commands_in: list[Command]) -> list[tuple[str,
         for arg in _options(command):
             option = re.match(r"--([a-z_]+(?:\.[a-z_][a-z0-9_]*)+)(?:[=+]|$)", arg)
             if option and option.group(1).split(".")[0] in key_roots():
-                out.append((option.group(1), arg))
-    return out
+                out.append((option.group(1), arg, layered_classes(command)))
+    return [item if len(item) == 3 else (*item, {}) for item in out]
+
+
+def layered_classes(command: Command) -> dict[str, str]:
+    """``{section: class_path}`` the command's ``--config`` files name for ``data`` and ``model`` (the last
+    file that names one wins, as in the CLI): a key given beside them belongs to that class."""
+    import yaml
+
+    args, found = _options(command), {}
+    for flag, value in zip(args, args[1:], strict=False):
+        path = ROOT / value
+        if flag == "--config" and path.is_file():
+            layer = yaml.safe_load(path.read_text()) or {}
+            for section in ("data", "model"):
+                if isinstance(layer.get(section), dict) and layer[section].get("class_path"):
+                    found[section] = layer[section]["class_path"]
+    return found
 
 
 def _options(command: Command) -> list[str]:

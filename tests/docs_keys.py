@@ -107,10 +107,11 @@ def _walk(cls: type, parts: list[str]) -> str | None:
     return None
 
 
-def key_problem(key: str) -> str | None:
-    """Why ``key`` is not a setting the CLI takes by that name today; ``None`` when it is."""
+def key_problem(key: str, layered: dict[str, str] | None = None) -> str | None:
+    """Why ``key`` is not a setting the CLI takes by that name today; ``None`` when it is. ``layered``:
+    ``{section: class_path}`` of the config files the key is given beside (then only that class counts)."""
     parts = key.removeprefix("--").split(".")
-    classes = section_classes()
+    classes = {**section_classes(), **{s: (_import(c),) for s, c in (layered or {}).items()}}
     if parts[0] in classes:
         section, below = parts[0], parts[1:]
     else:  # a shorthand from a group: net.attention_window
@@ -141,6 +142,11 @@ def _stale(section: str, name: str, classes: tuple[type, ...]) -> str | None:
         if grouped:
             return f"flat spelling: {section}.init_args.{grouped} ({cls.__name__})"
     return None
+
+
+def _import(class_path: str) -> type:
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def describe(cls: Any) -> str:

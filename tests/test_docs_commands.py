@@ -46,8 +46,8 @@ def stale_keys(pages: list[Path]) -> list[str]:
     shown, _ = documented(pages)
     out = []
     for snippet in shown:
-        for key, text in config_keys(snippet, commands(snippet)):
-            problem = key_problem(key)
+        for key, text, layered in config_keys(snippet, commands(snippet)):
+            problem = key_problem(key, layered)
             if problem:
                 out.append(f"{snippet.where}: `{text}`: {problem}")
     return out

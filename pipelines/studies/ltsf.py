@@ -40,12 +40,12 @@ import torch
 
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
 from pipelines.console import configure
-from pipelines.studies.results_table import read_results
 from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
 from pipelines.studies.compare import scheme_file
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
 from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
 from pipelines.studies.ltsf_report import FIELDS, figure, summary_markdown
+from pipelines.studies.results_table import read_results
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 
@@ -91,10 +91,12 @@ def model_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     configs += [with_encoding(configs[0], scheme_file(s)) for s in args.schemes]
     for c in configs:
         if args.max_epochs is not None:
-            c["train"]["max_epochs"] = args.max_epochs
+            trainer = {**(c["layer"].get("trainer") or {}), "max_epochs": args.max_epochs}
+            c["layer"] = {**c["layer"], "trainer": trainer}
     names = [c["name"] for c in configs]
     if len(set(names)) < len(names):
-        raise PosencError(f"two model configs share a name: {' '.join(names)} (set name: in one of them)")
+        raise PosencError(f"two model configs share a name: {' '.join(names)} "
+                          "(set the LTSFProtocol callback's name: in one of them)")
     return configs
 
 

@@ -1,8 +1,9 @@
 """The LTSF benchmark's model configs, trained by the sweep runner (:func:`pipelines.eval.sweep.train_run`).
 
-A benchmark model config (``configs/ltsf/*.yaml``: ``model`` and ``train``) becomes a LightningCLI
-config (:func:`cli_config`): the model, the protocol's windows (:class:`LTSFDataModule`), early stopping
-and the best-val-epoch checkpoint on ``val/loss``, and :class:`LTSFProtocol`, the callback that does
+A benchmark model config (``configs/ltsf/*.yaml``) is an ordinary CLI layer: the model, the loader's
+batch size and windows per epoch, the trainer's budget, early stopping on ``val/loss`` and
+:class:`LTSFProtocol`. :func:`cli_config` adds the protocol's overlay (the windows of the file, the
+best-val-epoch checkpoint, what to score). :class:`LTSFProtocol` is the callback that does
 what the protocol needs around the fit: the closed-form warm start of the linear path before it, and
 after it the choice between the best epoch and the warm start on val and the scaled metrics of every
 val and test window (the Forecaster's own test pass is off). Each model × horizon × seed is a nested
@@ -19,7 +20,7 @@ from lightning.pytorch.callbacks import Callback
 
 from datamodules.timeseries.ltsf import scaled_errors
 from pipelines.eval.sweep import config_key, train_run
-from pipelines.studies.ltsf_models import forecast, longer_lookbacks, warm_start
+from pipelines.studies.ltsf_models import PROTOCOL, forecast, longer_lookbacks, warm_start
 
 NAMESPACE = "posenc.ltsf"  # the children's tags: <namespace>.model/.horizon (ours), .seed/.key/.complete
 DATAMODULE = "datamodules.timeseries.ltsf_data.LTSFDataModule"
@@ -38,14 +39,15 @@ class LTSFProtocol(Callback):
     what was chosen as the tag ``posenc.ltsf.chosen`` (both also in ``result``).
 
     Args:
+        name: the model's label in the benchmark's rows, run names and the ``posenc.ltsf.model`` tag.
         linear_warm_start: start the linear path at ridge (the model needs ``warm_start_linear``).
         test: forecast the test windows (``False``: model selection, val only).
         test_lookbacks: also score the test targets from these longer lookbacks.
     """
 
-    def __init__(self, linear_warm_start: bool = False, test: bool = True,
+    def __init__(self, name: str | None = None, linear_warm_start: bool = False, test: bool = True,
                  test_lookbacks: list[int] | None = None) -> None:
-        self.linear_warm_start, self.test = linear_warm_start, test
+        self.name, self.linear_warm_start, self.test = name, linear_warm_start, test
         self.test_lookbacks = list(test_lookbacks or [])
         self.start: dict[str, Any] = {}
         self.initial: dict[str, torch.Tensor] | None = None
@@ -81,6 +83,8 @@ class LTSFProtocol(Callback):
             if hasattr(logger, "run_id"):  # MLflow: what was chosen on val, as a tag
                 text = "; ".join(f"{k}={v}" for k, v in chosen.items())
                 logger.experiment.set_tag(logger.run_id, f"{NAMESPACE}.chosen", text[:5000])
+                if self.name:  # the benchmark tags its children too; a run of the layer alone is tagged here
+                    logger.experiment.set_tag(logger.run_id, f"{NAMESPACE}.model", self.name)
 
     @staticmethod
     def _save_kept(trainer: Any, best: str) -> None:
@@ -104,47 +108,43 @@ class LTSFProtocol(Callback):
         return out
 
 
-def log_interval(train: dict[str, Any], default: int = 50) -> int:
+def log_interval(data: dict[str, Any], default: int = 50) -> int:
     """Lightning's ``log_every_n_steps``: its default, or the steps of one epoch when an epoch is
     shorter (2,048 windows in batches of 128: 16 steps), so every epoch logs its training loss and
-    Lightning has nothing to warn about."""
-    if not train.get("samples_per_epoch"):
+    Lightning has nothing to warn about. ``data``: the datamodule's init_args."""
+    if not data.get("samples_per_epoch"):
         return default
-    steps = -(-int(train["samples_per_epoch"]) // int(train["batch_size"]))  # ceil
+    steps = -(-int(data["samples_per_epoch"]) // int(data.get("batch_size", 128)))  # ceil
     return max(1, min(default, steps))
 
 
 def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
                time_col: str = "date", protocol: str | None = None, test: bool = True,
                test_lookbacks: tuple[int, ...] = (), accelerator: str = "cpu") -> dict:
-    """The LightningCLI config that trains a benchmark model config
-    (:func:`~pipelines.studies.ltsf_models.load_model_config`) on
-    the protocol's windows of ``data``: AdamW + the model's schedule, early stopping on ``val/loss``
-    (``train.patience``), the best val epoch checkpointed, :class:`LTSFProtocol` around the fit; no
-    Forecaster test pass, model registration or resume checkpoints. ``accelerator``: Lightning's
-    (``cpu``, ``gpu``, ``auto``), one device, float32 either way; ``protocol``: the file's split rule
-    (``ett`` / ``custom``; ``None``: recognised from the file)."""
-    train = config["train"]
-    model = config["model"]
-    callback = {"linear_warm_start": bool(train["linear_warm_start"]), "test": test,
-                "test_lookbacks": list(test_lookbacks)}
-    callbacks = [
-        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-         "init_args": {"monitor": "val/loss", "mode": "min", "save_top_k": 1}},
-        {"class_path": "lightning.pytorch.callbacks.EarlyStopping",
-         "init_args": {"monitor": "val/loss", "mode": "min", "patience": int(train["patience"])}},
-        {"class_path": f"{__name__}.LTSFProtocol", "init_args": callback},
-    ]
+    """A benchmark model config (:func:`~pipelines.studies.ltsf_models.load_model_config`: a CLI layer)
+    completed with the protocol's overlay: the windows of ``data`` at ``lookback`` → ``horizon``
+    (:class:`LTSFDataModule`), the best val epoch checkpointed before the layer's callbacks,
+    :class:`LTSFProtocol` told the model's name, whether to forecast the test windows and the longer
+    lookbacks; no Forecaster test pass, model registration or resume checkpoints. ``accelerator``:
+    Lightning's (``cpu``, ``gpu``, ``auto``), one device, float32 either way; ``protocol``: the file's
+    split rule (``ett`` / ``custom``; ``None``: recognised from the file)."""
+    layer = config["layer"]
+    given = (layer.get("data") or {}).get("init_args") or {}
+    loader = {"batch_size": 128, "samples_per_epoch": None, **given}
+    trainer = {"gradient_clip_val": None, **(layer.get("trainer") or {})}
+    told = {"name": config["name"], "test": test, "test_lookbacks": list(test_lookbacks)}
+    callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"monitor": "val/loss", "mode": "min", "save_top_k": 1}}]
+    callbacks += [{**c, "init_args": {**(c.get("init_args") or {}), **told}} if c["class_path"] == PROTOCOL
+                  else c for c in trainer.pop("callbacks", [])]
     return {
-        "model": {"class_path": model["class_path"],
-                  "init_args": {**(model.get("init_args") or {}), "plot_examples": 0}},
+        "model": {"class_path": config["model"]["class_path"],
+                  "init_args": {**(config["model"].get("init_args") or {}), "plot_examples": 0}},
         "data": {"class_path": DATAMODULE, "init_args": {
             "path": str(Path(data).resolve()), "time_col": time_col, "protocol": protocol,
-            "lookback": lookback, "horizon": horizon,
-            "batch_size": int(train["batch_size"]), "samples_per_epoch": train["samples_per_epoch"]}},
-        "trainer": {"max_epochs": int(train["max_epochs"]), "accelerator": accelerator, "devices": 1,
-                    "log_every_n_steps": log_interval(train),
-                    "num_sanity_val_steps": 0, "gradient_clip_val": train["gradient_clip_val"],
+            "lookback": lookback, "horizon": horizon, **loader}},
+        "trainer": {**trainer, "accelerator": accelerator, "devices": 1,
+                    "log_every_n_steps": log_interval(loader), "num_sanity_val_steps": 0,
                     "enable_model_summary": False, "callbacks": callbacks},
         "test_after_fit": False, "resume": False, "register": {"register": False}, "progress": False,
     }

@@ -51,8 +51,9 @@ class Timer:
 
 
 # ----------------------------------------------------------------------------- neural (see ltsf_fit)
-TRAIN_DEFAULTS = {"max_epochs": 10, "patience": 3, "batch_size": 128, "samples_per_epoch": None,
-                  "gradient_clip_val": None, "linear_warm_start": False}
+PROTOCOL = "pipelines.studies.ltsf_fit.LTSFProtocol"  # the callback every model config carries
+LAYER_KEYS = {"model", "data", "trainer", "test_after_fit", "register"}  # what a model config may set
+DATA_KEYS = {"batch_size", "samples_per_epoch"}  # the rest of data.init_args is the protocol's overlay
 
 
 def missing_package(package: str) -> str | None:
@@ -65,21 +66,30 @@ def missing_package(package: str) -> str | None:
 
 
 def load_model_config(path: str | Path) -> dict[str, Any]:
-    """A benchmark model config: ``model`` ({class_path, init_args}) and ``train`` (max_epochs,
-    patience, batch_size, samples_per_epoch, gradient_clip_val); a clear error naming the file when
-    a key is missing or unknown."""
+    """A benchmark model config: an ordinary CLI layer (``model``; ``data.init_args`` batch_size and
+    samples_per_epoch; ``trainer`` with its callbacks, :class:`~pipelines.studies.ltsf_fit.LTSFProtocol`
+    among them, whose ``name`` labels the model's rows) that :func:`~pipelines.studies.ltsf_fit.cli_config`
+    completes with the protocol's overlay. ``{"name", "model", "layer"}``; a clear error naming the file
+    and key when something is missing or unknown."""
     file = Path(path)
     if not file.is_file():
         raise PosencError(f"{file}: no such model config")
-    config = yaml.safe_load(file.read_text()) or {}
-    if not isinstance(config.get("model"), dict) or "class_path" not in config["model"]:
+    layer = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(layer.get("model"), dict) or "class_path" not in layer["model"]:
         raise PosencError(f"{file}: needs model.class_path (and model.init_args)")
-    train = {**TRAIN_DEFAULTS, **(config.get("train") or {})}
-    unknown = sorted(set(train) - set(TRAIN_DEFAULTS))
+    loader = (layer.get("data") or {}).get("init_args") or {}
+    unknown = sorted(set(layer) - LAYER_KEYS)
+    unknown += [f"data.init_args.{k}" for k in sorted(set(loader) - DATA_KEYS)]
     if unknown:
-        raise PosencError(f"{file}: unknown train keys {', '.join(unknown)}; "
-                          f"known: {', '.join(TRAIN_DEFAULTS)}")
-    return {"name": config.get("name", file.stem), "model": config["model"], "train": train}
+        raise PosencError(f"{file}: keys the benchmark sets or does not know: {', '.join(unknown)} (a model "
+                          f"config sets {', '.join(sorted(LAYER_KEYS))}; data.init_args "
+                          f"{', '.join(sorted(DATA_KEYS))})")
+    callbacks = (layer.get("trainer") or {}).get("callbacks") or []
+    protocol = [c for c in callbacks if isinstance(c, dict) and c.get("class_path") == PROTOCOL]
+    if len(protocol) != 1:
+        raise PosencError(f"{file}: trainer.callbacks needs exactly one {PROTOCOL}")
+    name = (protocol[0].get("init_args") or {}).get("name") or file.stem
+    return {"name": str(name), "model": layer["model"], "layer": layer}
 
 
 def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, Any]:

@@ -139,12 +139,16 @@ def write_tiny_ett(path: Path, n: int = 14400) -> Path:
 
 
 TINY_MODEL = """\
-name: tiny
 model:
   class_path: pipelines.tasks.forecast_patchtst.PatchTSTForecaster
   init_args: {patch_len: 16, patch_stride: 8, d_model: 16, n_heads: 2, n_layers: 2, d_ff: 32,
               linear_path: true, lr: 0.001, pe: {class_path: posenc.Learned, init_args: {max_len: 8}}}
-train: {max_epochs: 1, patience: 1, batch_size: 64, samples_per_epoch: 64}
+data: {init_args: {batch_size: 64, samples_per_epoch: 64}}
+trainer:
+  max_epochs: 1
+  callbacks:
+    - {class_path: lightning.pytorch.callbacks.EarlyStopping, init_args: {monitor: val/loss, patience: 1}}
+    - {class_path: pipelines.studies.ltsf_fit.LTSFProtocol, init_args: {name: tiny}}
 """
 
 
@@ -191,8 +195,7 @@ def test_benchmark_command_logs_every_child_with_units(tmp_path):
     assert "| tiny |" in (tmp_path / "out" / "summary.md").read_text()
 
 
-TINY_WARM = TINY_MODEL.replace("name: tiny", "name: tiny_warm").replace(
-    "samples_per_epoch: 64}", "samples_per_epoch: 64, linear_warm_start: true}")
+TINY_WARM = TINY_MODEL.replace("{name: tiny}", "{name: tiny_warm, linear_warm_start: true}")
 
 
 @pytest.mark.slow
@@ -341,7 +344,7 @@ def test_short_budget_epochs_log_every_epoch_without_lightnings_warning():
 
 
 MODEL_CONFIGS = [p for p in sorted((ROOT / "configs" / "ltsf").glob("*.yaml"))
-                 if "train" in (yaml.safe_load(p.read_text()) or {})]  # not the --schemes encodings
+                 if "trainer" in (yaml.safe_load(p.read_text()) or {})]  # not the --schemes encodings
 
 
 @pytest.mark.parametrize("path", MODEL_CONFIGS, ids=lambda p: p.name)
@@ -356,9 +359,43 @@ def test_every_ltsf_config_loads_and_becomes_a_trainer_config(path):
     assert parse_args(["--data", "x.csv", "--out", "o"]).accelerator == "cpu"
     cli = cli_config(config, "x.csv", 336, 96, accelerator="gpu")
     assert cli["trainer"]["accelerator"] == "gpu" and cli["trainer"]["devices"] == 1
-    assert cli["trainer"]["max_epochs"] == config["train"]["max_epochs"]
-    assert cli["data"]["init_args"]["samples_per_epoch"] == config["train"]["samples_per_epoch"]
+    layer = yaml.safe_load(path.read_text())
+    assert cli["trainer"]["max_epochs"] == layer["trainer"]["max_epochs"]
+    loader = layer["data"]["init_args"]
+    assert cli["data"]["init_args"]["samples_per_epoch"] == loader.get("samples_per_epoch")
     assert len(MODEL_CONFIGS) >= 6
     if path.stem.endswith("_paper"):  # the paper's budget: every window each epoch, lr 1e-4
-        assert config["train"]["samples_per_epoch"] is None
+        assert "samples_per_epoch" in loader and loader["samples_per_epoch"] is None
         assert config["model"]["init_args"]["optim"]["lr"] == 1e-4
+
+
+def test_the_old_train_dialect_is_refused_naming_the_file_and_key(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("name: old\nmodel: {class_path: pipelines.tasks.forecast_linear.DLinearForecaster}\n"
+                   "train: {max_epochs: 1}\n")
+    from pipelines.studies.ltsf_models import load_model_config
+
+    with pytest.raises(PosencError, match=r"old\.yaml: keys the benchmark sets or does not know: name, trai"):
+        load_model_config(old)
+    no_protocol = tmp_path / "bare.yaml"
+    no_protocol.write_text("model: {class_path: pipelines.tasks.forecast_linear.DLinearForecaster}\n")
+    with pytest.raises(PosencError, match=r"bare\.yaml: trainer\.callbacks needs exactly one .*LTSFProtocol"):
+        load_model_config(no_protocol)
+
+
+@pytest.mark.slow
+def test_a_shipped_model_config_is_an_ordinary_training_layer(tmp_path):
+    """`python -m pipelines.train fit --config configs/ltsf/dlinear_etth1.yaml` with the file, lookback and
+    horizon given: the layer trains as any run does, and its LTSFProtocol scores every test window."""
+    data = write_tiny_ett(tmp_path / "ETTh_tiny.csv")
+    layer = str(ROOT / "configs/ltsf/dlinear_etth1.yaml")
+    cmd = [sys.executable, "-m", "pipelines.train", "fit", "--config", layer,
+           "--data.init_args.path", str(data), "--data.init_args.lookback", "32",
+           "--data.init_args.horizon", "8",
+           "--data.init_args.samples_per_epoch", "256", "--trainer.max_epochs", "1", "--progress", "false"]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "test/mse_scaled" in done.stdout + done.stderr
+    assert "registration failed" not in done.stdout + done.stderr

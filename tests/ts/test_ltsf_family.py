@@ -23,6 +23,7 @@ from datamodules.timeseries.ltsf import (
     read_ltsf,
     split_bounds,
 )
+from pipelines.studies.ltsf_models import load_model_config
 from posenc import PosencError
 from tests.helpers import task
 
@@ -110,10 +111,10 @@ def makefile_configs() -> list[str]:
 
 
 def shipped_configs() -> list[str]:
-    """The Makefile's configs, then every other shipped model config (those with ``train:``)."""
+    """The Makefile's configs, then every other shipped model config (those with ``trainer:``)."""
     listed = makefile_configs()
     others = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "configs" / "ltsf").glob("*.yaml"))
-              if "train" in (yaml.safe_load(p.read_text()) or {})]
+              if "trainer" in (yaml.safe_load(p.read_text()) or {})]
     return listed + [p for p in others if p not in listed]
 
 
@@ -138,7 +139,7 @@ def test_documented_command_runs_every_shipped_config(tmp_path, which):
                               "--baselines", "naive", "ridge")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "out" / "results.csv")
-    names = {yaml.safe_load((ROOT / c).read_text())["name"] for c in configs}
+    names = {load_model_config(ROOT / c)["name"] for c in configs}
     assert set(rows.model) == names | {"naive", "ridge"}
     assert rows["test/mse_scaled"].notna().all() and (rows.n_test_windows == 240 - 8 + 1).all()
     assert "sentinel -9999 values kept" in done.stderr

@@ -10,9 +10,9 @@ from importlib import metadata
 
 import torch
 
-from pipelines.studies.machine import cpu_model
 from pipelines.studies.bench.models import XT_NO_FLASH, build, forward_flops, param_groups
 from pipelines.studies.bench.plan import IMPLS, NOPE_REF, Cell, Plan
+from pipelines.studies.machine import cpu_model
 
 IMPL_NAMES = {"posenc": "posenc", "xt": "x-transformers", "xt-flash": "x-transformers flash",
               "sdpa": "hand SDPA"}

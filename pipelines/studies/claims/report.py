@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from pipelines.studies.machine import cpu_model
 from pipelines.studies.claims.base import ClaimResult
 from pipelines.studies.claims.changes import CHANGES
 from pipelines.studies.claims.context import ROOT
 from pipelines.studies.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
+from pipelines.studies.machine import cpu_model
 
 #: the method section of the write-up (docs/claims.md), regenerated with it
 METHOD = """\
