@@ -14,6 +14,7 @@ from pipelines.eval.report import binned
 from pipelines.eval.statistics import SYMBOLS, Estimate
 from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained, min_effect
 from pipelines.studies.compare_stats import NOPE, Comparison, Row
+from pipelines.studies.tables import md_lines
 from pipelines.tracking.whole_window import length_figure
 
 
@@ -61,8 +62,7 @@ def others(cmp: Comparison) -> dict[str, float]:
 
 
 def _table(head: list[str], body: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return lines + ["| " + " | ".join(r) + " |" for r in body]
+    return md_lines(head, body)
 
 
 def _lengths(cmp: Comparison) -> list[str]:

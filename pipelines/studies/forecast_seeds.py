@@ -25,6 +25,7 @@ from pathlib import Path
 from pipelines.eval.evaluate import load_config
 from pipelines.eval.statistics import estimate, paired_difference
 from pipelines.eval.sweep import config_key, read_layers, train_run
+from pipelines.studies.tables import md_table
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 
@@ -112,16 +113,16 @@ def _seconds(value: float) -> str:
 
 def table(runs: list[SeedRun]) -> str:
     """The comparison as a Markdown table, then the runs with their seconds."""
-    lines = ["| metric | baseline | model (mean ± CI) | baseline (mean ± CI) | model − baseline (± CI) "
-             "| relative | CI excludes 0 |", "|---|---|---|---|---|---|---|"]
+    body = []
     for row in comparison(runs):
         d = decimals(row["base"].mean)
-        lines.append(f"| {row['metric']} | {row['baseline']} | {row['model'].text(d)} "
-                     f"| {row['base'].text(d)} | {row['diff'].text(d)} | {100 * row['relative']:+.1f} % | "
-                     f"{'yes' if row['called'] else 'no'} |")
-    lines += ["", "| run | wall s | CPU s |", "|---|---|---|"]
-    lines += [f"| {r.run_id} | {_seconds(r.wall_s)} | {_seconds(r.cpu_s)} |" for r in runs]
-    return "\n".join(lines)
+        body.append([row["metric"], row["baseline"], row["model"].text(d), row["base"].text(d),
+                     row["diff"].text(d), f"{100 * row['relative']:+.1f} %",
+                     "yes" if row["called"] else "no"])
+    head = ["metric", "baseline", "model (mean ± CI)", "baseline (mean ± CI)", "model − baseline (± CI)",
+            "relative", "CI excludes 0"]
+    times = [[r.run_id, _seconds(r.wall_s), _seconds(r.cpu_s)] for r in runs]
+    return md_table(head, body) + "\n" + md_table(["run", "wall s", "CPU s"], times).rstrip("\n")
 
 
 def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -13,6 +13,7 @@ from typing import Any
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.statistics import estimate, paired_difference
 from pipelines.eval.verdicts import retained
+from pipelines.studies.tables import md_lines
 
 FIELDS = ["model", "horizon", "seed", "n_test_windows", "test/mse_scaled", "test/mae_scaled",
           "val/mse_scaled", "time/cpu_s", "time/wall_s"]
@@ -48,10 +49,9 @@ def _group(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, int], dict[i
     return out
 
 
-def _row(model: str, table: dict, horizons: list[int], cell: Any) -> str:
-    """``| model | cell | … |`` over the horizons (``–`` where the model has no run)."""
-    return f"| {model} | " + " | ".join(cell(table[(model, h)]) if table.get((model, h)) else "–"
-                                        for h in horizons) + " |"
+def _row(model: str, table: dict, horizons: list[int], cell: Any) -> list[str]:
+    """The model's cells over the horizons (``–`` where the model has no run)."""
+    return [model, *(cell(table[(model, h)]) if table.get((model, h)) else "–" for h in horizons)]
 
 
 def _cell(values: dict[int, float]) -> str:
@@ -66,20 +66,19 @@ def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) 
     horizons = sorted({int(r["horizon"]) for r in rows})
     models = list(dict.fromkeys(r["model"] for r in rows))
     mse, mae, cpu = (_group(rows, k) for k in ("test/mse_scaled", "test/mae_scaled", "time/cpu_s"))
-    head = "| model | " + " | ".join(f"H={h}" for h in horizons) + " |"
-    rule = "|---" * (len(horizons) + 1) + "|"
+    cols = ["model", *(f"H={h}" for h in horizons)]
+    published = [[f"*{name}*", *(f"{nums[h]:.3f}" if h in nums else "–" for h in horizons)]
+                 for name, nums in published_for(args.data).items()]
     lines = [f"# LTSF benchmark on {args.data}", "",
              f"Lookback {args.lookback}; seeds {' '.join(map(str, args.seeds))}; every test window; "
              "metrics on the train-scaled data; mean ± 95 % Student-t half-width over seeds.", "",
-             "## Test MSE (scaled)", "", head, rule]
-    lines += [_row(m, mse, horizons, _cell) for m in models]
-    for name, nums in published_for(args.data).items():
-        lines.append(f"| *{name}* | " + " | ".join(f"{nums[h]:.3f}" if h in nums else "–" for h in horizons)
-                     + " |")
-    lines += ["", "## Test MAE (scaled)", "", head, rule]
-    lines += [_row(m, mae, horizons, _cell) for m in models]
-    lines += ["", "## CPU seconds per run (mean over seeds; process time, all threads)", "", head, rule]
-    lines += [_row(m, cpu, horizons, lambda v: f"{sum(v.values()) / len(v):.0f}") for m in models]
+             "## Test MSE (scaled)", "",
+             *md_lines(cols, [_row(m, mse, horizons, _cell) for m in models] + published)]
+    lines += ["", "## Test MAE (scaled)", "",
+              *md_lines(cols, [_row(m, mae, horizons, _cell) for m in models])]
+    mean_cpu = [_row(m, cpu, horizons, lambda v: f"{sum(v.values()) / len(v):.0f}") for m in models]
+    lines += ["", "## CPU seconds per run (mean over seeds; process time, all threads)", "",
+              *md_lines(cols, mean_cpu)]
     lines += _paired(mse, models, horizons, args)
     lines += lookback_lines(rows, args.lookback)
     if skipped:
@@ -94,8 +93,7 @@ def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> lis
     ref = next((m for m in models if any(len(mse.get((m, h), {})) > 1 for h in horizons)), None)
     if ref is None:
         return []
-    lines = ["", f"## Paired MSE difference vs {ref} (same seeds; 95 % CI; ▲/▼ when it excludes 0)", "",
-             "| model | " + " | ".join(f"H={h}" for h in horizons) + " |", "|---" * (len(horizons) + 1) + "|"]
+    rows = []
     for m in models:
         if m == ref or not any(len(mse.get((m, h), {})) > 1 for h in horizons):
             continue
@@ -109,8 +107,11 @@ def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> lis
             d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
             mark = "" if not d.excludes_zero or math.isnan(d.lo) else ("▲" if d.mean > 0 else "▼")
             cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return lines if len(lines) > 5 else []
+        rows.append([m, *cells])
+    if not rows:
+        return []
+    title = f"## Paired MSE difference vs {ref} (same seeds; 95 % CI; ▲/▼ when it excludes 0)"
+    return ["", title, "", *md_lines(["model", *(f"H={h}" for h in horizons)], rows)]
 
 
 def _lookbacks(rows: list[dict[str, Any]]) -> list[int]:
@@ -134,11 +135,9 @@ def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
     if not longer:
         return []
     naive = {int(r["horizon"]): float(r["test/mse_scaled"]) for r in rows if r["model"] == "naive"}
-    lines = ["", f"## Lookback extrapolation: trained at {lookback}, scored at "
-             + ", ".join(map(str, longer)) + " (test MSE, same test windows)", "",
-             "| model | H | " + " | ".join(f"L={n}" for n in [lookback, *longer]) + " | "
-             + " | ".join(f"L={n} − L={lookback} | retained at {n}" for n in longer) + " |",
-             "|---" * (2 + 1 + 3 * len(longer)) + "|"]
+    head = ["model", "H", *(f"L={n}" for n in [lookback, *longer])]
+    head += [c for n in longer for c in (f"L={n} − L={lookback}", f"retained at {n}")]
+    body = []
     by_lookback = {n: _group(rows, f"test/mse_scaled_L{n}") for n in longer}
     for (model, h), at_train in sorted(_group(rows, "test/mse_scaled").items(), key=lambda kv: kv[0][1]):
         curves = {n: by_lookback[n].get((model, h), {}) for n in longer}
@@ -156,8 +155,10 @@ def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
             triv = Arm.from_values([naive[h]] * len(seeds))
             r = retained(Arm.from_values(xs), Arm.from_values(x0), triv, triv, False, "mse")
             cells.append(f"{r.mean:.2f} [{r.lo:.2f}, {r.hi:.2f}]" if r.defined else f"undefined: {r.why}")
-        lines.append(f"| {model} | {h} | " + " | ".join(cells) + " |")
-    return lines
+        body.append([model, h, *cells])
+    title = (f"## Lookback extrapolation: trained at {lookback}, scored at " + ", ".join(map(str, longer))
+             + " (test MSE, same test windows)")
+    return ["", title, "", *md_lines(head, body)]
 
 
 def figure(rows: list[dict[str, Any]], path: Any, data: Any = "ETTh1.csv", lookback: int = 336) -> None:

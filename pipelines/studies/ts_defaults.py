@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pipelines.eval.statistics import estimate
 from pipelines.studies.forecast_seeds import SeedRun, _client, decimals, split_passthrough, train_seeds
+from pipelines.studies.tables import md_table
 from posenc import PosencError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,15 +121,16 @@ def row(name: str, runs: list[tuple[SeedRun, dict]]) -> dict[str, object]:
 
 def table(rows: list[dict[str, object]]) -> str:
     """The Markdown table of :func:`row` results."""
-    lines = ["| series | step | model test MSE | ridge (same inputs) | model / ridge | ≤ 1.05 | DLinear "
-             "| seasonal naive | Transformer weight (val) | wall s |", "|---" * 10 + "|"]
+    head = ["series", "step", "model test MSE", "ridge (same inputs)", "model / ridge", "≤ 1.05", "DLinear",
+            "seasonal naive", "Transformer weight (val)", "wall s"]
+    body = []
     for r in rows:
         d = decimals(r["ridge"].mean)
         mean = lambda xs, d=d: f"{sum(xs) / len(xs):.{d}f}" if xs else "–"  # noqa: E731
-        lines.append(f"| {r['series']} | {r['step']} | {r['model'].text(d)} | {r['ridge'].mean:.{d}f} "
-                     f"| {r['ratio'].text(3)} | {'yes' if r['worst'] <= TARGET_RATIO else '**no**'} "
-                     f"| {mean(r['dlinear'])} | {mean(r['naive'])} | {r['blend']} | {r['wall']:.0f} |")
-    return "\n".join(lines)
+        body.append([r["series"], r["step"], r["model"].text(d), f"{r['ridge'].mean:.{d}f}",
+                     r["ratio"].text(3), "yes" if r["worst"] <= TARGET_RATIO else "**no**",
+                     mean(r["dlinear"]), mean(r["naive"]), r["blend"], f"{r['wall']:.0f}"])
+    return md_table(head, body).rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ import numpy as np
 
 from pipelines.console import user_errors_exit
 from pipelines.eval.statistics import estimate
+from pipelines.studies.tables import md_table
 from posenc import PosencError
 
 FOLDER = re.compile(r"^(?P<scheme>.+)-(?P<seed>\d+)$")  # <scheme>-<seed>
@@ -88,16 +89,16 @@ def choose(scores: Scores, select: Sequence[int], min_seeds: int,
 def table(scores: Scores, metric: str, chosen: tuple[str, str] | None) -> str:
     """Markdown: mean ± 95 % Student-t half-width over seeds per configuration and length."""
     lengths = sorted({n for by_seed in scores.values() for s in by_seed.values() for n in s})
-    head = f"| scheme | variant | seeds | {' | '.join(f'L={n}' for n in lengths)} |"
-    lines = [head, "|" + "---|" * (3 + len(lengths))]
+    rows = []
     for (scheme, variant), by_seed in sorted(scores.items()):
         cells = []
         for n in lengths:
             values = [s[n] for s in by_seed.values() if n in s]
             cells.append(estimate(values).text() if values else "–")
         mark = " **(chosen)**" if (scheme, variant) == chosen else ""
-        lines.append(f"| {scheme}{mark} | {variant} | {len(by_seed)} | {' | '.join(cells)} |")
-    return "\n".join(lines) + f"\n\nValidation {metric}, mean ± 95 % half-width over seeds.\n"
+        rows.append([f"{scheme}{mark}", variant, len(by_seed), *cells])
+    table = md_table(["scheme", "variant", "seeds", *(f"L={n}" for n in lengths)], rows)
+    return table + f"\nValidation {metric}, mean ± 95 % half-width over seeds.\n"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

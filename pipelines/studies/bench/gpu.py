@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from pipelines.studies.bench.gpu_attention import time_step
+from pipelines.studies.tables import md_lines
 from posenc import build_encoding
 from posenc.nn import Transformer
 
@@ -97,25 +98,26 @@ def mfu(scheme: str, d_model: int, tokens: int, device: torch.device, reps: int)
 
 
 def grid_rows(shapes, device: torch.device) -> list[str]:
-    """Flex vs SDPA+bias per scheme and shape (CUDA: :func:`time_step`; elsewhere: not applicable)."""
+    """The table of Flex vs SDPA+bias per scheme and shape (CUDA: :func:`time_step`; elsewhere a line per
+    shape saying it is not applicable)."""
     if device.type != "cuda":
         return [f"grid {b}×{t}: FlexAttention runs on CUDA only (skipped on {device.type})"
                 for b, t in shapes]
-    rows = []
+    rows: list[list[str]] = []
     for scheme in ("posenc.ALiBi", "posenc.T5Bias"):
         for batch, keys in shapes:
             try:
                 f_ms, f_mib, kept = time_step(scheme, batch, keys, flex=True)
                 s_ms, s_mib, _ = time_step(scheme, batch, keys, flex=False)
             except torch.cuda.OutOfMemoryError:
-                rows.append(f"| {scheme} | {batch}×{keys} | out of memory | | |")
+                rows.append([scheme, f"{batch}×{keys}", "out of memory", "", ""])
                 continue
             finally:
                 torch.cuda.empty_cache()
             note = "" if kept else " (fell back)"
-            rows.append(f"| {scheme} | {batch}×{keys} | {f_ms:.2f} ms, {f_mib:.0f} MiB{note}"
-                        f" | {s_ms:.2f} ms, {s_mib:.0f} MiB | {s_ms / f_ms:.2f} |")
-    return rows
+            rows.append([scheme, f"{batch}×{keys}", f"{f_ms:.2f} ms, {f_mib:.0f} MiB{note}",
+                         f"{s_ms:.2f} ms, {s_mib:.0f} MiB", f"{s_ms / f_ms:.2f}"])
+    return md_lines(["scheme", "batch×keys", "flex", "sdpa+bias", "sdpa/flex time"], rows)
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -129,15 +131,14 @@ def run(args: argparse.Namespace) -> list[str]:
             continue
         rc = subprocess.run(cmd, check=False).returncode
         lines.append(f"ran (exit {rc}): {shlex.join(cmd)}")
-    lines += ["", "| scheme | batch×keys | flex | sdpa+bias | sdpa/flex time |", "|---|---|---|---|---|"]
-    lines += grid_rows(TINY_GRID if args.tiny else GRID, device)
-    lines += ["", "| scheme | GFLOP/step | ms | TFLOP/s | MFU |", "|---|---|---|---|---|"]
+    lines += ["", *grid_rows(TINY_GRID if args.tiny else GRID, device), ""]
     d_model, tokens, reps = (32, 64, 2) if args.tiny else (512, 4096, 20)
+    rows = []
     for scheme in MFU_SCHEMES:
         m = mfu(scheme, d_model, tokens, device, reps)
         share = "n/a" if m["mfu"] is None else f"{100 * m['mfu']:.1f} %"
-        lines.append(f"| {scheme} | {m['flops'] / 1e9:.3g} | {m['ms']:.1f} | {m['tflops']:.3g} | {share} |")
-    return lines
+        rows.append([scheme, f"{m['flops'] / 1e9:.3g}", f"{m['ms']:.1f}", f"{m['tflops']:.3g}", share])
+    return lines + md_lines(["scheme", "GFLOP/step", "ms", "TFLOP/s", "MFU"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:

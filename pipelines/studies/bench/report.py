@@ -13,6 +13,7 @@ import torch
 from pipelines.studies.bench.models import XT_NO_FLASH, build, forward_flops, param_groups
 from pipelines.studies.bench.plan import IMPLS, NOPE_REF, Cell, Plan
 from pipelines.studies.machine import cpu_model
+from pipelines.studies.tables import md_table
 
 IMPL_NAMES = {"posenc": "posenc", "xt": "x-transformers", "xt-flash": "x-transformers flash",
               "sdpa": "hand SDPA"}
@@ -56,10 +57,9 @@ def render(results: dict, plan: Plan, peak: float, header: list[str], data_line:
         if not any(k[2] == w for k in results):
             continue
         what = "training: forward + backward + AdamW step" if w.mode == "train" else "inference"
-        out += [f"### {w.name} ({what})",
-                "", "| scheme | posenc | x-transformers | x-transformers flash | hand SDPA | "
-                "posenc / best xt | posenc / hand SDPA | posenc / NoPE hand SDPA | posenc MFU |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        head = ["scheme", "posenc", "x-transformers", "x-transformers flash", "hand SDPA", "posenc / best xt",
+                "posenc / hand SDPA", "posenc / NoPE hand SDPA", "posenc MFU"]
+        body = []
         for s in plan.schemes:
             row = {i: results[(i, s, w)] for i in (*plan.impls, NOPE_REF) if (i, s, w) in results}
             nope_ref = row.get(NOPE_REF, row.get("sdpa") if s == "NoPE" else None)
@@ -68,9 +68,9 @@ def render(results: dict, plan: Plan, peak: float, header: list[str], data_line:
             flops *= 3 if w.mode == "train" else 1  # backward ≈ 2 forwards
             mfu = f"{100 * flops / (w.batch * w.length / p.tokens_s) / peak:.0f}%" if p.tokens_s else "–"
             cells = [fmt_rate(row[i]) if i in row else "–" for i in IMPLS]
-            out.append(f"| {s} | " + " | ".join(cells) + f" | {ratio(p, best_xt(row))} | "
-                       f"{ratio(p, row.get('sdpa'))} | {ratio(p, nope_ref)} | {mfu} |")
-        out.append("")
+            body.append([s, *cells, ratio(p, best_xt(row)), ratio(p, row.get("sdpa")), ratio(p, nope_ref),
+                         mfu])
+        out += [f"### {w.name} ({what})", "", *md_table(head, body).splitlines(), ""]
     if plan.stat == "min":
         out.append("Cells: tokens/s of the fastest timed run ('best'), spread (max − min)/median over the "
                    "timed runs, peak RSS growth. Ratios: of the fastest runs [lowest–highest per-round "
@@ -132,9 +132,8 @@ def shape_lines(plan: Plan) -> list[str]:
     d, h = plan.d, plan.heads
     out = [f"Shapes: D {d}, {h} heads × {d // h} (attention width {d}), MLP {d} → {4 * d} → {d} (GELU), "
            f"{plan.layers} pre-LN layers and a final LayerNorm, in every implementation. "
-           "Parameters by part (NoPE; `pipelines.studies.bench.models.param_groups`):", "",
-           "| implementation | attention weights | attention biases | MLP (with biases) | "
-           "norm gains | norm biases |", "|---|---|---|---|---|---|"]
+           "Parameters by part (NoPE; `pipelines.studies.bench.models.param_groups`):", ""]
+    parts = []
     scheme_counts: dict[str, list[str]] = {}
     for impl in plan.impls:
         try:
@@ -142,13 +141,16 @@ def shape_lines(plan: Plan) -> list[str]:
         except ImportError:
             continue
         g = param_groups(impl, model)
-        out.append(f"| {IMPL_NAMES[impl]} | {g['attention']:,} | {g['attention-bias']:,} | "
-                   f"{g['mlp'] + g['mlp-bias']:,} | {g['norm']:,} | {g['norm-bias']:,} |")
+        parts.append([IMPL_NAMES[impl], f"{g['attention']:,}", f"{g['attention-bias']:,}",
+                      f"{g['mlp'] + g['mlp-bias']:,}", f"{g['norm']:,}", f"{g['norm-bias']:,}"])
         for s in plan.schemes:
             m = build(impl, s, d, h, plan.layers) if impl in ("posenc", "xt") else None
             n = param_groups(impl, m)["scheme"] if m is not None else 0
             if n:
                 scheme_counts.setdefault(s, []).append(f"{IMPL_NAMES[impl]} {n:,}")
+    head = ["implementation", "attention weights", "attention biases", "MLP (with biases)", "norm gains",
+            "norm biases"]
+    out += md_table(head, parts).splitlines()
     out += ["", "x-transformers' q/k/v/out projections and LayerNorms have no biases by construction "
             "(no option turns them on): posenc and the hand encoder pay those additions, about "
             f"1/(2·D) = {100 / (2 * d):.1f}% of the projection matmuls."]

@@ -14,7 +14,8 @@ import math
 import numpy as np
 import torch
 
-from pipelines.studies.claims.base import ClaimResult, Experiment, md_table
+from pipelines.studies.claims.base import ClaimResult, Experiment
+from pipelines.studies.tables import md_table
 from posenc import build_encoding
 from posenc.diagnostics import position_features
 

@@ -100,13 +100,3 @@ def fmt(e: Estimate, digits: int = 3) -> str:
     if not math.isfinite(e.mean):
         return "undefined"
     return f"{e.text(digits)}" + (f" (n={e.n})" if e.n > 1 else "")
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table (numbers already formatted by the caller)."""
-    out = [
-        "| " + " | ".join(h.replace("|", "\\|") for h in header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
-    ]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(out) + "\n"

@@ -24,12 +24,13 @@ from pipelines.eval.bootstrap import Arm
 from pipelines.eval.extrapolation import adapter_for, score_loader
 from pipelines.eval.splits import length_loaders, with_lengths
 from pipelines.eval.verdicts import paired
-from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt, md_table
+from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
 from pipelines.studies.claims.judge import Primary, judge_stats, measure_gate, verdict_reason
 from pipelines.studies.claims.order import CAUSAL
 from pipelines.studies.claims.sweep import Sweep
 from pipelines.studies.claims.trained import primary_verdict
+from pipelines.studies.tables import md_table
 
 
 class ControlledComparison(Sweep):

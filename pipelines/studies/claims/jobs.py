@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from pipelines.children import die_with_parent, terminate
-from pipelines.studies.claims.base import Experiment, md_table
+from pipelines.studies.claims.base import Experiment
 from pipelines.studies.claims.context import Context, fit_child
+from pipelines.studies.tables import md_table
 
 MAX_JOBS = 2  # the budget is set on 2 cores; more workers than cores only slows each child down
 

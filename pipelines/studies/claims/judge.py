@@ -24,7 +24,7 @@ from typing import Any
 
 from pipelines.eval.bootstrap import Arm
 from pipelines.eval.verdicts import LEVEL, Call, PairedStat, gain, holm_calls, power
-from pipelines.studies.claims.base import md_table
+from pipelines.studies.tables import md_table
 from posenc import PosencError
 
 # ----------------------------------------------------------------------------- three-way verdicts

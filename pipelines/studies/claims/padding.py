@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from datamodules.dna.genome_cache import default_genome, load_genome
-from pipelines.studies.claims.base import ClaimResult, Experiment, md_table
+from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import scheme_spec
+from pipelines.studies.tables import md_table
 from pipelines.tasks.mlm import MaskedDNAModel
 
 

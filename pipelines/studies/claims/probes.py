@@ -14,8 +14,9 @@ from torch import Tensor
 
 from pipelines.eval.extrapolation import adapter_for
 from pipelines.eval.splits import length_loaders
-from pipelines.studies.claims.base import ClaimResult, Experiment, md_table
+from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import Child
+from pipelines.studies.tables import md_table
 from posenc import PositionOutOfRange
 
 LN2 = math.log(2.0)

@@ -15,6 +15,7 @@ from pipelines.studies.claims.changes import CHANGES
 from pipelines.studies.claims.context import ROOT
 from pipelines.studies.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
 from pipelines.studies.machine import cpu_model
+from pipelines.studies.tables import md_table
 
 #: the method section of the write-up (docs/claims.md), regenerated with it
 METHOD = """\
@@ -64,10 +65,6 @@ The rules are code (`pipelines/eval/verdicts.py`, `pipelines/studies/claims/judg
    with the reason. Beside it, at every length, the absolute paired difference from the no-position
    condition (NoPE, scheme `none`) where the experiment has one.
 """
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def power_cell(r: ClaimResult) -> str:
@@ -132,16 +129,10 @@ def summary_table(
 ) -> str:
     """One row per claim — its power, its primary comparison (Holm-adjusted), its verdict, command
     and wall / CPU seconds — then the suite's totals and ``where`` (:func:`provenance`)."""
-    head = (
-        "| # | claim | setup | measured (mean ± 95 % CI over seeds) | power | primary comparison "
-        "(Holm-adjusted) | holds? | command | wall s / CPU s |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
-    )
-    rows = [
-        f"| {r.number} | {_cell(r.claim)} | {_cell(r.setup)} | {_cell(r.measured)} | {power_cell(r)} | "
-        f"{_cell(r.primary or '—')} | {holds_cell(r)} | `{r.command}` | {r.wall_s:.0f} / {r.cpu_s:.0f} |"
-        for r in results
-    ]
+    head = ["#", "claim", "setup", "measured (mean ± 95 % CI over seeds)", "power",
+            "primary comparison (Holm-adjusted)", "holds?", "command", "wall s / CPU s"]
+    rows = [[r.number, r.claim, r.setup, r.measured, power_cell(r), r.primary or "—", holds_cell(r),
+             f"`{r.command}`", f"{r.wall_s:.0f} / {r.cpu_s:.0f}"] for r in results]
     note = (
         f"\nSuite: {len(results)} experiment(s), {threads} torch thread(s), {jobs} worker process(es), "
         f"wall {wall:.0f} s, "
@@ -155,7 +146,7 @@ def summary_table(
         + "." + (f" {where}" if where else "") + "\n"
     )
     draft = f"**{DRAFT}: not a published run.**\n\n" if DRAFT in where else ""
-    return draft + head + "\n".join(rows) + "\n" + note
+    return draft + md_table(head, rows) + note
 
 
 def claims_markdown(

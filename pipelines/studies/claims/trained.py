@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.studies.claims.base import ClaimResult, fmt, md_table
+from pipelines.studies.claims.base import ClaimResult, fmt
 from pipelines.studies.claims.judge import Judgement, Primary
 from pipelines.studies.claims.sweep import Measured, Sweep, word
+from pipelines.studies.tables import md_table
 
 
 def _retained_text(m: Measured, cond: str) -> str:
