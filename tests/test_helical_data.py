@@ -47,3 +47,16 @@ def test_other_period_moves_the_peak():
 def test_bad_parameters_are_refused(kw):
     with pytest.raises(PosencError, match="out of range"):
         helical.helical_windows(2, 32, np.random.default_rng(0), **kw)
+
+
+def test_datamodule_serves_helical_windows_and_refuses_a_non_dna_vocab():
+    from datamodules.synthetic.datamodule import SyntheticLMDataModule
+
+    dm = SyntheticLMDataModule(task="helical", vocab=4, seq_len=64, eval_lengths=[64], eval_tokens=64 * 300)
+    x = dm.eval_windows("test", 64)
+    assert x.shape == (300, 65) and x.max() <= 3
+    ac = helical.aa_autocorrelation(x, 14)
+    assert 4 + int(np.argmax(ac[4:14])) in (10, 11)
+    assert dm.reference(64)["trivial"] == 2.0
+    with pytest.raises(PosencError, match="data.vocab must be 4"):
+        SyntheticLMDataModule(task="helical", vocab=16)
