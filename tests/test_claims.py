@@ -17,7 +17,7 @@ from pipelines.studies.claims.runner import build, experiment_configs, metric_na
 from posenc import PosencError
 from tests.helpers import workdir_with_store
 
-CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "4a", "4b", "5", "6", "7", "8", "9", "10",
+CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "3e", "4a", "4b", "5", "6", "7", "8", "9", "10",
           "11", "12", "13", "14", "15", "16"}
 
 

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from datamodules.memo import memo_item
 from datamodules.synthetic import generators as gen
+from datamodules.synthetic import helical
 from posenc import PosencError
 
 SALT = {"train": 0, "val": 1, "test": 2}
@@ -52,7 +53,8 @@ class SyntheticLMDataModule(L.LightningDataModule):
 
     Args:
         task: ``copy`` (token t repeats token t − ``distance``), ``periodic`` (period ``period``) or
-            ``two_periods`` (tokens a·√V + b, ``a`` of period ``period``, ``b`` of period ``period2``).
+            ``two_periods`` (tokens a·√V + b, ``a`` of period ``period``, ``b`` of period ``period2``)
+            or ``helical`` (bases with AA/TT at ~``helical_period``-bp crests, :mod:`.helical`; V = 4).
         vocab: tokens of the process (the model's vocabulary adds one unused PAD id); a square for
             ``two_periods`` (√V symbols per component).
         distance: the retrieval distance d (copy).
@@ -64,6 +66,7 @@ class SyntheticLMDataModule(L.LightningDataModule):
         batch_size, samples_per_epoch: training batches.
         eval_tokens: test (and validation) tokens per length, tiled from windows of the longest length.
         seed: generator seed (train, val and test draw from separate streams).
+        helical_period: the planted helical period in bases (helical).
     """
 
     def __init__(
@@ -80,11 +83,15 @@ class SyntheticLMDataModule(L.LightningDataModule):
         samples_per_epoch: int = 6400,
         eval_tokens: int = 16384,
         seed: int = 0,
+        helical_period: float = 10.5,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if task not in ("copy", "periodic", "two_periods"):
-            raise PosencError(f"data.task must be 'copy', 'periodic' or 'two_periods', got {task!r}")
+        if task not in ("copy", "periodic", "two_periods", "helical"):
+            raise PosencError(f"data.task must be copy, periodic, two_periods or helical, got {task!r}")
+        if task == "helical" and vocab != 4:
+            raise PosencError(f"data.task 'helical' is DNA-like: data.vocab must be 4, got {vocab}")
+        self.helical_period = float(helical_period)
         self.vocab_each = math.isqrt(vocab) if vocab > 0 else 0
         if task == "two_periods" and (self.vocab_each**2 != vocab or period2 is None or period2 < 1):
             raise PosencError(f"data.task 'two_periods' needs a square data.vocab and data.period2 >= 1, got "
@@ -107,6 +114,8 @@ class SyntheticLMDataModule(L.LightningDataModule):
     @property
     def data_periods(self) -> tuple[int, ...]:
         """The process's periods in tokens: () for copy, (p,) for periodic, (p₁, p₂) for two_periods."""
+        if self.task == "helical":
+            return ()  # not a whole number of tokens (10.5); the bands study does not use this testbed
         return {"copy": (), "periodic": self.periods[:1], "two_periods": self.periods}[self.task]
 
     @property
@@ -118,6 +127,8 @@ class SyntheticLMDataModule(L.LightningDataModule):
         rng = np.random.default_rng([self.seed, SALT[split], length])
         if self.task == "copy":
             return gen.copy_windows(n, length, self.vocab, self.distance, self.noise, rng)
+        if self.task == "helical":
+            return helical.helical_windows(n, length, rng, period=self.helical_period)
         if self.task == "two_periods":
             return gen.two_period_windows(n, length, self.vocab_each, self.periods, self.noise, rng)
         return gen.periodic_windows(n, length, self.vocab, self.period, self.noise, rng)
@@ -139,6 +150,8 @@ class SyntheticLMDataModule(L.LightningDataModule):
         """Trivial and Bayes-optimal bits per token on the test windows of ``length``."""
         if self.task == "copy":
             return gen.copy_bits(length, self.vocab, self.distance, self.noise)
+        if self.task == "helical":  # no closed-form Bayes predictor (unknown phase): optimal is NaN
+            return {"trivial": 2.0, "optimal": float("nan")}
         if self.task == "two_periods":
             windows = self.eval_windows("test", length)
             bits = gen.two_period_bits(windows, self.vocab_each, self.periods, self.noise)
