@@ -51,10 +51,12 @@ testbeds ran on seeds 100–102 (`--seeds`, refused for the reported seeds 0–4
 
 ## Tested as a neighbour of the source's claim, or not yet tested
 
-- **3a/3b, 10.5 bp:** the "yes" comes from the 3-bp period alone. The source's helical pitch has no
-  testbed where a 10.5-bp signal exists; "10.5 alone" is reported as a neighbour. To build: a DNA LM
-  on sequence with ~10-bp dinucleotide periodicity planted (AA/TT every 10–11 bp, as in nucleosome
-  positioning), with 10.5 pinned alone against control periods.
+- **3a/3b, 10.5 bp:** the "yes" comes from the 3-bp period alone; in E. coli "10.5 alone" is a
+  neighbour. **3e** (`helical_lm`) tests 10.5 where a helical signal exists: DNA-like bases with AA/TT
+  planted at ~10.5-bp crests on an order-0 background (`datamodules/synthetic/helical.py`; its float64
+  test checks that the AA/TT autocorrelation peaks at lag 10–11 and is flat without the signal), 10.5
+  pinned alone vs control periods 7 and 13, plain RoPE and NoPE. It has no closed-form optimum (the
+  helix phase is unknown per window), so no Bayes reference is reported.
 - **6:** q and k are perturbed by one rule (positions × (1 + ε)). That keeps the q/k symmetry the
   source says a mismatch breaks, so this is a neighbour. To build: keys rotated at θ(1 + ε) with
   queries as trained, scored on one model at near and far targets.
@@ -64,7 +66,9 @@ testbeds ran on seeds 100–102 (`--seeds`, refused for the reported seeds 0–4
   sinusoidal, rope and nope, record the first step at which validation accuracy reaches 0.9, per seed;
   the primary is t5_bias − sinusoidal in steps.
 - **DNA claims:** no best Markov chain is reported on the claims' DNA test region. The time-series
-  claims have no time-block bootstrap; their intervals are over seeds only.
+  claims' intervals are over seeds only: a seed × time-block bootstrap exists
+  (`pipelines/eval/time_blocks.py`, contiguous blocks of test windows through the DNA LM's
+  `Resampler`) but 3c and 4b do not report it yet.
 - **Source claims with no experiment yet:**
   - output and loss masking (000);
   - the phase offset φ_h letting a head look forward or backward (000);
