@@ -135,8 +135,9 @@ def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon:
     told = {"name": config["name"], "test": test, "test_lookbacks": list(test_lookbacks)}
     callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"monitor": "val/loss", "mode": "min", "save_top_k": 1}}]
-    callbacks += [{**c, "init_args": {**(c.get("init_args") or {}), **told}} if c["class_path"] == PROTOCOL
-                  else c for c in trainer.pop("callbacks", [])]
+    for c in trainer.pop("callbacks", []):
+        ours = isinstance(c, dict) and c.get("class_path") == PROTOCOL
+        callbacks.append({**c, "init_args": {**(c.get("init_args") or {}), **told}} if ours else c)
     return {
         "model": {"class_path": config["model"]["class_path"],
                   "init_args": {**(config["model"].get("init_args") or {}), "plot_examples": 0}},
