@@ -97,6 +97,9 @@ class Windows:
         context_from_previous: let val/test lookbacks reach into earlier splits.
         positions: ``index`` (integer step in the window) or ``time`` (float time since its start,
             in median steps: irregular series keep their spacing).
+        time_block: val/test windows per bootstrap block (contiguous in time; the last block holds the
+            remainder): the length sweep then sums its errors per block, for a seed × time-block
+            bootstrap (neighbouring windows share most of their history). None: no blocks.
     """
 
     split: tuple[float, float, float] = (0.7, 0.1, 0.2)
@@ -108,8 +111,11 @@ class Windows:
     eval_lookbacks: list[int] | None = None
     context_from_previous: bool = True
     positions: PositionMode = "index"
+    time_block: int | None = None
 
     def __post_init__(self) -> None:
+        if self.time_block is not None:
+            at_least("windows", time_block=(self.time_block, 1))
         at_least("windows", lookback=(self.lookback, 1), horizon=(self.horizon, 1),
                  patch_len=(self.patch_len, 1), stride=(self.stride, 1), eval_stride=(self.eval_stride, 1))
         for n in [self.lookback, *(self.eval_lookbacks or [])]:

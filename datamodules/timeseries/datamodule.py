@@ -84,7 +84,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
             self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
         w, self.loader = windows, loader
         self.lookback, self.horizon, self.patch_len = w.lookback, w.horizon, w.patch_len
-        self.positions = w.positions
+        self.positions, self.time_block = w.positions, w.time_block
         self.batch_size, self.samples_per_epoch = loader.batch_size, loader.samples_per_epoch
         self.num_workers, self.seed = loader.num_workers, loader.seed
         self.train_on_filled = cleaning.train_on_filled
@@ -281,12 +281,15 @@ class TimeSeriesDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ loaders
     def dataset(self, split: str, lookback: int | None = None) -> ForecastWindows:
-        return ForecastWindows(
+        ds = ForecastWindows(
             self.targets, self.series.observed, self.covariates, self.series.time, self.starts[split],
             lookback or self.lookback, self.horizon, self.positions,
             loss_on_filled=self.train_on_filled and split == "train",
             loc=self.target_loc, scale=self.target_scale, future_index=self.future_index,
         )
+        if self.time_block is not None and split != "train":  # windows are in time order
+            ds.window_blocks = np.arange(len(ds)) // self.time_block  # (windows,) block of each
+        return ds
 
     def train_dataloader(self) -> DataLoader:
         ds = self.dataset("train")

@@ -127,7 +127,12 @@ class ForecastWindows(Dataset):
         loss_mask: (H, C) bool, targets trained on (all of them with ``train_on_filled``);
         loc, scale: (C,) the target scaler, so outputs can be mapped back to the original scale;
         start: τ.
+
+    ``window_blocks`` (None, or int64 aligned with ``starts``): the bootstrap block of each window,
+    set by the datamodule where ``windows.time_block`` asks for blocks.
     """
+
+    window_blocks: np.ndarray | None = None
 
     def __init__(
         self,

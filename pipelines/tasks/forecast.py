@@ -48,13 +48,22 @@ class ForecastAdapter(TaskAdapter):
     def n_positions(self, module: Any, length: int) -> int:
         return length // module.patch_len + module.n_extra_tokens  # patches + forecast tokens
 
-    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+    scores_windows = True  # squared errors add up over windows: per time block where the data has blocks
+
+    def score_windows(self, module: Any, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Squared-error sums and scored targets per window (B,) and per forecast step (H,), in the
+        data's units."""
         pred = module.to_original(module.predict_batch(batch), batch)  # (B, H, C)
         err = pred - module.to_original(batch["y"], batch)  # (B, H, C)
         m = batch["y_mask"].to(err.dtype)  # (B, H, C)
-        per_step = ((err**2) * m).sum(dim=(0, 2)).double()  # (H,)
-        count = m.sum(dim=(0, 2)).double()  # (H,)
-        return float(per_step.sum()), float(count.sum()), per_step.cpu(), count.cpu()
+        sq = ((err**2) * m).double()  # (B, H, C)
+        mm = m.double()  # (B, H, C)
+        per_window = sq.sum(dim=(1, 2)).cpu(), mm.sum(dim=(1, 2)).cpu()  # (B,), (B,)
+        return (*per_window, sq.sum(dim=(0, 2)).cpu(), mm.sum(dim=(0, 2)).cpu())  # + (H,), (H,)
+
+    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
+        ws, wc, per_step, count = self.score_windows(module, batch)
+        return float(ws.sum()), float(wc.sum()), per_step, count
 
     def baselines(self, dm: Any, split: str = "test") -> dict[str, float]:
 

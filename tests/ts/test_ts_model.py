@@ -225,3 +225,24 @@ def test_forecast_figure_draws_the_seasonal_naive_from_each_lookback():
     np.testing.assert_allclose(naive.get_ydata(), expected)
     labels = {line.get_label() for line in forecast_figure([ex], 5, 12, period=13).axes[0].get_lines()}
     assert not any(label.startswith("seasonal naive") for label in labels)
+
+
+def test_time_blocks_cut_the_test_windows_in_time_order_and_sum_to_the_sweep_metric(series_csv):
+    from pipelines.eval.extrapolation import adapter_for, score_loader
+    from pipelines.eval.time_blocks import time_block_table
+
+    dm = TimeSeriesDataModule(**dm_kwargs(series_csv, eval_stride=8, time_block=3))
+    n = len(dm.starts["test"])
+    ids = dm.dataset("test").window_blocks
+    assert ids.tolist() == [i // 3 for i in range(n)] and dm.dataset("train").window_blocks is None
+    model = tiny(horizon=6, patch_len=4, n_covariates=1).eval()
+    adapter = adapter_for(model)
+    loader = torch.utils.data.DataLoader(dm.dataset("test"), batch_size=5)  # batches cut across blocks
+    with torch.no_grad():
+        r = score_loader(model, adapter, "trained", 24, loader)
+        per_window = torch.cat([adapter.score_windows(model, b)[0] for b in loader]).numpy()
+    assert r.blocks.shape == (-(-n // 3), 2) and r.blocks[:, 1].sum() == n * 6
+    np.testing.assert_allclose(r.blocks, time_block_table(per_window, 3) * [1, 6], rtol=1e-9)
+    assert r.metric == pytest.approx(r.blocks[:, 0].sum() / r.blocks[:, 1].sum(), rel=1e-9)
+    with pytest.raises(PosencError, match="time_block"):
+        TimeSeriesDataModule(**dm_kwargs(series_csv, time_block=0))
