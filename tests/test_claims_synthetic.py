@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from pipelines.studies.claims.controlled import position_r2
-from pipelines.studies.claims.phase import bits_scaled
+from pipelines.studies.claims.phase import bits_by_position, bits_scaled, keys_rotated_at
 from pipelines.studies.claims.rbf import RBFFeatureScores
 from pipelines.tasks.classify import SequenceClassifier
 from pipelines.tasks.classify_causal import CausalSequenceClassifier
@@ -51,3 +52,21 @@ def test_the_causal_classifier_masks_later_tokens_and_nope_position_is_decodable
     bidir_r2 = position_r2(bidir, loader, None)
     assert abs(bidir_r2) < 0.05  # permutation-equivariant: the token alone, no position
     assert position_r2(causal, loader, None) > bidir_r2 + 0.1  # the mask alone tells positions apart
+
+
+def test_keys_rotated_alone_break_rope_and_are_undone_on_exit():
+    torch.manual_seed(0)
+    batches = [torch.randint(0, 4, (2, 17))]
+    rope = task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"}).eval()
+    nope = task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe=None).eval()
+    plain = bits_by_position(rope, batches)
+    with keys_rotated_at(rope, 1.0):
+        assert np.allclose(bits_by_position(rope, batches), plain, rtol=1e-6)
+    with keys_rotated_at(rope, 1.2):
+        off = bits_by_position(rope, batches)
+    assert abs(off[0] - plain[0]) < 1e-5  # query 0 sees key 0 only: position 0 × 1.2 is still 0
+    assert np.abs(off - plain).max() > 1e-4
+    assert np.allclose(bits_by_position(rope, batches), plain, rtol=1e-6)  # restored on exit
+    with keys_rotated_at(nope, 1.2):
+        assert np.allclose(bits_by_position(nope, batches), bits_by_position(nope, batches))
+    assert math.isclose(bits_scaled(rope, batches, 1.0), float(plain.mean()), rel_tol=1e-6)
