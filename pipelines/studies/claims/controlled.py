@@ -31,15 +31,21 @@ from pipelines.studies.claims.order import CAUSAL
 from pipelines.studies.claims.sweep import Sweep
 from pipelines.studies.claims.trained import primary_verdict
 from pipelines.studies.tables import md_table
+from posenc import PositionalEncoding
 
 
 class ControlledComparison(Sweep):
     """Args (besides :class:`Sweep`'s): ``claim_text`` (the source's claim, one sentence),
-    ``control`` (the condition every other is compared with at every length), ``task_name``."""
+    ``control`` (the condition every other is compared with at every length), ``task_name``,
+    ``probe`` (reported beside the verdict: the held-out R² of a ridge probe of the position from
+    what the first attention reads, per condition; ``probe_batches`` test batches), ``params``
+    (reported: each condition's count of positional-encoding parameters)."""
 
-    def __init__(self, claim_text: str, control: str, task_name: str = "", **kwargs: Any) -> None:
+    def __init__(self, claim_text: str, control: str, task_name: str = "", probe: bool = False,
+                 probe_batches: int = 8, params: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.claim_text, self.control, self.task_name = claim_text, control, task_name
+        self.probe, self.probe_batches, self.params = probe, probe_batches, params
 
     @property
     def claim(self) -> str:  # type: ignore[override]
@@ -55,6 +61,21 @@ class ControlledComparison(Sweep):
         if isinstance(ctx.primary, Primary) and ctx.primary.length:
             n = ctx.primary.length
             measured += f"; at {n}: " + "; ".join(f"{c} {fmt(m.at(c, n), 4)}" for c in m.values)
+        extra = ""
+        if self.params:
+            measured += "; positional parameters: " + "; ".join(
+                f"{c} {n:,}" for c, n in self.encoding_parameters(ctx, m.seeds[0]).items())
+        if self.probe:
+            r2 = self.position_probe(ctx, m.seeds)
+            measured += "; position R² from the first attention's input / the first block's update: " + \
+                "; ".join(f"{c} {est(v['attention_input']).mean:.2f} / {est(v['update']).mean:.2f}"
+                          for c, v in r2.items())
+            extra = "\nHeld-out R² of a ridge probe of the position (h and h²), reported, not judged: from " \
+                "what the first attention reads (LayerNorm of embedding + encoding) and from what the " \
+                "first block adds to the residual stream:\n\n" + md_table(
+                    ["condition", "R², attention's input", "per seed", "R², block's update", "per seed"],
+                    [[c, *(x for w in ("attention_input", "update") for x in (
+                        fmt(est(v[w])), " ".join(f"{r:.3f}" for r in v[w])))] for c, v in r2.items()])
         return self.result(
             ctx,
             m,
@@ -63,8 +84,32 @@ class ControlledComparison(Sweep):
             measured,
             holds,
             rule,
+            extra,
             judgement=j,
         )
+
+    def encoding_parameters(self, ctx, seed: int) -> dict[str, int]:
+        """Per condition: parameters of the model's positional encodings (each counted once)."""
+        out = {}
+        for label in self.conditions:
+            module = ctx.fit(self.child(seed, label)).module
+            params = {id(p): p for e in module.modules() if isinstance(e, PositionalEncoding)
+                      for p in e.parameters()}  # each once (a Compose holds its children)
+            out[label] = sum(p.numel() for p in params.values())
+        return out
+
+    def position_probe(self, ctx, seeds: list[int]) -> dict[str, dict[str, list[float]]]:
+        """Per condition, per seed: :func:`position_r2` of the first attention's input and of the first
+        block's update (cached children)."""
+        out: dict[str, dict[str, list[float]]] = {c: {"attention_input": [], "update": []}
+                                                  for c in self.conditions}
+        for seed in seeds:
+            for label in self.conditions:
+                t = ctx.fit(self.child(seed, label))
+                loader = t.datamodule.test_dataloader()[0]
+                for where, values in out[label].items():
+                    values.append(position_r2(t.module, loader, ctx.max_batches(self.probe_batches), where))
+        return out
 
 
 class LongRange(ControlledComparison):
@@ -96,11 +141,16 @@ class LongRange(ControlledComparison):
         }
 
 
-def first_block_output(module: Any, x: torch.Tensor) -> torch.Tensor:
-    """What the first block adds to the residual stream (B, T, D): before any LayerNorm rescales it
-    away, the spread of a causal average (which shrinks as 1/t) is still there."""
+def first_block_output(module: Any, x: torch.Tensor, where: str = "update") -> torch.Tensor:
+    """(B, T, D) read in the first block: ``update``, what it adds to the residual stream (before any
+    LayerNorm rescales it away, the spread of a causal average, which shrinks as 1/t, is still there),
+    or ``attention_input``, what its attention reads (LayerNorm of token embedding + encoding)."""
     found = []
-    hook = module.backbone.blocks[0].register_forward_hook(lambda _m, inp, out: found.append(out - inp[0]))
+    block = module.backbone.blocks[0]
+    if where == "update":
+        hook = block.register_forward_hook(lambda _m, inp, out: found.append(out - inp[0]))
+    else:
+        hook = block.ln1.register_forward_hook(lambda _m, _inp, out: found.append(out))
     try:
         module.backbone(module.embedding(x), torch.arange(x.shape[1]), None)
     finally:
@@ -109,15 +159,16 @@ def first_block_output(module: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def position_r2(module: Any, loader: Any, max_batches: int | None) -> float:
-    """Held-out R² of a ridge regression of the position from the first block's update h at each token
-    and its squares h² (the first half of the windows fits it, the second half scores it)."""
+def position_r2(module: Any, loader: Any, max_batches: int | None, where: str = "update") -> float:
+    """Held-out R² of a ridge regression of the position from :func:`first_block_output` h at each
+    token and its squares h² (the first half of the windows fits it, the second half scores it);
+    batches are classifier dicts (``tokens``) or LM windows (B, T + 1)."""
     feats, target = [], []
     for i, batch in enumerate(loader):
         if max_batches is not None and i >= max_batches:
             break
-        x = batch["tokens"]  # (B, T)
-        h = first_block_output(module, x)  # (B, T, D)
+        x = batch["tokens"] if isinstance(batch, dict) else batch[:, :-1]  # (B, T)
+        h = first_block_output(module, x, where)  # (B, T, D)
         h = h.flatten(0, 1).double()  # (B·T, D)
         feats.append(
             torch.cat([h, h**2], dim=1).numpy()

@@ -8,8 +8,12 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
 
+from pipelines.eval.extrapolation import adapter_for
 from pipelines.studies.claims.base import ClaimResult, fmt
 from pipelines.studies.claims.judge import Judgement, Primary
 from pipelines.studies.claims.sweep import Measured, Sweep, word
@@ -67,19 +71,22 @@ class LearnedExtrapolation(Sweep):
 
 class PeriodicControl(Sweep):
     """Args (besides :class:`Sweep`'s): ``plain`` (RoPE), ``tuned`` (the data's periods),
-    ``controls`` (the same number of pinned pairs at other periods)."""
+    ``controls`` (the same number of pinned pairs at other periods), ``markov`` (report the best
+    Markov chain on the same test bases at every length: genome LMs only)."""
 
     claim = (
         "Periodicity-tuned RoPE helps on periodic data — because of the period: pinning the true "
         "periods beats plain RoPE and beats pinning the same number of pairs to control periods."
     )
 
-    def __init__(self, plain: str, tuned: str, controls: list[str], task_name: str = "", **kwargs) -> None:
+    def __init__(self, plain: str, tuned: str, controls: list[str], task_name: str = "",
+                 markov: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
         self.plain, self.true, self.controls, self.task_name = plain, tuned, list(controls), task_name
+        self.markov = markov
 
     def run(self, ctx) -> ClaimResult:
-        m, _ = self.collect(ctx)
+        m, last = self.collect(ctx)
         others = [self.plain, *self.controls]
         j = m.judge([(self.true, o, n) for n in m.lengths for o in others]
                     + [(c, self.plain, m.train_length) for c in self.controls], ctx.primary)
@@ -93,6 +100,13 @@ class PeriodicControl(Sweep):
             measured += f"; control pinning also called better than plain RoPE: {', '.join(controls_better)}"
         extra = ("\nPaired differences (same seed), true periods − the others (calls after Holm):\n\n"
                  + md_table(["length", "difference", "mean ± CI", "call"], rows))
+        if self.markov:
+            chain = markov_at(last, m.lengths)
+            measured += "; best Markov chain (order chosen on validation) " + ", ".join(
+                f"{n}: {v:.4f}" for n, v in chain.items())
+            extra += ("\nThe best interpolated Markov chain (fitted on the train region, order chosen on the "
+                      "validation region) on the same test bases, each base seeing only its own window:\n\n"
+                      + md_table(["length", m.metric], [[n, f"{v:.4f}"] for n, v in chain.items()]))
         return self.result(
             ctx,
             m,
@@ -103,6 +117,12 @@ class PeriodicControl(Sweep):
             extra,
             judgement=j,
         )
+
+
+def markov_at(t: Any, lengths: list[int]) -> dict[int, float]:
+    """The task's best Markov chain on the test bases scored at each of ``lengths`` (genome LMs)."""
+    found = adapter_for(t.module).baselines(t.datamodule)
+    return {n: float(found.get(f"markov_best_L{n}", math.nan)) for n in lengths}
 
 
 RELATIVE, ABSOLUTE = "relative (mean)", "absolute (mean)"
