@@ -18,7 +18,7 @@ from posenc import PosencError
 from tests.helpers import workdir_with_store
 
 CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "3e", "4a", "4b", "5", "6", "7", "8", "9", "10",
-          "11", "12", "13", "14", "15", "16"}
+          "11", "12", "13", "14", "15", "16a", "16b", "17", "18", "19a", "19b", "20"}
 
 
 def test_every_experiment_config_instantiates_and_every_claim_has_one():
@@ -34,7 +34,7 @@ def test_every_experiment_config_instantiates_and_every_claim_has_one():
 
             assert resolve(task).is_file()
     order = [str(read_config(p)["claim"]) for p in configs.values()]
-    assert order[0] == "1" and order[-1] == "16" and order.index("10") == order.index("9") + 1  # claim order
+    assert order[0] == "1" and order[-1] == "20" and order.index("10") == order.index("9") + 1  # claim order
 
 
 def test_bad_experiment_config_is_one_line_error(tmp_path):

@@ -122,7 +122,7 @@ def test_band_claim_runs_at_a_tiny_budget_and_keeps_the_initial_network(tmp_path
     with workdir_with_store(tmp_path):
         [result] = run(["--only", "band_filters", "--smoke", "--out", "res"])
     saved = json.loads((tmp_path / "res/band_filters/result.json").read_text())
-    assert result.number == "16" and saved["holds"] in ("yes", "no", "inconclusive (underpowered)")
+    assert result.number == "16b" and saved["holds"] in ("yes", "no", "inconclusive (underpowered)")
     assert "I(head; band)" in result.measured
     assert "trained heads − same heads at initialisation" in result.primary
     assert result.power is not None and "the trained LM" in result.power_text
@@ -134,3 +134,15 @@ def test_band_claim_runs_at_a_tiny_budget_and_keeps_the_initial_network(tmp_path
     assert "information/randomized positions" in m
     assert "randomized positions (band concentration)" in result.details
     assert len(result.children) == 4  # two seeds × (the trained LM, the randomized-positions LM)
+
+
+@pytest.mark.slow
+def test_steps_to_criterion_runs_at_a_tiny_budget_and_censors_what_never_reached_it(tmp_path):
+    from pipelines.studies.claims.runner import run
+
+    with workdir_with_store(tmp_path):
+        [result] = run(["--only", "directional_bias", "--smoke", "--out", "res", "--jobs", "1"])
+    assert result.number == "12" and "steps to val/acc ≥ 0.9" in result.measured
+    assert "t5_bias − sinusoidal" in result.primary and "Holm" in result.details
+    # the smoke budget trains two batches: no arm reaches the criterion, every seed is censored at 850
+    assert all(v == 850.0 for k, v in result.metrics.items() if k.endswith("/steps"))
