@@ -144,5 +144,5 @@ def test_steps_to_criterion_runs_at_a_tiny_budget_and_censors_what_never_reached
         [result] = run(["--only", "directional_bias", "--smoke", "--out", "res", "--jobs", "1"])
     assert result.number == "12" and "steps to val/acc ≥ 0.9" in result.measured
     assert "t5_bias − sinusoidal" in result.primary and "Holm" in result.details
-    # the smoke budget trains two batches: no arm reaches the criterion, every seed is censored at 850
-    assert all(v == 850.0 for k, v in result.metrics.items() if k.endswith("/steps"))
+    # the smoke budget trains two batches: no arm reaches the criterion, every seed is censored at 425
+    assert all(v == 425.0 for k, v in result.metrics.items() if k.endswith("/steps"))

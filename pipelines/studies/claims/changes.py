@@ -13,11 +13,12 @@ ran on seeds 100–102 (`--seeds`), never on the reported seeds 0–4.
   rotated at θ·(1 + ε) and queries as trained, in one model (copy from 2 back). The phase error ε·θ·j
   then grows with the key's position, and the primary compares the share of the gain lost by the last
   8 targets with the first 8. The symmetric version is reported beside it as a neighbour.
-- **Claim 12 is steps-to-criterion.** "Easier to learn" is read as sooner: every arm trains 800 steps
-  with validation accuracy read every 50. The primary is t5_bias − sinusoidal in steps to accuracy 0.9.
-  An arm that never gets there counts as 850, a lower bound. The minimum effect is 50 steps, and the
-  gate asks t5_bias to save ≥ 100 steps over NoPE with a primary interval ≤ 400 steps wide. RoPE is an
-  arm again, and the accuracy after every budget is reported.
+- **Claim 12 is steps-to-criterion.** "Easier to learn" is read as sooner: every arm trains 400 steps
+  with validation accuracy read every 25. The primary is t5_bias − sinusoidal in steps to accuracy 0.9.
+  An arm that never gets there counts as 425, a lower bound. The minimum effect is 50 steps (two
+  readings), and the gate asks t5_bias to save ≥ 100 steps over NoPE with a primary interval ≤ 200
+  steps wide. RoPE is an arm again, and the accuracy after every budget is reported. The pilot (seeds
+  100–102, 800 steps read every 50) sized it: every arm that reached 0.9 did so by step 250.
 - **Claim 16 is split.** 16a is the source's rotary model, plain geometric RoPE. 16b, the former claim 16,
   pins rotary pairs to the data's periods and is now labelled a neighbour. Rules, testbed and controls
   are the same for both.
