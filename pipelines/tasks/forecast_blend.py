@@ -1,12 +1,18 @@
-"""The Forecaster's linear path: the same-inputs ridge inside the model, and the Transformer's weight
-on top of it chosen on the validation windows.
+"""The forecasters' one linear path, and the Transformer's weight on top of it chosen on the validation
+windows.
 
-With ``model.linear_path: true`` the forecast is ``ridge(x, cov, fut) + w · transformer(x, cov, fut)``:
+:class:`LinearPath` is a fixed linear map from the lookback to the horizon, set from a ridge fit
+(:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`, the one that chooses the penalty on the
+validation windows). The :class:`~pipelines.tasks.forecast.Forecaster` reads it multivariate and
+:class:`~pipelines.tasks.forecast_patchtst.PatchTSTForecaster` per channel (:meth:`LinearPath.fit_windows`).
 
-- the ridge part is :class:`LinearPath`, its coefficients set before training from the same-inputs
-  ridge of :class:`~pipelines.tasks.forecast_baselines.ForecastBaselines` (same training windows,
-  penalty chosen on the validation windows) and then held fixed — so with ``w = 0`` the model *is*
-  the ``baseline/linear`` ridge the run is compared with;
+With the Forecaster's ``model.linear_path: true`` the forecast is
+``ridge(x, cov, fut) + w · transformer(x, cov, fut)``:
+
+- the ridge part's coefficients are set before training from the same-inputs ridge of
+  :class:`~pipelines.tasks.forecast_baselines.ForecastBaselines` (same training windows, penalty
+  chosen on the validation windows) and then held fixed — so with ``w = 0`` the model *is* the
+  ``baseline/linear`` ridge the run is compared with;
 - the Transformer learns the ridge's residual (its output layer starts at zero, so training starts
   from the ridge) and is trained at ``w = 1``;
 - after every validation epoch, ``w`` is set to the weight of :data:`BLEND_GRID` with the lowest
