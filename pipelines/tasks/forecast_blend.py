@@ -150,8 +150,12 @@ class LinearPath(nn.Module):
         self.fit(dm, found or ForecastBaselines(), future)
 
     def rows(self, inputs: Tensor) -> Tensor:
-        """The map on flattened inputs: (..., D) → (..., out), with ``nn.Linear``'s arithmetic."""
-        return nn.functional.linear(inputs, self.coef.T, self.intercept)  # (..., out)
+        """The map on flattened inputs: (..., D) → (..., out). Per channel with ``nn.Linear``'s arithmetic
+        on its (out, D) weight, else a matmul plus the intercept: the float32 arithmetic each forecaster's
+        path had before (BLAS rounds the layouts differently), so trained numbers reproduce to the bit."""
+        if self.per_channel:
+            return nn.functional.linear(inputs, self.coef.T.contiguous(), self.intercept)  # (..., out)
+        return inputs @ self.coef + self.intercept  # (..., out)
 
     def forward(self, x: Tensor, cov: Tensor | None = None, fut: Tensor | None = None) -> Tensor:
         """x (B, L', C), cov (B, L', K), fut (B, H, F), scaled → the linear forecast (B, H, C)."""

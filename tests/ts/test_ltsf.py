@@ -318,6 +318,24 @@ def test_a_patchtst_checkpoint_of_the_nn_linear_path_loads_and_forecasts_as_befo
         assert torch.equal(model(io["x"]), io["y"]) and torch.equal(restored.eval()(io["x"]), io["y"])
 
 
+@pytest.mark.parametrize(("lookback", "horizon", "batch", "channels"),
+                         [(32, 4, 3, 2), (336, 96, 128, 7), (48, 720, 1, 1)])
+def test_the_per_channel_path_has_the_frozen_nn_linears_arithmetic(lookback, horizon, batch, channels):
+    """Bit for bit as the frozen ``nn.Linear`` PatchTST trained with before (BLAS rounds other layouts of
+    the same product differently, which would move trained numbers), on rows and on whole windows."""
+    from pipelines.tasks.forecast_blend import LinearPath
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(lookback, horizon).requires_grad_(False)
+    path = LinearPath(lookback, channels, 0, horizon, 0, per_channel=True)
+    path.coef.copy_(lin.weight.T)
+    path.intercept.copy_(lin.bias)
+    x = torch.randn(batch, lookback, channels)
+    rows = x.permute(0, 2, 1).reshape(batch * channels, lookback)  # (B·C, L)
+    assert torch.equal(path.rows(rows), lin(rows))
+    assert torch.equal(path(x), lin(x.permute(0, 2, 1)).permute(0, 2, 1))
+
+
 def small_csv(path: Path, n_channels: int = 2) -> Path:
     """:func:`small_protocol`'s series as an hourly CSV file."""
     t = np.arange(1000)[:, None]
