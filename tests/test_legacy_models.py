@@ -20,6 +20,7 @@ import torch
 from datamodules.legacy import moved, translate_cli
 from pipelines import DNALanguageModel, load_model
 from pipelines.inference.loading import read_checkpoint
+from pipelines.tasks.base import CONFIG_VERSION
 from pipelines.tasks.options import Net
 from posenc import PosencError
 from tests.helpers import write_fasta
@@ -172,12 +173,12 @@ def old_spelling(ckpt: dict) -> dict:
 
 def test_a_checkpoint_in_the_old_spelling_loads_and_predicts_as_the_new(tmp_path):
     new = fresh_checkpoint(tmp_path / "new.ckpt")
-    assert new["config_version"] == 2 and "d_model" not in new["hyper_parameters"]
+    assert new["config_version"] == CONFIG_VERSION and "d_model" not in new["hyper_parameters"]
     old = old_spelling(new)
     assert "net" not in old["hyper_parameters"] and old["hyper_parameters"]["d_model"] == 16
     torch.save(old, tmp_path / "old.ckpt")
     upgraded = read_checkpoint(tmp_path / "old.ckpt")  # upgraded once, here
-    assert upgraded["config_version"] == 2
+    assert upgraded["config_version"] == CONFIG_VERSION
     assert upgraded["hyper_parameters"] == read_checkpoint(tmp_path / "new.ckpt")["hyper_parameters"]
     fasta = write_fasta(tmp_path / "in.fa", n=200)
     want = load_model(tmp_path / "new.ckpt", "cpu").predict(fasta)
@@ -187,8 +188,9 @@ def test_a_checkpoint_in_the_old_spelling_loads_and_predicts_as_the_new(tmp_path
 
 def test_a_checkpoint_of_a_newer_version_is_one_line(tmp_path):
     ckpt = fresh_checkpoint(tmp_path / "new.ckpt")
-    torch.save({**ckpt, "config_version": 3}, tmp_path / "newer.ckpt")
-    newer = r"newer\.ckpt: checkpoint config_version 3; this code reads 1 to 2"
+    torch.save({**ckpt, "config_version": CONFIG_VERSION + 1}, tmp_path / "newer.ckpt")
+    newer = (rf"newer\.ckpt: checkpoint config_version {CONFIG_VERSION + 1}; "
+             rf"this code reads 1 to {CONFIG_VERSION}")
     with pytest.raises(PosencError, match=newer):
         load_model(tmp_path / "newer.ckpt", "cpu")
 

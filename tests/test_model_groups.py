@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from datamodules.legacy import legacy_keys
+from pipelines.tasks.base import CONFIG_VERSION
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_linear import DLinearForecaster
 from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
@@ -70,7 +71,7 @@ def test_the_flat_checkpoint_of_before_builds_the_grouped_model():
     hp = torch.load(FLAT / "forecaster.ckpt", map_location="cpu", weights_only=True)["hyper_parameters"]
     assert "d_model" in hp and "net" not in hp and "config_version" not in hp  # flat, as saved then
     ckpt = read_checkpoint(FLAT / "forecaster.ckpt")
-    assert ckpt["config_version"] == 2 and "d_model" not in ckpt["hyper_parameters"]
+    assert ckpt["config_version"] == CONFIG_VERSION and "d_model" not in ckpt["hyper_parameters"]
     model = Forecaster(**ckpt["hyper_parameters"])
     model.load_state_dict(ckpt["state_dict"])
     assert model.hparams["net"]["d_model"] == hp["d_model"] and model.optim.lr == hp["lr"]

@@ -40,7 +40,8 @@ class LTSFProtocol(Callback):
 
     Args:
         name: the model's label in the benchmark's rows, run names and the ``posenc.ltsf.model`` tag.
-        linear_warm_start: start the linear path at ridge (the model needs ``warm_start_linear``).
+        linear_warm_start: fit the linear path before training (the model needs ``fit_linear_path``)
+            and keep that start when no epoch beats it on val.
         test: forecast the test windows (``False``: model selection, val only).
         test_lookbacks: also score the test targets from these longer lookbacks.
     """

@@ -22,7 +22,8 @@ import yaml
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
 from datamodules.timeseries.windows import gather_windows
-from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, LinearBaseline, seasonal_naive
+from pipelines.tasks.forecast_baselines import ridge_on_val, seasonal_naive
+from pipelines.tasks.forecast_blend import channel_rows
 from posenc import PosencError
 
 
@@ -127,37 +128,14 @@ def longer_lookbacks(model: Any, data: LTSFData, lookbacks: tuple[int, ...], loo
     return out
 
 
-def _normalised(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
-    """RevIN without affine, per window and channel: ((x − μ)/σ, (y − μ)/σ, μ, σ) as rows (n·C, ·)."""
-    rows = _per_channel(x)
-    mu, sd = rows.mean(axis=1, keepdims=True), np.sqrt(rows.var(axis=1, keepdims=True) + 1e-5)
-    return (rows - mu) / sd, None if y is None else (_per_channel(y) - mu) / sd, mu, sd
-
-
-def _as_rows(x: np.ndarray, y: np.ndarray | None = None) -> tuple:
-    """As :func:`_normalised` without normalising (μ = 0, σ = 1)."""
-    rows = _per_channel(x)
-    return rows, None if y is None else _per_channel(y), np.zeros((len(rows), 1)), np.ones((len(rows), 1))
-
-
 def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[str, Any]:
-    """Fit the model's linear path in closed form: ridge from the lookback to the horizon (both
-    RevIN-normalised when the path reads the normalised lookback) on every train window, the penalty
-    the best of :data:`RIDGE_ALPHAS` on val (MSE, scaled). Normalised, each window's squared error is
-    weighted by its variance, so the fit minimises the error in the data's units as training does
-    (unweighted, a calm window — a dry spell of a rain channel, σ near 0 — whose target moves would
-    dominate the fit)."""
-    normalise = _normalised if getattr(model, "linear_input", "raw") == "revin" else _as_rows
-    xt, yt, _, sdt = normalise(*data.windows("train", lookback, horizon))
-    xv, yv = data.windows("val", lookback, horizon)
-    xvn, _, mu, sd = normalise(xv)
-    fits = LinearBaseline.fit_path(RIDGE_ALPHAS, xt, yt[:, :, None], weight=sdt[:, 0] ** 2)
-    errors = [float(np.mean((f.predict(xvn)[..., 0] * sd + mu - _per_channel(yv)) ** 2)) for f in fits]
-    best = int(np.argmin(errors))
-    fit = fits[best]
-    model.warm_start_linear(torch.as_tensor(fit.coef.T, dtype=torch.float32),
-                            torch.as_tensor(fit.intercept, dtype=torch.float32))
-    return {"linear_alpha": RIDGE_ALPHAS[best]}
+    """Fit the model's linear path in closed form before training
+    (:meth:`~pipelines.tasks.forecast_patchtst.PatchTSTForecaster.fit_linear_path`: ridge from each
+    channel's lookback to its horizon on every train window, the penalty the best of
+    :data:`~pipelines.tasks.forecast_baselines.RIDGE_ALPHAS` on val)."""
+    if getattr(model, "linear", None) is None:
+        raise PosencError("linear_warm_start needs a model with a linear path (model.linear_path: true)")
+    return {"linear_alpha": model.fit_linear_path(data)}
 
 
 def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.ndarray:
@@ -182,11 +160,6 @@ def seasonal_naive_run(data: LTSFData, lookback: int, horizon: int, seed: int,
     return Result(pred["test"], val, {"period": period}, clock.cpu_s, clock.wall_s)
 
 
-def _per_channel(x: np.ndarray) -> np.ndarray:
-    """(n, T, C) → (n·C, T): one row per window and channel (channel-independent)."""
-    return x.transpose(0, 2, 1).reshape(-1, x.shape[1])
-
-
 def _from_channels(rows: np.ndarray, c: int) -> np.ndarray:
     """(n·C, H) → (n, H, C)."""
     return rows.reshape(-1, c, rows.shape[1]).transpose(0, 2, 1)
@@ -194,12 +167,16 @@ def _from_channels(rows: np.ndarray, c: int) -> np.ndarray:
 
 def ridge_run(data: LTSFData, lookback: int, horizon: int, seed: int) -> Result:
     """Ridge from a channel's lookback to its horizon (the model's inputs), shared by every channel
-    and fitted on every train window; the penalty the best of :data:`RIDGE_ALPHAS` on val."""
+    and fitted on every train window; the penalty the best on val
+    (:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`)."""
     c = data.n_channels
     with Timer() as clock:
         (xt, yt), (xv, yv), (xs, _) = (data.windows(s, lookback, horizon) for s in ("train", "val", "test"))
-        fits = LinearBaseline.fit_path(RIDGE_ALPHAS, _per_channel(xt), _per_channel(yt)[:, :, None])
-        errors = [scaled_errors(_from_channels(f.predict(_per_channel(xv))[..., 0], c), yv) for f in fits]
-        best = int(np.argmin([e["mse_scaled"] for e in errors]))
-        pred = _from_channels(fits[best].predict(_per_channel(xs))[..., 0], c)
-    return Result(pred, errors[best], {"alpha": RIDGE_ALPHAS[best]}, clock.cpu_s, clock.wall_s)
+
+        def val(fit: Any) -> dict[str, float]:
+            return scaled_errors(_from_channels(fit.predict(channel_rows(xv))[..., 0], c), yv)
+
+        fit, alpha = ridge_on_val((channel_rows(xt), channel_rows(yt)[:, :, None]),
+                                  lambda f: val(f)["mse_scaled"])
+        pred = _from_channels(fit.predict(channel_rows(xs))[..., 0], c)
+    return Result(pred, val(fit), {"alpha": alpha}, clock.cpu_s, clock.wall_s)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
-from pipelines.studies.ltsf_models import Result, Timer, _from_channels, _per_channel
+from pipelines.studies.ltsf_models import Result, Timer, _from_channels, channel_rows
 
 RECENT, BLOCKS, ANCHORS = 24, 24, 24
 #: the smallest window std a window is divided by (scaled units: a tenth of the channel's train std),
@@ -76,7 +76,7 @@ def _rows(data: LTSFData, split: str, lookback: int, horizon: int, n_rows: int,
           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """``n_rows`` (window, channel, anchor step) training rows of ``split``: features and target."""
     x, y = data.windows(split, lookback, horizon)
-    lb, tg = _per_channel(x), _per_channel(y)  # (n·C, L), (n·C, H)
+    lb, tg = channel_rows(x), channel_rows(y)  # (n·C, L), (n·C, H)
     steps = anchors(horizon)
     pick = rng.choice(len(lb), size=min(len(lb), max(1, n_rows // len(steps))), replace=False)
     feats, seas, mu, sd = _design(lb[pick], steps, data.period)
@@ -87,7 +87,7 @@ def _rows(data: LTSFData, split: str, lookback: int, horizon: int, n_rows: int,
 def _forecast(model: object, data: LTSFData, x: np.ndarray, horizon: int, chunk: int = 20_000) -> np.ndarray:
     """The forecast (n, H, C) of lookbacks x (n, L, C): residuals at the anchor steps interpolated
     over the horizon, plus the daily profile, in the data's scaled units."""
-    rows, steps, every = _per_channel(x), anchors(horizon), np.arange(horizon)
+    rows, steps, every = channel_rows(x), anchors(horizon), np.arange(horizon)
     out = np.empty((len(rows), horizon))
     for lo in range(0, len(rows), chunk):
         part = rows[lo:lo + chunk]

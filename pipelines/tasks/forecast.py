@@ -137,6 +137,8 @@ class Forecaster(TaskModule):
     predictor = staticmethod(predict_forecast)
     default_datamodule = "datamodules.TimeSeriesDataModule"
     predict_input: ClassVar[str] = "table"
+    #: the Transformer part's weight on top of the linear path chosen on the validation windows
+    blend_on_val: ClassVar[bool] = True
 
     config_groups: ClassVar[dict[str, type]] = {**TaskModule.config_groups, "series": SeriesInput,
                                                 "output": ForecastOutput}
@@ -182,7 +184,8 @@ class Forecaster(TaskModule):
         self._reset_test_state()
         self._val = EpochMeans()  # exact over every rank's shard under DDP
 
-    def _linear_path(self, wanted: bool, lookback: int | None, n_future: int) -> LinearPath | None:
+    def _linear_path(self, wanted: bool, lookback: int | None, n_future: int,
+                     per_channel: bool = False) -> LinearPath | None:
         """The ridge path (``linear_path``), the Transformer's output layer zeroed so training starts
         from the ridge; ``None`` when not wanted."""
         if not wanted:
@@ -192,13 +195,17 @@ class Forecaster(TaskModule):
                               "from data.init_args.windows.lookback)")
         nn.init.zeros_(self.head.out.weight)
         nn.init.zeros_(self.head.out.bias)
-        return LinearPath(lookback, self.n_targets, self.n_covariates, self.horizon, n_future)
+        return LinearPath(lookback, self.n_targets, self.n_covariates, self.horizon, n_future, per_channel)
 
     def setup(self, stage: str) -> None:
         """Before training: the linear path's coefficients from the same-inputs ridge (fitted as the
         run's :class:`ForecastBaselines` callback fits it, or with its defaults)."""
         if stage == "fit" and self.linear is not None and not self.linear.fitted:
-            self.linear.fit_for(self.trainer, future=bool(self.n_future))
+            self.fit_linear_path()
+
+    def fit_linear_path(self) -> None:
+        """The linear path's ridge, fitted on the trainer's datamodule as ``baseline/linear`` is."""
+        self.linear.fit_for(self.trainer, future=bool(self.n_future))
 
     # ------------------------------------------------------------------ model
     @property
@@ -298,7 +305,7 @@ class Forecaster(TaskModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         """Validation loss, MSE and MAE (original units); with the linear path, at every weight of
         the Transformer part in :data:`BLEND_GRID` (``val/mse@0.3``…)."""
-        if self.linear is None:
+        if self.linear is None or not self.blend_on_val:
             candidates = [("", self.predict_batch(batch))]
         else:
             lin, out = self.forecast_parts(batch)
@@ -316,7 +323,7 @@ class Forecaster(TaskModule):
         """Log the epoch's means (reduced over ranks); with the linear path, first set the
         Transformer's weight to the best on these windows (:meth:`LinearPath.choose`)."""
         values = self._val.compute()
-        if self.linear is not None:
+        if self.linear is not None and self.blend_on_val:
             values = self.linear.choose(values)
         for name, value in values.items():  # already equal on every rank: `max` keeps them as they are
             self.log(name, value, sync_dist=True, reduce_fx="max", prog_bar=name == "val/loss")
@@ -338,7 +345,7 @@ class Forecaster(TaskModule):
 
     def on_test_start(self) -> None:
         """Say (console line, MLflow tags) what validation chose for the linear path, and why."""
-        if self.linear is not None:
+        if self.linear is not None and self.blend_on_val:
             self.linear.announce(self.trainer)
 
     def on_test_epoch_start(self) -> None:

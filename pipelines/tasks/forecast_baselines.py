@@ -21,6 +21,7 @@ Forecaster's checkpoint is), and scored on the test windows the Forecaster was s
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import lightning as L
 import numpy as np
@@ -100,6 +101,16 @@ class LinearBaseline:
         """x (n, L, F) or (n, D) → (n, H, C)."""
         flat = x.reshape(len(x), -1) @ self.coef + self.intercept  # (n, H·C)
         return flat.reshape(len(x), *self.out_shape)
+
+
+def ridge_on_val(train: tuple, val_error: Callable[[LinearBaseline], float],
+                 weight: np.ndarray | None = None) -> tuple[LinearBaseline, float]:
+    """The one ridge fit: :meth:`LinearBaseline.fit_path` on ``train`` (x, y[, mask]) for every penalty
+    of :data:`RIDGE_ALPHAS` (``weight``: each window's weight), the fit with the lowest ``val_error``
+    and its penalty (ties → the smaller penalty)."""
+    fits = LinearBaseline.fit_path(RIDGE_ALPHAS, *train, weight=weight)
+    best = int(np.argmin([val_error(fit) for fit in fits]))
+    return fits[best], RIDGE_ALPHAS[best]
 
 
 def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict[str, float]:
@@ -224,10 +235,7 @@ class ForecastBaselines(L.Callback):
             alpha = 1.0 if self.ridge_alpha is None else float(self.ridge_alpha)
             return LinearBaseline(alpha).fit(*train), alpha
         xv, (yv, mv) = self._design(dm, inputs, future, val), self._targets(dm, val)
-        fits = LinearBaseline.fit_path(RIDGE_ALPHAS, *train)
-        errors = [masked_errors(lin.predict(xv), yv, mv)["mse"] for lin in fits]
-        best = int(np.argmin(errors))
-        return fits[best], RIDGE_ALPHAS[best]
+        return ridge_on_val(train, lambda lin: masked_errors(lin.predict(xv), yv, mv)["mse"])
 
     @staticmethod
     def same_inputs(dm, future: bool = True) -> tuple[np.ndarray, np.ndarray | None]:

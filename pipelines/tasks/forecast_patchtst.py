@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from datamodules.config import as_group
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.options import ForecastOutput, SeriesInput
+from pipelines.tasks.upgrade import upgrade_checkpoint
 from posenc import PosencError, PositionOutOfRange
 
 
@@ -69,18 +70,23 @@ class PatchTSTForecaster(Forecaster):
         patch_len: steps per patch P (16 in the paper).
         patch_stride: steps between patch starts S (8 in the paper).
         head_dropout: dropout before the flatten head (0 for ETTh1 in the paper's scripts).
-        linear_path: add a linear map from the lookback to the horizon to the forecast (a linear
-            model inside the Transformer's: it then learns what the linear forecast misses). Not in
-            the paper.
+        linear_path: add the Forecaster's linear path (:class:`~pipelines.tasks.forecast_blend.LinearPath`,
+            per channel: a fixed ridge from the lookback to the horizon) to the forecast, the flatten
+            head starting at 0, so the untrained model *is* that ridge and the Transformer learns
+            what it misses. Not in the paper. Fitted before training (:meth:`fit_linear_path`, on an
+            :class:`~datamodules.timeseries.ltsf_data.LTSFDataModule`'s windows) unless already
+            fitted; the Transformer's weight is not blended on validation (the LTSF protocol
+            chooses between the start and the trained model instead).
         linear_input: what the linear path reads: ``revin``, the RevIN-normalised lookback (its
             output then denormalised with the head's: RLinear, Li et al. 2023), or ``raw``, the
             lookback as given (a plain linear model; the head then forecasts its residual, scaled by
-            the window's std but not shifted by its mean).
+            the window's std but not shifted by its mean). Without RevIN it reads the raw lookback.
         **kwargs: the Forecaster's arguments (``n_targets``, ``horizon``, ``revin``, ``loss``, backbone
             and optimiser); ``channel_independent`` and ``head`` are fixed.
     """
 
     task_name = "ts_forecast_patchtst"
+    blend_on_val = False
 
     def __init__(self, lookback: int = 336, patch_len: int = 16, patch_stride: int = 8,
                  head_dropout: float = 0.0, linear_path: bool = False, linear_input: str = "revin",
@@ -97,10 +103,26 @@ class PatchTSTForecaster(Forecaster):
         self.patch_stride = patch_stride
         self.n_patches = n_patches(lookback, patch_len, patch_stride)
         self.head = FlattenHead(self.n_patches, self.d_model, self.horizon, head_dropout)
-        self.lookback_linear = nn.Linear(lookback, self.horizon) if linear_path else None
+        self.linear = self._linear_path(linear_path, lookback, 0, per_channel=True)
         self.linear_input = linear_input
         self.save_hyperparameters({**self.hparams, "patch_stride": patch_stride, "head_dropout": head_dropout,
                                    "linear_path": linear_path, "linear_input": linear_input})
+
+    @property
+    def normalised_path(self) -> bool:
+        """Whether the linear path reads the RevIN-normalised lookback (``linear_input: revin``)."""
+        return self.linear is not None and self.linear_input == "revin" and self.revin is not None
+
+    def fit_linear_path(self, data: Any = None) -> float:
+        """Fit the linear path (:meth:`LinearPath.fit_windows`) on the train windows of ``data`` (an
+        :class:`~datamodules.timeseries.ltsf.LTSFData`; default: the trainer's datamodule's), its
+        penalty chosen on val; returns the penalty."""
+        data = data if data is not None else getattr(getattr(self.trainer, "datamodule", None), "data", None)
+        if not hasattr(data, "windows"):
+            raise PosencError("PatchTSTForecaster's linear path is fitted on an LTSFDataModule's windows "
+                              "(data: datamodules.timeseries.ltsf_data.LTSFDataModule)")
+        train, val = (data.windows(split, self.lookback, self.horizon) for split in ("train", "val"))
+        return self.linear.fit_windows(train, val, normalised=self.normalised_path)
 
     def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None,
                 fut: Tensor | None = None) -> Tensor:
@@ -111,8 +133,8 @@ class PatchTSTForecaster(Forecaster):
             raise PosencError(f"the model was built for {self.n_targets} target channel(s), got {c}")
         if n != self.lookback:
             raise PositionOutOfRange(f"the flatten head was built for lookback {self.lookback}, got {n}")
-        raw = self.lookback_linear is not None and (self.linear_input == "raw" or self.revin is None)
-        linear = self.lookback_linear(x.permute(0, 2, 1)).permute(0, 2, 1) if raw else None  # (B, H, C)
+        raw = self.linear is not None and not self.normalised_path
+        linear = self.linear(x) if raw else None  # (B, H, C)
         if self.revin is not None:
             x, mu, sd = self.revin.normalize(x)
         seq = x.permute(0, 2, 1).reshape(b * c, n)  # (B·C, L)
@@ -120,8 +142,8 @@ class PatchTSTForecaster(Forecaster):
         pos = torch.arange(tokens.shape[1], device=x.device)  # (N,): patch index, shared by every sequence
         h = self.backbone(tokens, pos)  # (B·C, N, D)
         out = self.head.read(h)  # (B·C, H)
-        if self.lookback_linear is not None and not raw:
-            out = out + self.lookback_linear(seq)
+        if self.normalised_path:
+            out = out + self.linear.rows(seq)  # (B·C, H)
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         if self.revin is None:
             return y + linear if raw else y
@@ -129,16 +151,7 @@ class PatchTSTForecaster(Forecaster):
             return self.revin.denormalize(y, mu, sd) - mu + linear
         return self.revin.denormalize(y, mu, sd)
 
-    def warm_start_linear(self, weight: Tensor, bias: Tensor) -> None:
-        """Set the linear path to a fitted map (``weight`` (H, L), ``bias`` (H,), e.g. ridge on
-        RevIN-normalised windows) and freeze it; the flatten head's output layer starts at 0, so the
-        untrained model *is* that linear forecast and training teaches the Transformer its residual."""
-        if self.lookback_linear is None:
-            raise PosencError("model.linear_path is off: there is no linear path to warm-start")
-        with torch.no_grad():
-            self.lookback_linear.weight.copy_(weight.to(self.lookback_linear.weight))
-            self.lookback_linear.bias.copy_(bias.to(self.lookback_linear.bias))
-            self.head.out.weight.zero_()
-            self.head.out.bias.zero_()
-        self.lookback_linear.requires_grad_(False)
-
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Lightning's own reading of a checkpoint (``ckpt_path``): upgraded as :func:`read_checkpoint`
+        upgrades it (the linear path of before, an ``nn.Linear``, as the path's buffers)."""
+        checkpoint.update(upgrade_checkpoint(checkpoint, "checkpoint"))

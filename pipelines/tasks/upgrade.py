@@ -10,6 +10,9 @@ only:
 * 1 → 2: flat hyperparameters of before the typed groups moved into them (``d_model`` →
   ``net.d_model``, the datamodule's ``lookback`` → ``windows.lookback``; :mod:`datamodules.legacy`),
   and class paths of modules that moved replaced by their new homes, before any is checked or imported.
+* 2 → 3: PatchTST's linear path of before, an ``nn.Linear`` (``lookback_linear.weight`` (H, L),
+  ``.bias`` (H,)), as the forecasters' one :class:`~pipelines.tasks.forecast_blend.LinearPath`
+  (``linear.coef`` (L, H), ``linear.intercept`` (H,); its penalty unknown: NaN, i.e. fitted).
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -17,6 +20,8 @@ A checkpoint of a newer version than this code is refused (one line).
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from datamodules.legacy import move_class_paths, moved, project_class, regroup
 from pipelines.tasks.base import CONFIG_VERSION, TASKS
@@ -40,8 +45,21 @@ def _grouped(ckpt: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _one_linear_path(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 → 3: PatchTST's ``lookback_linear`` as the buffers of its :class:`LinearPath`."""
+    state = ckpt.get("state_dict")
+    if not isinstance(state, dict) or "lookback_linear.weight" not in state:
+        return ckpt
+    state = dict(state)
+    weight, bias = state.pop("lookback_linear.weight"), state.pop("lookback_linear.bias")  # (H, L), (H,)
+    state.update({"linear.coef": weight.T.contiguous(), "linear.intercept": bias,  # (L, H), (H,)
+                  "linear.alpha": torch.tensor(float("nan")), "linear.blend": torch.ones(()),
+                  "linear.val_mse": torch.full((3,), float("nan"))})
+    return {**ckpt, "state_dict": state}
+
+
 #: version → the step that upgrades a checkpoint of that version to the next
-STEPS = {1: _grouped}
+STEPS = {1: _grouped, 2: _one_linear_path}
 
 
 def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:

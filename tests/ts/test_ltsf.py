@@ -291,6 +291,51 @@ def test_raw_linear_path_starts_as_the_ridge_baseline():
     assert start == pytest.approx(ridge.val["mse_scaled"], rel=1e-4)
 
 
+LEGACY_PATCHTST = ROOT / "tests" / "fixtures" / "legacy_patchtst"
+
+
+@pytest.mark.parametrize("mode", ["revin", "raw"])
+def test_a_patchtst_checkpoint_of_the_nn_linear_path_loads_and_forecasts_as_before(mode):
+    """The fixture was saved when PatchTST's linear path was an ``nn.Linear`` (``lookback_linear``):
+    read (read_checkpoint) or restored by Lightning (on_load_checkpoint), it is the forecasters' one
+    LinearPath and forecasts what that code forecast, to the bit."""
+    from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
+    from pipelines.tasks.forecast import Forecaster
+    from pipelines.tasks.forecast_blend import LinearPath
+    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
+
+    path = LEGACY_PATCHTST / f"patchtst_{mode}.ckpt"
+    io = torch.load(LEGACY_PATCHTST / f"patchtst_{mode}_io.pt")
+    model = model_from_checkpoint(read_checkpoint(path), str(path)).eval()
+    assert isinstance(model.linear, LinearPath) and model.linear.fitted and model.linear.per_channel
+    assert type(model.linear) is type(task(Forecaster, lookback=32, linear_path=True, pe=None).linear)
+    raw = torch.load(path, map_location="cpu", weights_only=True)
+    assert "lookback_linear.weight" in raw["state_dict"]  # the old spelling, on disk
+    restored = PatchTSTForecaster(**read_checkpoint(path)["hyper_parameters"])
+    restored.on_load_checkpoint(raw)  # as Lightning's ckpt_path restore calls it, before the weights load
+    restored.load_state_dict(raw["state_dict"])
+    with torch.no_grad():
+        assert torch.equal(model(io["x"]), io["y"]) and torch.equal(restored.eval()(io["x"]), io["y"])
+
+
+@pytest.mark.parametrize(("lookback", "horizon", "batch", "channels"),
+                         [(32, 4, 3, 2), (336, 96, 128, 7), (48, 720, 1, 1)])
+def test_the_per_channel_path_has_the_frozen_nn_linears_arithmetic(lookback, horizon, batch, channels):
+    """Bit for bit as the frozen ``nn.Linear`` PatchTST trained with before (BLAS rounds other layouts of
+    the same product differently, which would move trained numbers), on rows and on whole windows."""
+    from pipelines.tasks.forecast_blend import LinearPath
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(lookback, horizon).requires_grad_(False)
+    path = LinearPath(lookback, channels, 0, horizon, 0, per_channel=True)
+    path.coef.copy_(lin.weight.T)
+    path.intercept.copy_(lin.bias)
+    x = torch.randn(batch, lookback, channels)
+    rows = x.permute(0, 2, 1).reshape(batch * channels, lookback)  # (B·C, L)
+    assert torch.equal(path.rows(rows), lin(rows))
+    assert torch.equal(path(x), lin(x.permute(0, 2, 1)).permute(0, 2, 1))
+
+
 def small_csv(path: Path, n_channels: int = 2) -> Path:
     """:func:`small_protocol`'s series as an hourly CSV file."""
     t = np.arange(1000)[:, None]
@@ -323,7 +368,8 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
     trainer.fit(model, datamodule=dm)
     start, result = protocol.start, protocol.result
     assert start["val_at_start"] < 1e-3  # the linear forecast, exact here
-    assert start["linear_alpha"] > 0 and not model.lookback_linear.weight.requires_grad
+    assert start["linear_alpha"] > 0 and model.linear.fitted  # a fixed ridge: buffers, not parameters
+    assert not [name for name, _ in model.named_parameters() if name.startswith("linear.")]
     assert result["metrics"]["val/mse_scaled"] <= start["val_at_start"] + 1e-9
     assert result["metrics"]["test/mse_scaled"] == scaled_errors(
         forecast(model, dm.data.windows("test", 48, 8)[0]), dm.data.windows("test", 48, 8)[1])["mse_scaled"]
@@ -331,7 +377,8 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
     best = trainer.checkpoint_callback.best_model_path
     assert Path(best).name == "warm_start.ckpt"
     state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
-    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    for k, v in model.state_dict().items():  # exactly (the path's unset val_mse is NaN on both sides)
+        torch.testing.assert_close(v, state[k], rtol=0, atol=0, equal_nan=True)
 
 
 def test_short_budget_epochs_log_every_epoch_without_lightnings_warning():
