@@ -126,11 +126,12 @@ class RelativePhaseMismatch(Experiment):
         batches = [b for i, b in enumerate(t.datamodule.test_dataloader()[0]) if n is None or i < n]
         return t.module, batches, t.datamodule.reference(int(t.datamodule.seq_len))["trivial"]
 
-    def _asymmetric(self, model: Any, batches: list[torch.Tensor], trivial: float) -> dict[str, list[float]]:
+    def _asymmetric(self, model: Any, batches: list[torch.Tensor], trivial: float,
+                    plain: np.ndarray) -> dict[str, float]:
         """Share lost by the first and the last ``span`` targets with something to copy, per ε (keys
-        at θ·(1+ε)), and their bits at ε = 0."""
-        bits = {}
-        for e in self.eps:
+        at θ·(1+ε); ε = 0 is ``plain``, the model's own bits per position), and their bits at ε = 0."""
+        bits = {0.0: plain}
+        for e in self.eps[1:]:
             with keys_rotated_at(model, 1.0 + e):
                 bits[e] = bits_by_position(model, batches)  # (T,)
         T = len(bits[0.0])
@@ -148,11 +149,11 @@ class RelativePhaseMismatch(Experiment):
         for seed in ctx.seeds(self.seeds):
             for side, d in (("near", self.near), ("far", self.far)):
                 model, batches, trivial = self._trained(ctx, d, seed)
-                bits = {e: bits_scaled(model, batches, 1.0 + e) for e in self.eps}
-                row = {f"sym {side}@{e:g}": (bits[e] - bits[0.0]) / (trivial - bits[0.0]) for e in self.eps}
-                row[f"{side} model bits0"] = bits[0.0]
+                bits = {e: bits_by_position(model, batches, 1.0 + e) for e in self.eps}  # (T,) each
+                row = {f"sym {side}@{e:g}": share_lost(bits[e], bits[0.0], trivial) for e in self.eps}
+                row[f"{side} model bits0"] = float(bits[0.0].mean())
                 if side == "near":
-                    row |= self._asymmetric(model, batches, trivial)
+                    row |= self._asymmetric(model, batches, trivial, bits[0.0])
                 for k, v in row.items():
                     got.setdefault(k, []).append(v)
         return got, trivial
