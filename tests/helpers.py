@@ -22,6 +22,8 @@ import pandas as pd
 import torch
 import yaml
 
+from datamodules.timeseries.ltsf import scale_protocol
+
 ROOT = Path(__file__).resolve().parents[1]
 D, H = 16, 2  # the tiny model's width and heads
 
@@ -381,3 +383,20 @@ def readme_snippet() -> str:
     """The code block of the README's "Use it in your own model" section."""
     section = (ROOT / "README.md").read_text().split("## Use it in your own model", 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def small_protocol(n_channels: int = 2) -> object:
+    """A 1,000-row series under the protocol's arithmetic with borders 600 / 800 / 1000."""
+    t = np.arange(1000)[:, None]
+    raw = np.sin(2 * np.pi * t / 24) * (1 + np.arange(n_channels)) + 0.05 * np.cos(2 * np.pi * t / 7)
+    return scale_protocol(raw, [f"c{i}" for i in range(n_channels)], borders=(600, 800, 1000))
+
+
+def small_csv(path: Path, n_channels: int = 2) -> Path:
+    """:func:`small_protocol`'s series as an hourly CSV file."""
+    t = np.arange(1000)[:, None]
+    raw = np.sin(2 * np.pi * t / 24) * (1 + np.arange(n_channels)) + 0.05 * np.cos(2 * np.pi * t / 7)
+    frame = pd.DataFrame(raw, columns=[f"c{i}" for i in range(n_channels)])
+    frame.insert(0, "date", pd.date_range("2016-07-01", periods=1000, freq="h").strftime("%Y-%m-%d %H:%M:%S"))
+    frame.to_csv(path, index=False)
+    return path

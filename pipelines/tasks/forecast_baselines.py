@@ -104,13 +104,14 @@ class LinearBaseline:
 
 
 def ridge_on_val(train: tuple, val_error: Callable[[LinearBaseline], float],
-                 weight: np.ndarray | None = None) -> tuple[LinearBaseline, float]:
+                 weight: np.ndarray | None = None,
+                 alphas: tuple[float, ...] = RIDGE_ALPHAS) -> tuple[LinearBaseline, float]:
     """The one ridge fit: :meth:`LinearBaseline.fit_path` on ``train`` (x, y[, mask]) for every penalty
-    of :data:`RIDGE_ALPHAS` (``weight``: each window's weight), the fit with the lowest ``val_error``
-    and its penalty (ties → the smaller penalty)."""
-    fits = LinearBaseline.fit_path(RIDGE_ALPHAS, *train, weight=weight)
+    of ``alphas`` (default :data:`RIDGE_ALPHAS`; ``weight``: each window's weight), the fit with the
+    lowest ``val_error`` and its penalty (ties → the smaller penalty)."""
+    fits = LinearBaseline.fit_path(alphas, *train, weight=weight)
     best = int(np.argmin([val_error(fit) for fit in fits]))
-    return fits[best], RIDGE_ALPHAS[best]
+    return fits[best], alphas[best]
 
 
 def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict[str, float]:

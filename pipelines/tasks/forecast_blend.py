@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from pipelines.tasks.base import mlflow_loggers
-from pipelines.tasks.forecast_baselines import ForecastBaselines, LinearBaseline, ridge_on_val
+from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, ForecastBaselines, LinearBaseline, ridge_on_val
 from posenc import PosencError, PositionOutOfRange
 
 #: the Transformer part's weights tried on the validation windows
@@ -124,19 +124,22 @@ class LinearPath(nn.Module):
         self.set_ridge(*baselines.same_inputs_ridge(dm, future))
 
     def fit_windows(self, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
-                    normalised: bool) -> float:
+                    normalised: bool, alphas: tuple[float, ...] = RIDGE_ALPHAS) -> float:
         """The per-channel path's ridge (:func:`ridge_on_val`) on training windows ``train`` (x (n, L, C),
         y (n, H, C), scaled), its penalty chosen on ``val`` (MSE, scaled); returns the penalty.
         ``normalised``: both sides RevIN-normalised per window and channel (RLinear), each window's
         squared error weighted by its variance, so that the fit minimises the error in the data's units
-        as training does (unweighted, a calm window whose target moves would dominate it)."""
+        as training does (unweighted, a calm window whose target moves would dominate it). ``alphas``:
+        the penalties tried."""
         if not self.per_channel:
             raise PosencError("fit_windows fits a per-channel linear path; this one is multivariate")
         xt, yt, _, sdt = _rows(*train, normalised)
         xv, _, mu, sd = _rows(val[0], None, normalised)
         yv = channel_rows(val[1])
-        fit, alpha = ridge_on_val((xt, yt[:, :, None]), weight=sdt[:, 0] ** 2, val_error=lambda f: float(
-            np.mean((f.predict(xv)[..., 0] * sd + mu - yv) ** 2)))
+        def val_error(fit: LinearBaseline) -> float:
+            return float(np.mean((fit.predict(xv)[..., 0] * sd + mu - yv) ** 2))
+
+        fit, alpha = ridge_on_val((xt, yt[:, :, None]), val_error, weight=sdt[:, 0] ** 2, alphas=alphas)
         self.set_ridge(fit, alpha)
         return alpha
 

@@ -1,0 +1,67 @@
+"""The LTSF benchmark's choices on val: the trained model kept over its warm start only where its gain
+holds across val's time (block_gain), the early-stopping val loader's stride, the ridge penalty grid."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from datamodules.timeseries.ltsf import scaled_errors
+from posenc import PosencError
+from tests.helpers import small_csv, small_protocol
+
+
+def test_block_gain_needs_the_gain_in_every_stretch_of_val_not_only_on_average():
+    from pipelines.studies.ltsf_fit import block_gain
+
+    rng = np.random.default_rng(0)
+    start = 1.0 + 0.05 * rng.random(1000)  # the warm start's per-window MSE, in time order
+    steady = start - 0.02 + 0.005 * rng.standard_normal(1000)  # 2 % better everywhere
+    gain = block_gain(start, steady, 10)
+    assert gain.n == 10 and gain.lo > 0 and gain.mean == pytest.approx(0.02, abs=2e-3)
+    lucky = start.copy()
+    lucky[:100] -= 0.5  # much better on one tenth of val, a little worse on the rest
+    lucky[100:] += 0.01
+    assert np.mean(lucky) < np.mean(start)  # it wins the val average …
+    assert block_gain(start, lucky, 10).lo < 0  # … but its gain is not called: the start is kept
+    worse = block_gain(steady, start, 10)  # the sign: reference − candidate
+    assert worse.hi < 0
+
+
+def test_block_gain_refuses_errors_of_different_windows():
+    from pipelines.studies.ltsf_fit import block_gain
+
+    with pytest.raises(ValueError, match="one shape"):
+        block_gain(np.ones(10), np.ones(9))
+
+
+def test_val_stride_thins_the_early_stopping_loader_only(tmp_path):
+    from datamodules.timeseries.ltsf_data import LTSFDataModule
+
+    path = str(small_csv(tmp_path / "small.csv"))
+    every = LTSFDataModule(path, lookback=48, horizon=8, borders=(600, 800, 1000))
+    thin = LTSFDataModule(path, lookback=48, horizon=8, borders=(600, 800, 1000), val_stride=4)
+    n = len(every.data.starts("val", 48, 8))
+    assert len(every.val_dataloader().dataset) == n
+    ds = thin.val_dataloader().dataset
+    assert len(ds) == -(-n // 4)  # every 4th window, the first included, spread over all of val
+    np.testing.assert_array_equal(ds.starts, every.data.starts("val", 48, 8)[::4])
+    assert len(thin.eval_dataloader("test").dataset) == len(every.eval_dataloader("test").dataset)
+    with pytest.raises(PosencError, match="val_stride"):
+        LTSFDataModule(path, lookback=48, horizon=8, borders=(600, 800, 1000), val_stride=0)
+
+
+def test_ridge_baseline_chooses_its_penalty_on_val_from_the_wide_grid():
+    from pipelines.studies.ltsf_models import LTSF_ALPHAS, ridge_run
+    from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, ridge_on_val
+
+    assert LTSF_ALPHAS[0] == min(RIDGE_ALPHAS) and LTSF_ALPHAS[-1] == 1e6
+    assert all(b == pytest.approx(10 * a) for a, b in zip(LTSF_ALPHAS, LTSF_ALPHAS[1:], strict=False))
+    data = small_protocol()
+    ridge = ridge_run(data, 48, 8, seed=0)
+    assert ridge.params["alpha"] in LTSF_ALPHAS
+    x, y = data.windows("train", 48, 8)
+    rows = (x[:, :, 0], y[:, :, :1])
+    fit, alpha = ridge_on_val(rows, lambda f: -f.alpha, alphas=(1e4, 1e5))  # the grid given is the one tried
+    assert alpha == 1e5 and fit.alpha == 1e5
+    assert scaled_errors(ridge.pred, data.windows("test", 48, 8)[1])["mse_scaled"] < 1e-3
