@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules.timeseries.ltsf import scaled_errors
-from pipelines.eval.statistics import Estimate, paired_difference
+from pipelines.eval.statistics import Estimate, estimate
 from pipelines.eval.sweep import config_key, train_run
 from pipelines.studies.ltsf_models import PROTOCOL, forecast, longer_lookbacks, warm_start
 
@@ -36,16 +36,18 @@ def window_errors(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 
 def block_gain(reference: np.ndarray, candidate: np.ndarray, n_blocks: int = VAL_BLOCKS) -> Estimate:
-    """The candidate's MSE gain over the reference (reference − candidate, > 0: the candidate is
-    better) per contiguous block of windows in time order, as a mean with its 95 % Student-t interval
-    over ``n_blocks`` blocks. Val differs in time from test on these files (ETTh1's val MSE is
-    1.6–2.8× its test MSE), so a model is preferred only where its gain holds across val's time, not
-    where it wins the val average on a few weeks alone."""
+    """The candidate's gain over the reference per contiguous block of windows in time order, as the
+    log ratio of the two MSEs (log(reference / candidate), > 0: the candidate is better), with its
+    mean's 95 % Student-t interval over ``n_blocks`` blocks. Val differs in time from test on these
+    files (ETTh1's val MSE is 1.6–2.8× its test MSE), so a model is preferred only where its gain
+    holds across val's time, not where it wins the val average on a few weeks alone; the ratio is
+    scale-free, so a stormy block's large MSE does not drown the others (on a Weather pilot, seed
+    100, one of ten blocks held 0.23 of a 0.035 mean gain in MSE)."""
     if reference.shape != candidate.shape or reference.ndim != 1:
         raise ValueError(f"per-window errors of one shape expected, got {reference.shape} and "
                          f"{candidate.shape}")
     blocks = np.array_split(np.arange(len(reference)), min(n_blocks, len(reference)))
-    return paired_difference([reference[b].mean() for b in blocks], [candidate[b].mean() for b in blocks])
+    return estimate([np.log(reference[b].mean() / candidate[b].mean()) for b in blocks])
 
 
 class LTSFProtocol(Callback):
@@ -56,7 +58,7 @@ class LTSFProtocol(Callback):
     (:func:`~pipelines.studies.ltsf_models.warm_start`) and its val MSE is noted. After training
     (``on_fit_end``): the best val epoch's weights are loaded, and replaced by the warm start unless
     their gain over it holds across val's time (:func:`block_gain`: the 95 % interval of the mean
-    per-block MSE gain over ``val_blocks`` contiguous blocks lies above 0; the kept start is
+    per-block log MSE ratio over ``val_blocks`` contiguous blocks lies above 0; the kept start is
     checkpointed as ``warm_start.ckpt``, the run's best checkpoint); then ``val/mse_scaled``,
     ``test/mse_scaled``, ``test/mae_scaled`` (every window, float64) and ``test/mse_scaled_L<n>`` per
     ``test_lookbacks`` are logged to the run, and what was chosen as the tag ``posenc.ltsf.chosen``
@@ -102,7 +104,8 @@ class LTSFProtocol(Callback):
         val, start = scaled_errors(pred, yv), dict(self.start)
         if start:  # keep the trained residual only where its gain over the start holds across val's time
             gain = block_gain(self.start_errors, window_errors(pred, yv), self.val_blocks)
-            start["val_gain"] = f"{gain.mean:.5f} [{gain.lo:.5f}, {gain.hi:.5f}] over {gain.n} blocks"
+            start["val_gain"] = (f"log MSE ratio {gain.mean:.4f} [{gain.lo:.4f}, {gain.hi:.4f}] "
+                                 f"over {gain.n} blocks")
             if not gain.lo > 0:
                 pl_module.load_state_dict(self.initial)
                 val = scaled_errors(forecast(pl_module, xv), yv)

@@ -16,16 +16,26 @@ def test_block_gain_needs_the_gain_in_every_stretch_of_val_not_only_on_average()
 
     rng = np.random.default_rng(0)
     start = 1.0 + 0.05 * rng.random(1000)  # the warm start's per-window MSE, in time order
-    steady = start - 0.02 + 0.005 * rng.standard_normal(1000)  # 2 % better everywhere
+    steady = start * 0.98 * (1 + 0.005 * rng.standard_normal(1000))  # 2 % better everywhere
     gain = block_gain(start, steady, 10)
-    assert gain.n == 10 and gain.lo > 0 and gain.mean == pytest.approx(0.02, abs=2e-3)
+    assert gain.n == 10 and gain.lo > 0 and gain.mean == pytest.approx(-np.log(0.98), abs=2e-3)
     lucky = start.copy()
-    lucky[:100] -= 0.5  # much better on one tenth of val, a little worse on the rest
-    lucky[100:] += 0.01
+    lucky[:100] *= 0.5  # much better on one tenth of val, a little worse on the rest
+    lucky[100:] *= 1.01
     assert np.mean(lucky) < np.mean(start)  # it wins the val average …
     assert block_gain(start, lucky, 10).lo < 0  # … but its gain is not called: the start is kept
-    worse = block_gain(steady, start, 10)  # the sign: reference − candidate
-    assert worse.hi < 0
+    assert block_gain(steady, start, 10).hi < 0  # the sign: log(reference / candidate)
+
+
+def test_block_gain_is_scale_free_so_one_stormy_block_does_not_decide():
+    from pipelines.studies.ltsf_fit import block_gain
+
+    start = np.ones(1000)
+    start[300:400] = 50.0  # a stormy stretch: its MSE is 50 times the rest
+    better = start * 0.95
+    better[300:400] = 50.0 * 1.1  # 5 % better everywhere but the storm, 10 % worse there
+    assert np.mean(better) > np.mean(start)  # the storm decides the val average …
+    assert block_gain(start, better, 10).lo > 0  # … not the blocks' ratios (9 of 10 better)
 
 
 def test_block_gain_refuses_errors_of_different_windows():
