@@ -24,7 +24,7 @@ from pipelines.eval.statistics import Estimate, estimate
 from pipelines.eval.sweep import config_key, train_run
 from pipelines.studies.ltsf_models import PROTOCOL, forecast, longer_lookbacks, warm_start
 
-#: contiguous val blocks a trained model's gain over its warm start must hold across (see block_gain)
+#: contiguous val blocks the spread of a trained model's gain over its warm start is read on (block_gain)
 VAL_BLOCKS = 10
 NAMESPACE = "posenc.ltsf"  # the children's tags: <namespace>.model/.horizon (ours), .seed/.key/.complete
 DATAMODULE = "datamodules.timeseries.ltsf_data.LTSFDataModule"
@@ -36,13 +36,13 @@ def window_errors(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 
 def block_gain(reference: np.ndarray, candidate: np.ndarray, n_blocks: int = VAL_BLOCKS) -> Estimate:
-    """The candidate's gain over the reference per contiguous block of windows in time order, as the
-    log ratio of the two MSEs (log(reference / candidate), > 0: the candidate is better), with its
-    mean's 95 % Student-t interval over ``n_blocks`` blocks. Val differs in time from test on these
-    files (ETTh1's val MSE is 1.6–2.8× its test MSE), so a model is preferred only where its gain
-    holds across val's time, not where it wins the val average on a few weeks alone; the ratio is
-    scale-free, so a stormy block's large MSE does not drown the others (on a Weather pilot, seed
-    100, one of ten blocks held 0.23 of a 0.035 mean gain in MSE)."""
+    """How the candidate's gain over the reference spreads over val's time: per contiguous block of
+    windows in time order, the log ratio of the two MSEs (log(reference / candidate), > 0: the
+    candidate is better), as a mean with its 95 % Student-t interval over ``n_blocks`` blocks; scale-free,
+    so a stormy block's large MSE does not drown the others. Reported beside the choice, which it does
+    not make: as a rule (keep the trained model only where this interval lies above 0) it kept the warm
+    start on Weather at horizon 96 for seeds 0 and 1, whose 0.027 mean log ratio (val MSE 0.4358 → about
+    0.41) its interval over ten two-day blocks of weather could not call (docs/ltsf.md)."""
     if reference.shape != candidate.shape or reference.ndim != 1:
         raise ValueError(f"per-window errors of one shape expected, got {reference.shape} and "
                          f"{candidate.shape}")
@@ -56,10 +56,10 @@ class LTSFProtocol(Callback):
     Before training (``setup``, so the frozen path is outside the optimiser): with
     ``linear_warm_start`` the model's linear path is ridge in closed form on every train window
     (:func:`~pipelines.studies.ltsf_models.warm_start`) and its val MSE is noted. After training
-    (``on_fit_end``): the best val epoch's weights are loaded, and replaced by the warm start unless
-    their gain over it holds across val's time (:func:`block_gain`: the 95 % interval of the mean
-    per-block log MSE ratio over ``val_blocks`` contiguous blocks lies above 0; the kept start is
-    checkpointed as ``warm_start.ckpt``, the run's best checkpoint); then ``val/mse_scaled``,
+    (``on_fit_end``): the best val epoch's weights are loaded, and replaced by the warm start when no
+    epoch beat it on val (the kept start checkpointed as ``warm_start.ckpt``, the run's best
+    checkpoint; how the gain spreads over ``val_blocks`` blocks of val, :func:`block_gain`, is
+    reported as ``val_gain``); then ``val/mse_scaled``,
     ``test/mse_scaled``, ``test/mae_scaled`` (every window, float64) and ``test/mse_scaled_L<n>`` per
     ``test_lookbacks`` are logged to the run, and what was chosen as the tag ``posenc.ltsf.chosen``
     (both also in ``result``).
@@ -67,10 +67,10 @@ class LTSFProtocol(Callback):
     Args:
         name: the model's label in the benchmark's rows, run names and the ``posenc.ltsf.model`` tag.
         linear_warm_start: fit the linear path before training (the model needs ``fit_linear_path``)
-            and keep that start unless the trained model's gain over it holds across val.
+            and keep that start when no epoch beats it on val.
         test: forecast the test windows (``False``: model selection, val only).
         test_lookbacks: also score the test targets from these longer lookbacks.
-        val_blocks: contiguous val blocks the trained model's gain over the warm start is judged on.
+        val_blocks: contiguous val blocks the reported spread of the trained model's gain is read on.
     """
 
     def __init__(self, name: str | None = None, linear_warm_start: bool = False, test: bool = True,
@@ -102,14 +102,14 @@ class LTSFProtocol(Callback):
         xv, yv = dm.data.windows("val", dm.lookback, dm.horizon)
         pred = forecast(pl_module, xv)
         val, start = scaled_errors(pred, yv), dict(self.start)
-        if start:  # keep the trained residual only where its gain over the start holds across val's time
+        if start:  # the warm start stays unless training beat it on val; how the gain spreads is reported
             gain = block_gain(self.start_errors, window_errors(pred, yv), self.val_blocks)
             start["val_gain"] = (f"log MSE ratio {gain.mean:.4f} [{gain.lo:.4f}, {gain.hi:.4f}] "
                                  f"over {gain.n} blocks")
-            if not gain.lo > 0:
+            if start["val_at_start"] <= val["mse_scaled"]:
                 pl_module.load_state_dict(self.initial)
                 val = scaled_errors(forecast(pl_module, xv), yv)
-                start["kept"] = "warm start (the trained model's val gain over it is not called)"
+                start["kept"] = "warm start (no epoch beat it on val)"
                 self._save_kept(trainer, best)
         metrics = {"val/mse_scaled": val["mse_scaled"], **self._test_metrics(pl_module, dm)}
         chosen = {"epochs_run": trainer.current_epoch, "best_epoch": state["epoch"], **start}

@@ -1,5 +1,5 @@
-"""The LTSF benchmark's choices on val: the trained model kept over its warm start only where its gain
-holds across val's time (block_gain), the early-stopping val loader's stride, the ridge penalty grid."""
+"""The LTSF benchmark's val readings: how a trained model's gain over its warm start spreads over val's
+time (block_gain), the early-stopping val loader's stride, the ridge penalty grid."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from posenc import PosencError
 from tests.helpers import small_csv, small_protocol
 
 
-def test_block_gain_needs_the_gain_in_every_stretch_of_val_not_only_on_average():
+def test_block_gain_tells_a_gain_everywhere_from_one_on_a_few_weeks():
     from pipelines.studies.ltsf_fit import block_gain
 
     rng = np.random.default_rng(0)
@@ -23,7 +23,7 @@ def test_block_gain_needs_the_gain_in_every_stretch_of_val_not_only_on_average()
     lucky[:100] *= 0.5  # much better on one tenth of val, a little worse on the rest
     lucky[100:] *= 1.01
     assert np.mean(lucky) < np.mean(start)  # it wins the val average …
-    assert block_gain(start, lucky, 10).lo < 0  # … but its gain is not called: the start is kept
+    assert block_gain(start, lucky, 10).lo < 0  # … but its gain is not called
     assert block_gain(steady, start, 10).hi < 0  # the sign: log(reference / candidate)
 
 
