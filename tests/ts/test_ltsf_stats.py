@@ -200,3 +200,10 @@ def test_benchmark_command_runs_ets_beside_the_baselines(tmp_path):
     ets = next(c for c in children if c.data.tags["posenc.ltsf.model"] == "ets")
     assert ets.data.metrics["test/mse_scaled"] == rows.loc["ets", "test/mse_scaled"]
     assert ets.data.tags["posenc.ltsf.chosen"].startswith("period=24; forms=a:")
+
+
+@needs_statsmodels
+def test_ets_season_is_a_day_in_the_files_rows_as_seasonal_naives_lag():
+    data = small_protocol()
+    data.period = 12  # e.g. a day of two-hour rows; Weather's is 144 (ten minutes)
+    assert ltsf_stats.ets_run(data, 48, 8, seed=0).params["period"] == 12
