@@ -207,3 +207,19 @@ def test_ets_season_is_a_day_in_the_files_rows_as_seasonal_naives_lag():
     data = small_protocol()
     data.period = 12  # e.g. a day of two-hour rows; Weather's is 144 (ten minutes)
     assert ltsf_stats.ets_run(data, 48, 8, seed=0).params["period"] == 12
+
+
+@needs_statsmodels
+def test_ets_fits_each_files_train_rows_once_for_every_horizon(monkeypatch):
+    calls = []
+    real = ltsf_stats.fit
+    monkeypatch.setattr(ltsf_stats, "fit", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    monkeypatch.setattr(ltsf_stats, "_FITTED", {})
+    data = small_protocol()
+    first = ltsf_stats.ets_run(data, 48, 8, seed=0)
+    again = ltsf_stats.ets_run(data, 48, 12, seed=0)  # another horizon: the same fits
+    assert sorted(calls) == sorted(ltsf_stats.FORMS)  # each form fitted once, for both horizons
+    assert first.pred.shape[1:] == (8, 2) and again.pred.shape[1:] == (12, 2)
+    data.values[:10] += 1.0  # other train rows: fitted anew
+    ltsf_stats.ets_run(data, 48, 8, seed=0)
+    assert len(calls) == 2 * len(ltsf_stats.FORMS)
