@@ -44,12 +44,10 @@ from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
 from pipelines.studies.compare import scheme_file
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
 from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
-from pipelines.studies.ltsf_report import FIELDS, figure, summary_markdown
+from pipelines.studies.ltsf_report import BASELINES, FIELDS, figure, summary_markdown
 from pipelines.studies.results_table import read_results
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
-
-BASELINES = ("naive", "ridge", "lightgbm", "ets")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

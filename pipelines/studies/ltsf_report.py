@@ -15,6 +15,8 @@ from pipelines.eval.statistics import estimate, paired_difference
 from pipelines.eval.verdicts import retained
 from pipelines.studies.tables import md_lines
 
+#: the baselines fitted in the benchmark's process (every other model is a trained config)
+BASELINES = ("naive", "ridge", "lightgbm", "ets")
 FIELDS = ["model", "horizon", "seed", "n_test_windows", "test/mse_scaled", "test/mae_scaled",
           "val/mse_scaled", "time/cpu_s", "time/wall_s"]
 
@@ -87,10 +89,12 @@ def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) 
 
 
 def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> list[str]:
-    """Paired (same seed) MSE differences of every neural model against the first config's."""
+    """Paired (same seed) MSE differences of every model against the first config's (the first trained
+    model with seeds; a baseline such as LightGBM's seeds is compared, never the reference)."""
     if not getattr(args, "configs", None) or len(args.seeds) < 2:
         return []
-    ref = next((m for m in models if any(len(mse.get((m, h), {})) > 1 for h in horizons)), None)
+    ref = next((m for m in models if m not in BASELINES
+                and any(len(mse.get((m, h), {})) > 1 for h in horizons)), None)
     if ref is None:
         return []
     rows = []

@@ -53,3 +53,16 @@ def test_lookback_figure_is_drawn_only_with_longer_lookbacks(tmp_path):
     assert (tmp_path / "a.png").stat().st_size > 0
     plain = [r for r in rows("m", [0.4], [0.5]) if r["model"] == "naive"]
     assert not lookback_figure(plain, 336, tmp_path / "b.png") and not (tmp_path / "b.png").exists()
+
+
+def test_paired_differences_are_against_the_first_trained_config_not_a_seeded_baseline():
+    mse = {"lightgbm": (0.30, 0.31, 0.29), "posenc": (0.20, 0.21, 0.20), "posenc-rope": (0.21, 0.22, 0.22)}
+    table = [{"model": m, "horizon": "96", "seed": str(seed), "test/mse_scaled": str(v[seed])}
+             for seed in range(3) for m, v in mse.items()]  # LightGBM has seeds too, and comes first
+    args = SimpleNamespace(data="x", lookback=336, seeds=[0, 1, 2], configs=["posenc"])
+    lines = summary_markdown(table, args, []).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("## Paired"))
+    assert lines[start].startswith("## Paired MSE difference vs posenc ")
+    paired = lines[start:]
+    assert cells(paired, "posenc-rope")[1].startswith("+0.0133")
+    assert cells(paired, "lightgbm")[1].startswith("+0.0967")
