@@ -205,3 +205,22 @@ def test_smoke_of_every_experiment(tmp_path):
     with workdir_with_store(tmp_path):
         results = run(["--smoke", "--out", "res"])
     assert {r.number for r in results} == CLAIMS
+
+
+def test_claim_10_shares_claim_3bs_rope_and_its_own_children_skip_the_length_sweep():
+    """Issue 39's budget: the shift probe scores its own batches, so its own DNA LMs drop the task's
+    1 Mb length sweep; its rope is claim 3b's child (one training), and a pilot's seed replaces 0."""
+    from pipelines.studies.claims.context import Context
+
+    configs = experiment_configs()
+    probe, lm = build(configs["shift_invariance"]), build(configs["periodic_lm"])
+    for pilot in (None, [100, 101]):
+        ctx = Context("x", None, "", "", Path("."), pilot_seeds=pilot)
+        kids = {c.label: c for c in probe.children(ctx)}
+        assert {c.seed for c in kids.values()} == {0 if pilot is None else 100}
+        shared = {ctx.request(c)[0] for c in lm.children(ctx)}
+        assert ctx.request(kids["rope"])[0] in shared  # trained once, by claim 3b
+        for label, child in kids.items():
+            callbacks = ctx.request(child)[1]["overlay"].get("trainer", {}).get("callbacks")
+            assert (callbacks is None) == (label == "rope"), label  # rope: the task's sweep, kept
+            assert label == "rope" or callbacks == []

@@ -4,7 +4,9 @@ give the same table as one process; the cost plan counts every experiment's chil
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -143,7 +145,7 @@ def test_a_worker_run_is_its_planners_child_an_alias_elsewhere_and_a_dead_worker
     import mlflow
 
     from pipelines.eval.sweep import TrainedRun
-    from pipelines.studies.claims.context import EXPERIMENT, Child, Context
+    from pipelines.studies.claims.context import EXPERIMENT, Child, Context, pack
     from pipelines.tracking.store import experiment_id
     from posenc import PosencError
 
@@ -157,7 +159,7 @@ def test_a_worker_run_is_its_planners_child_an_alias_elsewhere_and_a_dead_worker
                         cache=shared.cache, pool=shared.pool, workers=True) for n in ("a", "b"))
         child = Child("configs/experiments/tasks/order.yaml", "rope", 0, "rope")
         done = Future()
-        done.set_result(TrainedRun(trained, 0, "trained", {"test/acc": 0.75}, cpu_s=12.0))
+        done.set_result(pack(TrainedRun(trained, 0, "trained", {"test/acc": 0.75}, cpu_s=12.0)))
         a.pool[a.request(child)[0], 0] = ("a", done)
         assert a.fit(child).run_id == trained and a.children == [trained] and a.pooled_cpu_s == 12.0
         assert not a.pool  # taken
@@ -171,3 +173,67 @@ def test_a_worker_run_is_its_planners_child_an_alias_elsewhere_and_a_dead_worker
         a.pool[a.request(other)[0], 0] = ("a", dead)
         with pytest.raises(PosencError, match="a:alibi:seed0: its --jobs worker process died"):
             a.fit(other)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd (Linux)")
+def test_a_worker_run_crosses_the_pool_pipe_as_bytes_and_holds_no_descriptor():
+    """Issue 39's ``--jobs`` crash: sent as an object, a child's tensors crossed the pool's pipe
+    (multiprocessing's pickler with torch's reductions) as shared memory, each holding a file descriptor
+    in the main process for as long as the suite kept the child; packed, they cross as bytes."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from pipelines.eval.sweep import TrainedRun
+    from pipelines.studies.claims.context import pack, unpack
+
+    def child() -> TrainedRun:
+        net = torch.nn.Sequential(*(torch.nn.Linear(3, 3) for _ in range(20)))  # 40 tensors
+        table = torch.arange(12.0)
+        return TrainedRun("r", 0, "trained", module=net, sweep=(table, table[4:]))  # a view of it
+
+    def through_pipe(obj):  # what the pool does to a worker's result
+        return ForkingPickler.loads(ForkingPickler.dumps(obj))
+
+    before = _open_descriptors()
+    kept = unpack(through_pipe(pack(child())))
+    assert _open_descriptors() - before < 5
+    assert not any(t.is_shared() for t in kept.module.state_dict().values())
+    table, view = kept.sweep
+    assert view.untyped_storage().data_ptr() == table.untyped_storage().data_ptr()  # still one storage
+    assert torch.equal(view, torch.arange(4.0, 12.0))
+    old = through_pipe(child())  # the object itself, as before the fix: one descriptor per tensor
+    assert _open_descriptors() - before >= 40 and old.module[0].weight.is_shared()
+
+
+@pytest.mark.slow
+def test_a_child_trained_in_a_worker_arrives_with_its_tensors_in_this_process(tmp_path):
+    """The same through a real worker: :class:`ChildPool` trains one tiny child, :meth:`Context.fit`
+    takes it, and none of its tensors is in shared memory (before the fix every one was)."""
+    import mlflow
+
+    from pipelines.studies.claims.context import Context
+    from pipelines.studies.claims.jobs import ChildPool
+    from pipelines.studies.claims.runner import open_experiment, parse_args
+    from pipelines.tracking.store import experiment_id
+
+    folder = _configs(tmp_path / "configs")
+    with workdir_with_store(tmp_path) as root:
+        client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+        exp = experiment_id(client, "posenc-claims")
+        suite = Context("", client, exp, "", root)  # the child cache and pool the suite shares
+        planned = open_experiment("first", folder / "first.yaml", client, exp, root / "res",
+                                  parse_args(["--smoke", "--jobs", "2"]), suite)
+        experiment, ctx = planned
+        pool = ChildPool(1)
+        try:
+            assert pool.submit([planned]) == 4
+            before = _open_descriptors()
+            found = ctx.fit(experiment.children(ctx)[0])
+            tensors = list(found.module.state_dict().values())
+            assert len(tensors) > 10 and not any(t.is_shared() for t in tensors)
+            assert _open_descriptors() - before < len(tensors)
+        finally:
+            pool.close(cancel=True)

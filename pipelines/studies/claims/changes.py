@@ -4,9 +4,27 @@ of what is still tested as a neighbour of its source's claim (docs/claims.md, re
 CHANGES = """\
 ## Rules changed since the last published run, and why (issue 39)
 
-The last published run started 2026-11-28 at commit 1468447. Everything below was declared in the
-experiment configs and committed before the run under the table; the pilots that sized the new testbeds
-ran on seeds 100–102 (`--seeds`), never on the reported seeds 0–4.
+The last published run started 2026-11-29 at commit a3d79da. Everything below was declared in the
+experiment configs and committed before the run under the table; the checks behind it ran on pilot
+seed 100 (`--seeds`), never on the reported seeds 0–4.
+
+- **The DNA LM is scored at 1× and 8× (64 and 512 bases), no longer at 2× and 4× too**
+  (`configs/experiments/tasks/dna_lm.yaml`). Each length scores the whole 1 Mb of test bases, and the
+  two middle lengths cost 14 of a child's 30 CPU s of scoring: about 350 CPU s over claim 3b's 25
+  children, the suite's largest single cost, which had put the full run over its 45-minute budget.
+  No primary reads them (3b's is at L₀; claim 10 scores its own batches). The scored bases are set by
+  the longest length and do not change: on pilot seed 100 a child's bits/base at 64 and 512 came out
+  the same to the last digit with either list. Claim 3b's Holm family shrinks from 19 calls to 11,
+  the same comparisons at 64 and 512.
+- **Claim 10's own DNA LMs skip the task's length sweep.** Its probe scores its own 16 test batches at
+  offsets 0 and 10⁴; the 1 Mb sweep every training ran after fit was never read. Its rope is still
+  claim 3b's child, sweep included. A pilot's `--seeds` now replace its seed 0 too (before, a pilot
+  trained claim 10 on reported seed 0).
+
+### Changed before the 2026-11-29 run (commit a3d79da), and why
+
+Declared in the experiment configs and committed before that run; the pilots that sized the new
+testbeds ran on seeds 100–102 (`--seeds`), never on the reported seeds 0–4.
 
 - **Claim 6 is tested as source 003 states it.** Its primary used to scale positions by 1 + ε for
   queries and keys alike, which keeps the q/k symmetry the source says a mismatch breaks. Now keys are

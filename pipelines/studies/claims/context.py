@@ -14,11 +14,14 @@ carries a copy of its metrics.
 from __future__ import annotations
 
 import copy
+import io
 import sys
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from pipelines.eval.evaluate import _merge, load_config
 from pipelines.eval.sweep import TrainedRun, config_key, read_layers, train_run
@@ -177,13 +180,48 @@ class Context:
 
 
 def taken(future: Any, run_name: str) -> TrainedRun:
-    """A worker's run; a worker that died (killed, out of memory) is one line naming the child."""
+    """A worker's run (:func:`fit_packed`'s bytes, unpacked); a worker that died (killed, out of
+    memory) or a result this process could not read is one line naming the child and the cause."""
 
     try:
-        return future.result()
+        return unpack(future.result())
     except BrokenProcessPool as exc:
-        raise PosencError(f"training {run_name}: its --jobs worker process died ({exc}); "
+        cause = _last_line(exc.__cause__)
+        cause = f"; cause: {cause}" if cause else ""
+        raise PosencError(f"training {run_name}: its --jobs worker process died ({exc}{cause}); "
                           "rerun with --jobs 1 to see why") from None
+
+
+def _last_line(cause: BaseException | None) -> str:
+    """The last line of a pool's remote traceback (the error the pool's result reader met), or ``""``."""
+    lines = [ln.strip() for ln in str(cause or "").splitlines() if ln.strip().strip("'\"")]
+    return lines[-1] if lines else ""
+
+
+def fit_packed(kwargs: dict[str, Any]) -> bytes:
+    """:func:`fit_child` in a ``--jobs`` worker, the run sent back as :func:`pack`'s bytes.
+
+    Sent as an object, its tensors would cross the pool's pipe by torch's multiprocessing
+    reductions: each storage moved to shared memory and received as a file descriptor that this
+    process keeps open for as long as the tensor lives. The suite keeps every child (later
+    experiments rescore them), about 30 descriptors each, so some 350 children in the main process
+    ran out of descriptors (``RLIMIT_NOFILE``), could not unpickle the next result, and the pool
+    reported that as a worker "terminated abruptly" (claim 18's ``rope`` seed 3, issue 39).
+    """
+    return pack(fit_child(kwargs))
+
+
+def pack(run: TrainedRun) -> bytes:
+    """``run`` as bytes, tensors by value (``torch.save``: tensors that share a storage still do)."""
+    buffer = io.BytesIO()
+    torch.save(run, buffer)
+    return buffer.getvalue()
+
+
+def unpack(data: bytes) -> TrainedRun:
+    """The run of :func:`pack`'s bytes (made by this code base's own worker, so not restricted to
+    weights: the module and datamodule are whole objects)."""
+    return torch.load(io.BytesIO(data), weights_only=False)
 
 
 def fit_child(kwargs: dict[str, Any]) -> TrainedRun:

@@ -6,7 +6,8 @@ which train it through the sweep runner (:func:`pipelines.studies.claims.context
 :func:`pipelines.eval.sweep.train_run`) into the same MLflow store, under the same parent run and with
 the same run name and tags as the main process would. The experiments then run one after another in the
 main process as before; :meth:`~pipelines.studies.claims.context.Context.train` waits for the worker's run
-(sent back pickled: metrics, module, datamodule, length sweep) instead of training it, so an experiment's
+(sent back as bytes, tensors by value: metrics, module, datamodule, length sweep; see
+:func:`~pipelines.studies.claims.context.fit_packed`) instead of training it, so an experiment's
 own evaluation overlaps the training of the later ones. A child planned by several experiments is
 trained once, by the first, and aliased by the others, as in one process. Every child starts from its
 own seed, so the numbers are those of ``--jobs 1``.
@@ -29,7 +30,7 @@ import torch
 
 from pipelines.children import die_with_parent, terminate
 from pipelines.studies.claims.base import Experiment
-from pipelines.studies.claims.context import Context, fit_child
+from pipelines.studies.claims.context import Context, fit_child, fit_packed
 from pipelines.studies.tables import md_table
 
 MAX_JOBS = 2  # the budget is set on 2 cores; more workers than cores only slows each child down
@@ -63,7 +64,7 @@ class ChildPool:
         return self.executor
 
     def _submit(self, kwargs: dict[str, Any]) -> Any:
-        return self._pool().submit(fit_child, kwargs)
+        return self._pool().submit(fit_packed, kwargs)
 
     def submit(self, planned: Sequence[tuple[Experiment, Context]]) -> int:
         """Queue every new child of ``planned`` (experiment, its context), in run order; returns how

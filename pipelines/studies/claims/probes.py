@@ -50,8 +50,9 @@ def bits_with_offset(model: Any, batches: list[Tensor], offset: int) -> float:
 
 
 class ShiftInvariance(Experiment):
-    """Args: task, schemes (``{label: scheme}``), relative (labels expected invariant), offset, "
-        "seed, batches."""
+    """Args: task, schemes (``{label: scheme}``, or ``{label: {scheme, overrides}}`` for a training
+    with overrides over the task), relative (labels expected invariant), offset, seed (a pilot's
+    ``--seeds`` replace it by their first), batches."""
 
     power_exempt = "an exact identity (relative schemes: 0 change, not an estimate)"
     claim = (
@@ -73,13 +74,20 @@ class ShiftInvariance(Experiment):
         self.task, self.schemes, self.relative, self.offset = task, schemes, list(relative), offset
         self.seed, self.batches, self.tolerance = seed, batches, tolerance
 
+    def child(self, ctx, label: str) -> Child:
+        """The training of scheme ``label``."""
+        given, seed = self.schemes[label], ctx.seeds([self.seed])[0]
+        if isinstance(given, dict) and "scheme" in given:
+            return Child(self.task, given["scheme"], seed, label, given.get("overrides"))
+        return Child(self.task, given, seed, label)
+
     def children(self, ctx) -> list[Child]:
-        return [Child(self.task, scheme, self.seed, label) for label, scheme in self.schemes.items()]
+        return [self.child(ctx, label) for label in self.schemes]
 
     def run(self, ctx) -> ClaimResult:
         rows, deltas = [], {}
-        for label, scheme in self.schemes.items():
-            t = ctx.train(self.task, scheme, self.seed, label)
+        for label in self.schemes:
+            t = ctx.fit(self.child(ctx, label))
             batches = list(test_batches(t, int(t.datamodule.seq_len), ctx.max_batches(self.batches)))
             at0, shifted = (
                 bits_with_offset(t.module, batches, 0),
@@ -101,8 +109,9 @@ class ShiftInvariance(Experiment):
         measured = f"|Δ bits/base| at offset {self.offset:,}: " + "; ".join(
             f"{k} {'undefined' if math.isinf(v) else f'{v:.2g}'}" for k, v in deltas.items()
         )
+        seed = ctx.seeds([self.seed])[0]
         return ClaimResult(
-            setup=f"trained DNA LMs (seed {self.seed}), the same test windows at positions 0..L0−1 and "
+            setup=f"trained DNA LMs (seed {seed}), the same test windows at positions 0..L0−1 and "
             f"{self.offset}..{self.offset}+L0−1",
             measured=measured,
             holds=holds,
