@@ -11,8 +11,8 @@ What a practitioner would use instead of the Transformer, given the same data:
   (``fut``: calendar features, ``data.future_cols``) when the model gets them — to the whole horizon
   (a direct multi-step linear model).
 - ``linear_ar``: the same ridge from the lookback's targets only (autoregressive).
-- ``dlinear``: :class:`pipelines.tasks.forecast_linear.DLinearBaselines`, this callback plus DLinear
-  (trend/seasonal decomposition + linear) trained by the Forecaster's loop on the same windows.
+  DLinear (:mod:`pipelines.tasks.forecast_linear`) is this function class, an affine map of the
+  lookback's targets, trained by gradient descent; the ridge is its closed-form fit.
 
 Both ridges are fitted on training windows, their penalty chosen on the validation windows (as the
 Forecaster's checkpoint is), and scored on the test windows the Forecaster was scored on.
@@ -278,14 +278,9 @@ class ForecastBaselines(L.Callback):
             pred = lin.predict(self._design(dm, inputs, fut, test["start"]))  # (n, H, C)
             errors = masked_errors(orig(pred), truth, test["y_mask"])
             results.update({f"{name}_{k}": v for k, v in errors.items()})
-        results.update(self.extra(dm, test, orig, truth))
         results["season_period"] = float(period)
         results["n_windows"] = float(len(test["start"]))
         return results
-
-    def extra(self, dm, test: dict, orig, truth: np.ndarray) -> dict[str, float]:
-        """More baselines on the same ``test`` windows (subclasses); ``orig`` maps scaled values back."""
-        return {}
 
     def describe_period(self, dm, period: int, how: str) -> str:
         """``seasonal naive: period 24 steps = 1d (daily cycle of 1h data)``."""
