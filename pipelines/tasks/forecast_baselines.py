@@ -122,6 +122,14 @@ def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict
     return {"mse": float((err**2 * m).sum() / n), "mae": float((np.abs(err) * m).sum() / n)}
 
 
+def seasonal_naive_errors(dm, test: dict, period: int) -> dict[str, float]:
+    """MSE and MAE, in the data's units, of the seasonal-naive forecast at ``period`` steps on ``dm``'s
+    windows ``test`` (``dm.windows(split)``)."""
+    orig = lambda a: a * dm.target_scale + dm.target_loc  # noqa: E731 - scaled → original units
+    naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
+    return masked_errors(orig(naive), orig(test["y"]), test["y_mask"])
+
+
 class ForecastBaselines(L.Callback):
     """After testing, score the baselines on exactly the test windows the model was scored on at its
     training lookback (``Forecaster.scored_starts``; original scale, observed targets only) and log
@@ -263,9 +271,7 @@ class ForecastBaselines(L.Callback):
         orig = lambda a: a * scale + loc  # noqa: E731 - scaled → original units
         truth = orig(test["y"])
         period, self.period_from = self.choose_period(dm)
-        naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
-        errors = masked_errors(orig(naive), truth, test["y_mask"])
-        results = {f"seasonal_naive_{k}": v for k, v in errors.items()}
+        results = {f"seasonal_naive_{k}": v for k, v in seasonal_naive_errors(dm, test, period).items()}
         same_inputs, known = self.same_inputs(dm, future is not False)
         for name, inputs, fut in (("linear", same_inputs, known), ("linear_ar", dm.targets, None)):
             if name == "linear_ar" and dm.covariates.shape[1] == 0:  # no covariates: the same model

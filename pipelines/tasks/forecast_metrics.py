@@ -2,30 +2,25 @@
 
 The lookback is the length question for forecasting: a model trained with lookback L is scored on
 the *same* test target windows with lookbacks L, 2L, 4L, 8L (the datamodule's ``eval_lookbacks``).
-Two ways in, one accumulator:
-
-- inside ``trainer.test``: :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
-  :class:`ForecastErrors` per lookback and logs them with :func:`log_lookback_metrics`; its
-  :class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts;
-- without a trainer: :func:`evaluate_lookbacks` (model, datamodule, lookbacks) → ``{lookback:
-  ForecastErrors | None}``, ``None`` where the scheme is undefined at that length (e.g. a learned
-  table shorter than the lookback). The extrapolation harness calls this.
+Inside ``trainer.test``, :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
+:class:`ForecastErrors` per lookback (``None`` where the scheme is undefined at that length, e.g. a
+learned table shorter than the lookback) and logs them with :func:`log_lookback_metrics`; its
+:class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts. Without
+a trainer, the length sweep (:func:`pipelines.eval.extrapolation.evaluate`, through
+:class:`~pipelines.tasks.forecast.ForecastAdapter`) scores the same windows at every lookback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from pipelines.tasks.base import mlflow_loggers
 from pipelines.tasks.distributed import gather, world_size
 from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive
-from posenc import PosencError, PositionOutOfRange
 
 
 @dataclass
@@ -86,50 +81,6 @@ def merge_ranks(errors: dict[int, ForecastErrors | None],
 def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
     """Scaled (B, T, C) → the data's original units with the batch's training-split scaler."""
     return values * batch["scale"][:, None, :] + batch["loc"][:, None, :]
-
-
-@torch.no_grad()
-def evaluate_lookbacks(
-    model, datamodule, lookbacks: Sequence[int] | None = None, split: str = "test"
-) -> dict[int, ForecastErrors | None]:
-    """Score ``model`` on the target windows of ``split`` at every lookback, on the original scale.
-
-    The windows (their first target rows) are the same at every lookback, so the errors are
-    comparable; only the length of the input changes.
-
-    Args:
-        model: a :class:`~pipelines.tasks.forecast.Forecaster` (anything with ``predict_batch``).
-        datamodule: a :class:`~datamodules.timeseries.datamodule.TimeSeriesDataModule`.
-        lookbacks: lookbacks in steps (default: ``datamodule.eval_lookbacks``, i.e. L, 2L, 4L, 8L).
-        split: ``test`` or ``val``.
-
-    Returns:
-        ``{lookback: ForecastErrors}``, with ``None`` for a lookback the encoding cannot represent
-        (it raised :class:`posenc.PositionOutOfRange`).
-    """
-    lookbacks = list(lookbacks or datamodule.eval_lookbacks)
-    room = int(datamodule.starts[split].min()) if len(datamodule.starts[split]) else 0
-    too_long = [n for n in lookbacks if n > room]
-    if too_long:
-        raise PosencError(f"lookbacks {too_long} reach before the start of the series for the {split} "
-                          f"windows (at most {room}); list them in data.eval_lookbacks")
-    was_training = model.training
-    model.eval()
-    out: dict[int, ForecastErrors | None] = {}
-    try:
-        for n in lookbacks:
-            errors = ForecastErrors(datamodule.horizon)
-            try:
-                for batch in datamodule.eval_dataloader(split, n):
-                    batch = {k: v.to(model.device) for k, v in batch.items()}
-                    pred = model.predict_batch(batch)
-                    errors.add(to_original(pred, batch), to_original(batch["y"], batch), batch["y_mask"])
-            except PositionOutOfRange:
-                errors = None
-            out[n] = errors
-    finally:
-        model.train(was_training)
-    return out
 
 
 def log_lookback_metrics(logger, results: dict[int, ForecastErrors | None], prefix: str = "test") -> None:

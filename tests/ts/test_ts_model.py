@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
+from pipelines.eval.extrapolation import evaluate
 from pipelines.tasks.forecast import Forecaster, RevIN, patch_positions, patchify, with_periods
 from pipelines.tasks.forecast_baselines import (
     ForecastBaselines,
@@ -16,7 +17,6 @@ from pipelines.tasks.forecast_baselines import (
 )
 from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
-    evaluate_lookbacks,
     forecast_figure,
     log_lookback_metrics,
     lookback_table,
@@ -178,18 +178,13 @@ def test_forecast_errors_accumulate_per_horizon_step():
     assert acc.mse == pytest.approx(14 / 3) and acc.mae == pytest.approx(2.0)
 
 
-def test_evaluate_lookbacks_scores_the_same_windows_and_marks_undefined(series_csv):
+def test_the_length_sweep_marks_lookbacks_a_learned_table_cannot_hold_undefined(series_csv):
     dm = TimeSeriesDataModule(**dm_kwargs(series_csv, eval_stride=8))
-    rope = tiny(horizon=6, patch_len=4, n_covariates=1)
-    out = evaluate_lookbacks(rope, dm)
-    assert sorted(out) == [24, 48, 96, 192] and all(e is not None for e in out.values())
-    assert {float(e.n.sum()) for e in out.values()} == {len(dm.starts["test"]) * 6.0}
     learned = tiny(horizon=6, patch_len=4, n_covariates=1, pe={"class_path": "posenc.Learned",
                                                                 "init_args": {"max_len": 16}})
-    out = evaluate_lookbacks(learned, dm, [24, 48, 96])
-    assert out[48] is not None and out[96] is None  # 12 + 1 tokens fit in 16 positions, 24 + 1 do not
-    with pytest.raises(PosencError, match="reach before the start of the series"):
-        evaluate_lookbacks(rope, dm, [10_000])
+    res = evaluate(learned, dm, lengths=[24, 48, 96])
+    assert res.lengths == [24, 48, 96]
+    assert res.undefined() == [96]  # 12 + 1 tokens fit in 16 positions, 24 + 1 do not
 
 
 def test_lookback_metrics_are_logged_with_step_equal_to_lookback():
