@@ -10,16 +10,14 @@ import numpy as np
 import pytest
 
 from pipelines.eval.bootstrap import Arm, Resampler, mean_interval, p_value, percentile_interval
-from pipelines.eval.statistics import holm
+from pipelines.eval.statistics import holm, min_effect, point_guard
 from pipelines.eval.verdicts import (
     Call,
     PairedStat,
     gain,
     guard,
     holm_calls,
-    min_effect,
     paired,
-    point_guard,
     power,
     retained,
 )

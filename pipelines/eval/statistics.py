@@ -24,6 +24,9 @@ from typing import Union
 import numpy as np
 
 LEVEL = 0.95
+#: smallest gain over the trivial baseline at L₀ worth extrapolating, in the metric's own units
+MIN_EFFECT: dict[str, float] = {"bits_per_base": 0.01, "acc": 0.01, "auroc": 0.01}
+MIN_RELATIVE_EFFECT = 0.01  # other metrics (e.g. MSE): 1 % of the trivial baseline's value
 SYMBOLS = {1: "▲", -1: "▼", 0: "·"}  # better than the reference / worse / not called
 #: one trivial-baseline value for every seed, or one per seed (when the test data depend on the seed)
 Baseline = Union[float, Sequence[float]]  # noqa: UP007 - a runtime alias
@@ -157,6 +160,25 @@ def retained_gain(metric: float, at_train: float, baseline: float, higher_is_bet
     if not gain0 > 0:
         return math.nan
     return sign * (metric - baseline) / gain0
+
+
+def min_effect(metric: str, trivial: float) -> float:
+    """Smallest gain at L₀ for which retained gain is defined: :data:`MIN_EFFECT` of the metric, else
+    :data:`MIN_RELATIVE_EFFECT` × |trivial baseline|."""
+    return MIN_EFFECT.get(metric, MIN_RELATIVE_EFFECT * abs(trivial))
+
+
+def point_guard(gain_at_train: float, metric: str, trivial: float) -> str:
+    """Why one run's retained gain is undefined for this gain at L₀ (one value, no interval): it
+    must exceed 0 and :func:`min_effect` (``""``: it is defined). Over seeds, the lower bound of the
+    gain's interval must (:func:`pipelines.eval.verdicts.guard`)."""
+    floor = min_effect(metric, trivial)
+    if not math.isfinite(gain_at_train):
+        return "no gain at L₀ (the metric or the trivial baseline is undefined there)"
+    if gain_at_train <= 0 or gain_at_train <= floor:
+        return (f"gain over the trivial baseline at L₀ {gain_at_train:+.4g} ≤ max(0, minimum effect "
+                f"{floor:.3g}) (one run: no interval)")
+    return ""
 
 
 def gain_over(at_train: Sequence[float], baseline: Baseline, higher_is_better: bool,

@@ -21,7 +21,8 @@ arithmetic (numpy/scipy) on arrays; the claims (:mod:`pipelines.studies.claims`)
   beat the position-free control by a declared margin, or the primary's interval is wider than declared.
 * **Retained gain** (:func:`retained`): the ratio of mean gains over the trivial baseline,
   gain(L) / gain(L₀), with a paired bootstrap interval; defined only when the gain at L₀ has its
-  lower 95 % bound above 0 and above :func:`min_effect`, otherwise undefined (with the reason).
+  lower 95 % bound above 0 and above :func:`~pipelines.eval.statistics.min_effect`, otherwise
+  undefined (with the reason).
 """
 
 from __future__ import annotations
@@ -34,13 +35,19 @@ from functools import lru_cache
 import numpy as np
 
 from pipelines.eval.bootstrap import N_BOOT, Arm, Resampler, p_value, percentile_interval
-from pipelines.eval.statistics import LEVEL, Estimate, estimate, holm, sign_of, t_interval, t_p_value
+from pipelines.eval.statistics import (
+    LEVEL,
+    Estimate,
+    estimate,
+    holm,
+    min_effect,
+    sign_of,
+    t_interval,
+    t_p_value,
+)
 
 ALPHA = 1.0 - LEVEL  # family-wise error rate of one experiment's calls
 POWER_MIN = 10.0  # gain at L₀ / half-width of its interval make compare needs before judging
-#: smallest gain over the trivial baseline at L₀ worth extrapolating, in the metric's own units
-MIN_EFFECT: dict[str, float] = {"bits_per_base": 0.01, "acc": 0.01, "auroc": 0.01}
-MIN_RELATIVE_EFFECT = 0.01  # other metrics (e.g. MSE): 1 % of the trivial baseline's value
 
 
 @lru_cache(maxsize=32)
@@ -171,12 +178,6 @@ def power(gain_at_train: PairedStat, level: float = LEVEL) -> float:
 
 
 # ----------------------------------------------------------------------------- retained gain
-def min_effect(metric: str, trivial: float) -> float:
-    """Smallest gain at L₀ for which retained gain is defined: :data:`MIN_EFFECT` of the metric, else
-    :data:`MIN_RELATIVE_EFFECT` × |trivial baseline|."""
-    return MIN_EFFECT.get(metric, MIN_RELATIVE_EFFECT * abs(trivial))
-
-
 @dataclass
 class Retained:
     """Retained gain at one length: ratio of mean gains and its bootstrap interval, or why undefined."""
@@ -193,7 +194,8 @@ class Retained:
 
 
 def guard(gain_at_train: PairedStat, metric: str, trivial: float, level: float = LEVEL) -> str:
-    """Why retained gain is undefined for this gain at L₀ (``""``: it is defined)."""
+    """Why retained gain is undefined for this gain at L₀ (``""``: it is defined); one run's
+    version, without an interval, is :func:`~pipelines.eval.statistics.point_guard`."""
     lo, _ = gain_at_train.interval(level)
     floor = min_effect(metric, trivial)
     if not math.isfinite(lo):
@@ -201,18 +203,6 @@ def guard(gain_at_train: PairedStat, metric: str, trivial: float, level: float =
     if lo <= 0 or lo <= floor:
         return (f"gain over the trivial baseline at L₀ {gain_at_train.mean:+.4g} has its lower "
                 f"{level:.0%} bound {lo:.3g} ≤ max(0, minimum effect {floor:.3g})")
-    return ""
-
-
-def point_guard(gain_at_train: float, metric: str, trivial: float) -> str:
-    """:func:`guard` for one run (one value, no interval): why retained gain is undefined for this
-    gain at L₀ — it must exceed 0 and :func:`min_effect` (``""``: it is defined)."""
-    floor = min_effect(metric, trivial)
-    if not math.isfinite(gain_at_train):
-        return "no gain at L₀ (the metric or the trivial baseline is undefined there)"
-    if gain_at_train <= 0 or gain_at_train <= floor:
-        return (f"gain over the trivial baseline at L₀ {gain_at_train:+.4g} ≤ max(0, minimum effect "
-                f"{floor:.3g}) (one run: no interval)")
     return ""
 
 

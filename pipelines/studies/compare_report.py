@@ -11,8 +11,8 @@ import numpy as np
 
 from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.report import binned
-from pipelines.eval.statistics import SYMBOLS, Estimate
-from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained, min_effect
+from pipelines.eval.statistics import SYMBOLS, Estimate, min_effect
+from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained
 from pipelines.studies.compare_stats import NOPE, Comparison, Row
 from pipelines.studies.tables import md_lines
 from pipelines.tracking.whole_window import length_figure
