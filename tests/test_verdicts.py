@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from pipelines.eval.bootstrap import Arm, Resampler, p_value, percentile_interval
-from pipelines.eval.statistics import holm, min_effect, point_guard
+from pipelines.eval.statistics import min_effect, point_guard
 from pipelines.eval.verdicts import (
     Call,
     PairedStat,
     gain,
     guard,
+    holm,
     holm_calls,
     paired,
     power,

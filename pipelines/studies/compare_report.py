@@ -11,7 +11,7 @@ import numpy as np
 
 from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.report import binned
-from pipelines.eval.statistics import SYMBOLS, Estimate, min_effect
+from pipelines.eval.statistics import Estimate, min_effect
 from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained
 from pipelines.studies.compare_stats import NOPE, Comparison, Row
 from pipelines.studies.tables import md_lines
@@ -45,6 +45,7 @@ def bracket(stat: PairedStat | None, digits: int, level: float | None = None) ->
     return f"{stat.mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
+SYMBOLS = {1: "▲", -1: "▼", 0: "·"}  # a call: better than the reference / worse / not called
 CHAIN_AT = re.compile(r"^markov_best_L(\d+)$")  # the causal DNA LM's chain on the windows of one length
 
 
