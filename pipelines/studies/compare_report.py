@@ -62,10 +62,6 @@ def others(cmp: Comparison) -> dict[str, float]:
             if not math.isclose(v, trivial, rel_tol=1e-12) and not CHAIN_AT.match(k)}
 
 
-def _table(head: list[str], body: list[list[str]]) -> list[str]:
-    return md_lines(head, body)
-
-
 def _lengths(cmp: Comparison) -> list[str]:
     l0 = cmp.info.train_length
     return [f"L={n} ({n / l0:g}×)" for n in cmp.info.lengths]
@@ -92,7 +88,7 @@ def markdown(cmp: Comparison) -> str:
     if chain:  # no model: one value per length, the same windows for every seed
         body.append(["best Markov chain (same windows)", "—",
                      *[f"{chain[n]:.{d}f}" if n in chain else "—" for n in info.lengths]])
-    out += _table(["scheme", "seeds", *_lengths(cmp)], body)
+    out += md_lines(["scheme", "seeds", *_lengths(cmp)], body)
     if cmp.trivial or cmp.baselines:
         trivial = np.mean(list(cmp.trivial.values())) if cmp.trivial else None
         parts = ([f"trivial = {info.trivial_name} {trivial:.{d}f}"] if trivial is not None else []) + [
@@ -126,7 +122,7 @@ def differences(cmp: Comparison, d: int, pct: str) -> list[str]:
                 f"p_adj {c.p_adj:.2g}")
 
     body = [[r.label, *[diff(r, n) for n in cmp.info.lengths]] for r in rows]
-    return head + _table(["scheme", *_lengths(cmp)], body)
+    return head + md_lines(["scheme", *_lengths(cmp)], body)
 
 
 def retained(cmp: Comparison, d: int, pct: str) -> list[str]:
@@ -154,7 +150,7 @@ def retained(cmp: Comparison, d: int, pct: str) -> list[str]:
         power = "—" if r.power is None else "∞" if math.isinf(r.power) else f"{r.power:.3g}"
         body.append([r.label, bracket(r.gain, d), power, *gains, ratio_text(r, cmp), *tol])
     lengths = [h for n, h in zip(info.lengths, _lengths(cmp), strict=True) if n != info.train_length]
-    return head + _table(["scheme", "gain at L₀", "power", *lengths, "extrapolation ratio", *extra], body)
+    return head + md_lines(["scheme", "gain at L₀", "power", *lengths, "extrapolation ratio", *extra], body)
 
 
 def retained_cell(row: Row, length: int, digits: int = 4) -> str:
