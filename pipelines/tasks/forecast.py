@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.config import as_group
-from pipelines.tasks.base import TaskAdapter, TaskModule
+from pipelines.tasks.base import TaskAdapter, TaskModule, log_by_length
 from pipelines.tasks.distributed import EpochMeans
 from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive_errors
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
@@ -23,7 +23,6 @@ from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_
 from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
     ForecastReport,
-    log_lookback_metrics,
     log_test_metrics,
     merge_ranks,
     to_original,
@@ -366,7 +365,8 @@ class Forecaster(TaskModule):
         if defined:
             log_test_metrics(self, defined[self.main_lookback()], self.scaled_errors)
             if self.logger is not None:
-                log_lookback_metrics(self.logger, self.test_errors)
+                log_by_length(self.logger, {n: {"mse": e.mse, "mae": e.mae} for n, e in defined.items()},
+                              [n for n, e in self.test_errors.items() if e is None], axis="lookback")
 
     def main_lookback(self) -> int:
         """The lookback the headline metrics are at: the training one if scored, else the shortest."""

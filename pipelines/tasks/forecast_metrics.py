@@ -4,7 +4,8 @@ The lookback is the length question for forecasting: a model trained with lookba
 the *same* test target windows with lookbacks L, 2L, 4L, 8L (the datamodule's ``eval_lookbacks``).
 Inside ``trainer.test``, :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
 :class:`ForecastErrors` per lookback (``None`` where the scheme is undefined at that length, e.g. a
-learned table shorter than the lookback) and logs them with :func:`log_lookback_metrics`; its
+learned table shorter than the lookback) and logs them as every task logs its test lengths
+(:func:`~pipelines.tasks.base.log_by_length`); its
 :class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts. Without
 a trainer, the length sweep (:func:`pipelines.eval.extrapolation.evaluate`, through
 :class:`~pipelines.tasks.forecast.ForecastAdapter`) scores the same windows at every lookback.
@@ -81,20 +82,6 @@ def merge_ranks(errors: dict[int, ForecastErrors | None],
 def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
     """Scaled (B, T, C) → the data's original units with the batch's training-split scaler."""
     return values * batch["scale"][:, None, :] + batch["loc"][:, None, :]
-
-
-def log_lookback_metrics(logger, results: dict[int, ForecastErrors | None], prefix: str = "test") -> None:
-    """Log ``{prefix}/mse_by_lookback`` and ``mae_by_lookback`` with step = lookback (a curve in the
-    MLflow UI), plus ``{prefix}/mse_L{n}`` per lookback; undefined lookbacks as a run parameter."""
-    for n, err in sorted(results.items()):
-        if err is None:
-            continue
-        by_lookback = {f"{prefix}/mse_by_lookback": err.mse, f"{prefix}/mae_by_lookback": err.mae}
-        logger.log_metrics(by_lookback, step=n)
-        logger.log_metrics({f"{prefix}/mse_L{n}": err.mse, f"{prefix}/mae_L{n}": err.mae})
-    undefined = [n for n, err in sorted(results.items()) if err is None]
-    if undefined:
-        logger.log_hyperparams({"extrapolation/undefined_lookbacks": ",".join(map(str, undefined))})
 
 
 #: what the forecaster's metric keys measure (logged as the MLflow tag ``metrics/units``)

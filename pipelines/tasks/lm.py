@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from pipelines.tasks.base import TaskAdapter, positions
+from pipelines.tasks.base import TaskAdapter, log_by_length, positions
 from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna import DNATask
 from pipelines.tasks.dna_predict import predict_lm
@@ -264,16 +264,12 @@ class DNALanguageModel(DNATask):
         results = self.length_results()
         if not results or self.logger is None:
             return
-        metrics = {"test/bits_per_base": results[min(results)]}
-        for length, bpb in sorted(results.items()):
-            self.logger.log_metrics({"test/bits_per_base_by_length": bpb}, step=length)
-            metrics[f"test/bits_per_base_whole_L{length}"] = metrics[f"test/bits_per_base_L{length}"] = bpb
+        log_by_length(self.logger, {n: {"bits_per_base": v} for n, v in results.items()}, self._undefined)
+        metrics = {"test/bits_per_base": results[min(results)],
+                   **{f"test/bits_per_base_whole_L{n}": v for n, v in results.items()}}
         if self.context is not None:  # sliding inference configured or chosen: labelled as such
             metrics.update({f"test/bits_per_base_sliding_L{n}": v for n, v in self.sliding_results().items()})
         self.logger.log_metrics(metrics)
-        if self._undefined and hasattr(self.logger, "experiment"):
-            undefined = ",".join(str(n) for n in sorted(self._undefined))
-            self.logger.log_hyperparams({"extrapolation/undefined_lengths": undefined})
 
     def length_results(self) -> dict[int, float]:
         """Whole-window bits/base per test length from the last test epoch (undefined lengths omitted)."""

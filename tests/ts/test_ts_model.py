@@ -8,6 +8,7 @@ import torch
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.eval.extrapolation import evaluate
+from pipelines.tasks.base import log_by_length
 from pipelines.tasks.forecast import Forecaster, RevIN, patch_positions, patchify, with_periods
 from pipelines.tasks.forecast_baselines import (
     ForecastBaselines,
@@ -18,7 +19,6 @@ from pipelines.tasks.forecast_baselines import (
 from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
     forecast_figure,
-    log_lookback_metrics,
     lookback_table,
 )
 from posenc import PeriodicRoPE, PosencError
@@ -201,7 +201,8 @@ def test_lookback_metrics_are_logged_with_step_equal_to_lookback():
     acc = ForecastErrors(1)
     acc.add(torch.zeros(1, 1, 1), torch.full((1, 1, 1), 2.0), torch.ones(1, 1, 1, dtype=torch.bool))
     rec = Recorder()
-    log_lookback_metrics(rec, {96: acc, 48: acc, 192: None})
+    errors = {"mse": acc.mse, "mae": acc.mae}
+    log_by_length(rec, {96: errors, 48: errors}, [192], axis="lookback")
     curve = [(step, m["test/mse_by_lookback"]) for step, m in rec.metrics if "test/mse_by_lookback" in m]
     assert curve == [(48, 4.0), (96, 4.0)]
     assert {"test/mse_L48", "test/mae_L96"} <= {k for _, m in rec.metrics for k in m}
