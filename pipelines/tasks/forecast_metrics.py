@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from pipelines.tasks.base import mlflow_loggers
-from pipelines.tasks.distributed import gather, world_size
+from pipelines.tasks.distributed import gather, sum_tables, union, world_size
 from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive
 
 
@@ -64,18 +64,15 @@ def merge_ranks(errors: dict[int, ForecastErrors | None],
     """Every DDP rank's test errors summed per lookback (undefined on one rank: undefined) and the
     scored window starts of every rank, in rank order (= loader order: ranks hold contiguous
     blocks). A single process gets its own back."""
-
     if world_size() == 1:
         return errors, starts
-    mine = {n: None if e is None else (e.horizon, e.se, e.ae, e.n) for n, e in errors.items()}
-    merged: dict[int, ForecastErrors | None] = {}
-    for part in gather(mine):  # rank order: the same float64 sums on every rank
-        for n, e in part.items():
-            if e is None or (n in merged and merged[n] is None):
-                merged[n] = None
-                continue
-            acc = merged.setdefault(n, ForecastErrors(e[0]))
-            acc.se, acc.ae, acc.n = acc.se + e[1], acc.ae + e[2], acc.n + e[3]
+    undefined = union({n for n, e in errors.items() if e is None})
+    sums = sum_tables({n: [*e.se, *e.ae, *e.n] for n, e in errors.items() if e is not None})
+    merged: dict[int, ForecastErrors | None] = dict.fromkeys(undefined)
+    for n, values in sums.items():
+        if n not in undefined:
+            merged[n] = acc = ForecastErrors(len(values) // 3)
+            acc.se, acc.ae, acc.n = np.split(np.asarray(values), 3)
     return merged, [s for part in gather(list(starts)) for s in part]
 
 
