@@ -240,16 +240,15 @@ def wide_row(cmp: Comparison, r: Row) -> list:
 # ----------------------------------------------------------------------------- figure
 def figure(cmp: Comparison):
     """Metric vs length per scheme with its CI band; the RoPE family with its variants; retained
-    gain with its CI band; per-position curves at the longest defined length (mean over seeds)."""
-    import matplotlib  # optional: matplotlib, figures only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
+    gain with its CI band; per-position curves at the longest defined length (mean over seeds). A
+    matplotlib ``Figure``, as the library's figures (:func:`pipelines.eval.report.figure`)."""
+    from matplotlib.figure import Figure  # optional: matplotlib, figures only
 
     info = cmp.info
     trained = [r for r in cmp.rows if r.variant == TRAINED]
     family = {r.scheme for r in cmp.rows if r.variant != TRAINED}
-    fig, axes = plt.subplots(2, 2, figsize=(14, 9.5))
+    fig = Figure(figsize=(14, 9.5))
+    axes = fig.subplots(2, 2)
     ylabel = f"{info.metric} ({'higher' if info.higher_is_better else 'lower'} is better)"
     for ax, rows, title in ((axes[0, 0], trained, "schemes as trained"),
                             (axes[0, 1], [r for r in cmp.rows if r.scheme in family] or trained,
