@@ -57,15 +57,18 @@ class TaskAdapter:
     splits: tuple[str, ...] = ("test",)
 
     def train_length(self, dm: Any) -> int:
-        raise NotImplementedError
+        """The training length, in :attr:`length_unit` (default: the datamodule's ``seq_len`` tokens)."""
+        return int(dm.seq_len)
 
     def n_positions(self, module: Any, length: int) -> int:
         """Number of positions the model sees for a window of ``length`` (sets RoPE scale factors)."""
         return length
 
     def score(self, module: Any, batch: Any) -> tuple[float, float, Tensor, Tensor]:
-        """(metric numerator, denominator, per-position numerator (P,), per-position count (P,))."""
-        raise NotImplementedError
+        """(metric numerator, denominator, per-position numerator (P,), per-position count (P,));
+        by default :meth:`score_windows` summed over the batch's windows."""
+        per_window, counts, per_pos, pos_counts = self.score_windows(module, batch)
+        return float(per_window.sum()), float(counts.sum()), per_pos, pos_counts
 
     #: whether :meth:`score_windows` gives per-window parts, so that the sweep can sum the metric per
     #: bootstrap block of the test region where the loader's dataset numbers its windows' blocks

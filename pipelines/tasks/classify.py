@@ -33,9 +33,6 @@ class ClassifyAdapter(TaskAdapter):
     position_label = "(no per-position score)"
     trivial_name = "chance"
 
-    def train_length(self, dm: Any) -> int:
-        return int(dm.seq_len)
-
     def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(class probabilities (B, C), labels (B,), empty per-position sums (T,), zero counts (T,))."""
         probs = module(batch["tokens"]).float().softmax(-1)  # (B, C)

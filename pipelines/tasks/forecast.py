@@ -59,10 +59,6 @@ class ForecastAdapter(TaskAdapter):
         per_window = sq.sum(dim=(1, 2)).cpu(), mm.sum(dim=(1, 2)).cpu()  # (B,), (B,)
         return (*per_window, sq.sum(dim=(0, 2)).cpu(), mm.sum(dim=(0, 2)).cpu())  # + (H,), (H,)
 
-    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
-        ws, wc, per_step, count = self.score_windows(module, batch)
-        return float(ws.sum()), float(wc.sum()), per_step, count
-
     def baselines(self, dm: Any, split: str = "test") -> dict[str, float]:
 
         found = ForecastBaselines().compute(dm)  # same test windows at every lookback

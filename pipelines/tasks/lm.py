@@ -32,19 +32,12 @@ class LMAdapter(TaskAdapter):
     position_label = "position in window (bits/base of the next base)"
     splits = ("test", "val")  # genome datamodules: eval_dataloader("val", n); baselines on region_codes
 
-    def train_length(self, dm: Any) -> int:
-        return int(dm.seq_len)
-
     scores_windows = True  # bits add up over windows: the sweep sums them per block of the split
-
-    def score(self, module: Any, batch: Any) -> tuple[float, float, Tensor, Tensor]:
-        """Whole windows: every prediction sees all the tokens before it (never sliding chunks)."""
-        bits, count, per_pos, pos_count = self.score_windows(module, batch)
-        return float(bits.sum()), float(count.sum()), per_pos, pos_count
 
     def score_windows(self, module: Any, batch: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Bits (B,) and scored targets (B,) per window (float64; targets equal to the pad token are
-        not scored), and per position (T,), of whole windows (B, T + 1)."""
+        not scored), and per position (T,), of whole windows (B, T + 1): every prediction sees all
+        the tokens before it (never sliding chunks)."""
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T) inputs and next-token targets
         logits = module(x, positions(x.shape[1], x.device))  # (B, T, V); explicit positions: one pass
         nll = F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
