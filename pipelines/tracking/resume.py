@@ -45,6 +45,7 @@ from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
 from datamodules.scrub import scrub_value
 from pipelines.tasks.base import mlflow_loggers
+from pipelines.tracking.failure import set_status_when_free
 from pipelines.tracking.runlock import acquire, hold
 from pipelines.tracking.store import mlflow_logger_args
 from posenc import PosencError
@@ -110,15 +111,11 @@ def previous_run(run_dir: Path, tracking_uri: str | None) -> tuple[str | None, P
         print(f"MLflow run {run_id} FAILED: it is not resumed (its failure stays in the history); "
               "starting a new run", file=sys.stderr)
     elif status == "RUNNING":
-        _set_status(run_id, tracking_uri, "KILLED")
+        from mlflow.tracking import MlflowClient  # heavy: mlflow, loaded only when tracking
+
+        set_status_when_free(MlflowClient(tracking_uri), run_id, "KILLED")
     clear(run_dir)
     return None, None
-
-
-def _set_status(run_id: str, tracking_uri: str | None, status: str) -> None:
-    from mlflow.tracking import MlflowClient  # heavy: mlflow, loaded only when tracking
-
-    MlflowClient(tracking_uri).set_terminated(run_id, status)
 
 
 def _run_status(run_id: str, tracking_uri: str | None) -> str | None:
