@@ -1,10 +1,11 @@
 """posenc pipelines: task LightningModules, evaluation, inference and MLflow wiring.
 
 The Transformer and its attention belong to the library (:mod:`posenc.nn`). Sub-packages: ``tasks``
-(one module per task, each task's predictor beside it), ``eval`` (length extrapolation, comparisons,
-statistics), ``inference`` (resolve, load, write: the predict command), ``tracking`` (MLflow, registry,
-resume), ``bench``. The
-names below are public API: configs, checkpoints and registered MLflow models name them by these paths.
+(one module per task, each task's predictor beside it), ``tracking`` (MLflow, resume, failures),
+``inference`` (resolve, load, register, write: the predict command), ``eval`` (length extrapolation,
+evaluate, the sweep runner, statistics) and ``studies`` (claims, comparisons, benchmarks; nothing
+else imports them). The names below are public API: configs, checkpoints and registered MLflow
+models name them by these paths.
 """
 
 import os

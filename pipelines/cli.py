@@ -53,6 +53,7 @@ from pipelines.tracking.resume import prepare as prepare_resume
 from pipelines.tracking.runlock import release_all as release_run_locks
 from pipelines.tracking.store import (
     LogConfigToMLflow,
+    mlflow_logger_args,
     mlflow_logger_defaults,
     new_store_lock,
     run_summary,
@@ -209,12 +210,10 @@ class PosencCLI(LightningCLI):
         cfg = self.config.get(self.subcommand, self.config)
         configure(verbose=cfg.get("verbose"), progress=cfg.get("progress"))
         self._choose_progress_bar(cfg)
-        logger = cfg.trainer.get("logger")
-        if hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path):
-            if not logger.init_args.get("run_name"):
-                logger.init_args.run_name = run_name(cfg)
-        mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
-        note_store(logger.init_args.get("tracking_uri") if mlflow else None)
+        mlflow = mlflow_logger_args(cfg)
+        if mlflow is not None and not mlflow.get("run_name"):
+            mlflow.run_name = run_name(cfg)
+        note_store(None if mlflow is None else mlflow.get("tracking_uri"))
         if self.subcommand == "fit":
             check_fit_memory(cfg)
         self.resume_dir = None
@@ -240,9 +239,8 @@ class PosencCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         """Build the classes; a new sqlite MLflow store is created by one process at a time."""
         cfg = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
-        logger = cfg.get("trainer", {}).get("logger")
-        mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
-        with new_store_lock(logger.init_args.get("tracking_uri") if mlflow else None):
+        mlflow = mlflow_logger_args(cfg)
+        with new_store_lock(None if mlflow is None else mlflow.get("tracking_uri")):
             super().instantiate_classes()
         for lg in mlflow_loggers(self.trainer):  # tags as strings: jsonargparse turns '0' into 0, which
             lg.tags = {str(k): str(v) for k, v in (lg.tags or {}).items()} or None  # a server rejects

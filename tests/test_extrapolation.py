@@ -353,7 +353,7 @@ def test_forecaster_sweep_over_lookbacks(tmp_path):
         ),
         verbose=False,
     )
-    own = {n: r["mse"] for n, r in model.lookback_results().items()}
+    own = {n: e.mse for n, e in model.test_errors.items() if e is not None}
     assert res.by_length() == pytest.approx(own, rel=1e-5)
 
 

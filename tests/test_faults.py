@@ -156,10 +156,10 @@ def test_logged_config_has_no_home_path_or_secret(tmp_path, monkeypatch):
     assert str(home) not in text and "tok-8c1f3e9a" not in text
 
 
-def test_scrub_config_hides_url_credentials():
-    from pipelines.tracking.store import scrub_config
+def test_scrub_text_hides_url_credentials():
+    from datamodules.scrub import scrub_text
 
-    assert scrub_config("tracking_uri: https://alice:pw123@mlflow.example/x") == \
+    assert scrub_text("tracking_uri: https://alice:pw123@mlflow.example/x") == \
         "tracking_uri: https://***@mlflow.example/x"
 
 

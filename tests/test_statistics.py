@@ -7,14 +7,13 @@ import math
 import pytest
 
 from pipelines.eval.statistics import (
-    SYMBOLS,
     beats_baseline,
-    call,
     estimate,
     paired_difference,
     retained_gain,
     retained_ratio,
 )
+from pipelines.eval.verdicts import sign_of
 
 
 def test_estimate_matches_a_hand_computed_t_interval():
@@ -39,15 +38,15 @@ def test_paired_difference_uses_the_pairs_not_the_means():
     assert d.mean == pytest.approx(-0.1) and d.std == pytest.approx(0.0, abs=1e-12)
     # d = -0.1 ± 0 → lower-is-better metric: better (▲); higher-is-better: worse (▼)
     d = paired_difference([1.0, 5.0, 9.0, 13.0], [1.12, 5.08, 9.1, 13.1])  # diffs -0.12 -0.08 -0.1 -0.1
-    assert d.hi < 0 and call(d, higher_is_better=False) == 1 and call(d, higher_is_better=True) == -1
-    assert SYMBOLS[call(d, False)] == "▲"
+    assert d.hi < 0 and sign_of(d.lo, d.hi, higher_is_better=False) == 1
+    assert sign_of(d.lo, d.hi, higher_is_better=True) == -1
     with pytest.raises(ValueError):
         paired_difference([1.0, 2.0], [1.0])
 
 
 def test_a_difference_whose_interval_holds_zero_is_not_called():
     d = paired_difference([1.0, 2.0, 3.0], [1.5, 1.5, 2.5])  # diffs -0.5 0.5 0.5
-    assert d.lo < 0 < d.hi and call(d, False) == 0 and SYMBOLS[0] == "·"
+    assert d.lo < 0 < d.hi and sign_of(d.lo, d.hi, False) == 0
 
 
 def test_retained_gain_on_toy_numbers():

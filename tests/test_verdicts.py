@@ -9,17 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from pipelines.eval.bootstrap import Arm, Resampler, mean_interval, p_value, percentile_interval
-from pipelines.eval.statistics import holm
+from pipelines.eval.bootstrap import Arm, Resampler, p_value, percentile_interval
+from pipelines.eval.statistics import min_effect, point_guard
 from pipelines.eval.verdicts import (
     Call,
     PairedStat,
     gain,
     guard,
+    holm,
     holm_calls,
-    min_effect,
     paired,
-    point_guard,
     power,
     retained,
 )
@@ -53,7 +52,7 @@ def test_percentile_bootstrap_covers_the_mean_of_normal_samples():
     hits = 0
     for i in range(200):
         x = rng.normal(3.0, 2.0, 40)
-        lo, hi = mean_interval(x, 0.95, n_boot=2000, seed=i)
+        lo, hi = percentile_interval(Resampler(len(x), 1, 2000, seed=i).mean(x), 0.95)  # iid resampling
         hits += lo <= 3.0 <= hi
     assert 0.88 <= hits / 200 <= 0.99
 

@@ -129,9 +129,3 @@ def p_value(replicates: np.ndarray) -> float:
         return float("nan")
     below, above = int((reps <= 0).sum()), int((reps >= 0).sum())
     return float(min(1.0, 2.0 * (min(below, above) + 1) / (reps.size + 1)))
-
-
-def mean_interval(values: Sequence[float], level: float = 0.95, n_boot: int = N_BOOT,
-                  seed: int = BOOT_SEED) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values`` (iid resampling)."""
-    return percentile_interval(Resampler(len(values), 1, n_boot, seed).mean(values), level)

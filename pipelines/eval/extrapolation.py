@@ -37,7 +37,7 @@ The summary ("extrapolation ratio") is the largest tested length L up to which r
 one run, its value. An undefined length ends the run. Retained gain is a ratio over the gain at L₀,
 so it is guarded as in :mod:`pipelines.eval.verdicts`: for one run (no interval) it is undefined —
 at every length, with no ratio, and the reason in the run's ``no_ratio`` tag and table — unless the
-gain at L₀ exceeds 0 and the metric's minimum effect (:func:`~pipelines.eval.verdicts.point_guard`).
+gain at L₀ exceeds 0 and the metric's minimum effect (:func:`~pipelines.eval.statistics.point_guard`).
 The ratio is reported as L and as L / train length. A relative rule (every length within
 ``tolerance`` of the metric at the training length, in the bad direction only) is an option
 (``tolerance_ratio``).
@@ -59,8 +59,7 @@ from datamodules.progress import progress
 from pipelines.eval.block_sums import block_sums
 from pipelines.eval.lengths import extrapolation_ratio, resolve_lengths
 from pipelines.eval.splits import SPLIT_WORDS, check_split, split_loaders, with_lengths
-from pipelines.eval.statistics import retained_gain, retained_ratio
-from pipelines.eval.verdicts import point_guard
+from pipelines.eval.statistics import point_guard, retained_gain, retained_ratio
 from pipelines.tasks.base import TaskAdapter
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, build_encoding
 
@@ -132,7 +131,7 @@ class Extrapolation:
     def retained(self, variant: str = TRAINED) -> dict[int, float | None]:
         """Retained gain per length (``None`` where the length is undefined, and at every length
         when :meth:`verdict` gives a reason: no trivial baseline, or a gain at the training length
-        that does not clear the guard of :func:`pipelines.eval.verdicts.point_guard`)."""
+        that does not clear the guard of :func:`pipelines.eval.statistics.point_guard`)."""
         values = self.by_length(variant)
         at_train = values.get(self.train_length)
         out: dict[int, float | None] = dict.fromkeys(values)

@@ -11,15 +11,18 @@ from posenc import PosencError
 DEFAULT_FACTORS = (1, 2, 4, 8, 16)
 
 
+def _increasing(values: Sequence[float], what: str, cast: type) -> list:
+    """``values`` cast to ``cast``, or :class:`PosencError` unless positive and strictly increasing."""
+    out = [cast(v) for v in values]
+    if not out or out[0] <= 0 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
+        raise PosencError(f"extrapolation {what} must be a non-empty, strictly increasing list of "
+                          f"positive numbers, got {list(values)}")
+    return out
+
+
 def check_lengths(lengths: Sequence[int], what: str = "lengths") -> list[int]:
     """``lengths`` as a list of ints, or :class:`PosencError` unless positive and strictly increasing."""
-    out = [int(n) for n in lengths]
-    if not out or out[0] < 1 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise PosencError(
-            f"extrapolation {what} must be a non-empty, strictly increasing list of "
-            f"positive numbers, got {list(lengths)}"
-        )
-    return out
+    return _increasing(lengths, what, int)
 
 
 def within(value: float, reference: float, higher_is_better: bool, tolerance: float) -> bool:
@@ -63,10 +66,5 @@ def resolve_lengths(
 
 
 def check_factors(factors: Sequence[float]) -> list[float]:
-    out = [float(f) for f in factors]
-    if not out or out[0] <= 0 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise PosencError(
-            f"extrapolation factors must be a non-empty, strictly increasing list of "
-            f"positive numbers, got {list(factors)}"
-        )
-    return out
+    """``factors`` as a list of floats, or :class:`PosencError` unless positive and strictly increasing."""
+    return _increasing(factors, "factors", float)

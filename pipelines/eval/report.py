@@ -155,15 +155,14 @@ def binned(curve: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
 
 def figure(result: Extrapolation, bins: int = 64):
     """Metric vs length (one line per variant), the per-position curves of the scheme as trained
-    (one line per length) and, for RoPE-family schemes, every variant at the longest length."""
-    import matplotlib  # optional: matplotlib, figures only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
+    (one line per length) and, for RoPE-family schemes, every variant at the longest length (a
+    matplotlib ``Figure``: no pyplot state, the caller's backend untouched)."""
+    from matplotlib.figure import Figure  # optional: matplotlib, figures only
 
     variants = result.variants
     n_panels = 3 if len(variants) > 1 else 2
-    fig, axes = plt.subplots(1, n_panels, figsize=(5.2 * n_panels, 4.0))
+    fig = Figure(figsize=(5.2 * n_panels, 4.0))
+    axes = fig.subplots(1, n_panels)
     ax = axes[0]
     for i, variant in enumerate(variants):
         values = result.by_length(variant)
@@ -215,15 +214,11 @@ def figures_on() -> bool:
 def save_all(result: Extrapolation, folder: Path) -> list[Path]:
     """Write the tables and ``extrapolation.png`` (unless :func:`figures_on` says not) into ``folder``;
     returns the files."""
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
-
     files = write_tables(result, folder)
     if not figures_on():
         return files
-    fig = figure(result)
     png = folder / "extrapolation.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    figure(result).savefig(png, dpi=110)
     return [*files, png]
 
 

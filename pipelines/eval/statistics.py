@@ -1,5 +1,6 @@
-"""Statistics for comparisons across seeds: means with Student-t intervals, paired differences, calls,
-and retained gain — the extrapolation measure that means the same on every task.
+"""Statistics for comparisons across seeds: means with Student-t intervals, paired differences, and
+retained gain — the extrapolation measure that means the same on every task — with its guard. The
+calls made on them (Holm, the seed × block bootstrap, power) are :mod:`pipelines.eval.verdicts`'.
 
 Seeds are the unit of replication: one number per seed (a trained model's metric at one length).
 Schemes compared with the same seeds are *paired* (same data order and initialisation seed), so a
@@ -24,7 +25,9 @@ from typing import Union
 import numpy as np
 
 LEVEL = 0.95
-SYMBOLS = {1: "▲", -1: "▼", 0: "·"}  # better than the reference / worse / not called
+#: smallest gain over the trivial baseline at L₀ worth extrapolating, in the metric's own units
+MIN_EFFECT: dict[str, float] = {"bits_per_base": 0.01, "acc": 0.01, "auroc": 0.01}
+MIN_RELATIVE_EFFECT = 0.01  # other metrics (e.g. MSE): 1 % of the trivial baseline's value
 #: one trivial-baseline value for every seed, or one per seed (when the test data depend on the seed)
 Baseline = Union[float, Sequence[float]]  # noqa: UP007 - a runtime alias
 
@@ -94,62 +97,6 @@ def paired_difference(values: Sequence[float], reference: Sequence[float], level
     return estimate(a - b, level)
 
 
-def call(difference: Estimate, higher_is_better: bool) -> int:
-    """+1 if the difference (scheme − reference) is called *better*, −1 *worse*, 0 not called
-    (its interval includes 0, or there are fewer than two pairs). Read from the interval's side of 0."""
-    return sign_of(difference.lo, difference.hi, higher_is_better)
-
-
-def sign_of(lo: float, hi: float, higher_is_better: bool) -> int:
-    """+1 if the interval [lo, hi] of a difference lies on the *better* side of 0, −1 on the worse
-    side, 0 if it holds 0 (or is NaN)."""
-    if lo > 0:
-        return 1 if higher_is_better else -1
-    if hi < 0:
-        return -1 if higher_is_better else 1
-    return 0
-
-
-def t_p_value(e: Estimate) -> float:
-    """Two-sided one-sample t-test p-value of "the mean is 0" for the values behind ``e`` (NaN for
-    one value; 0 when every value is the same non-zero number, 1 when all are 0)."""
-    from scipy import stats  # optional: scipy
-
-    if e.n < 2 or not math.isfinite(e.mean):
-        return math.nan
-    if e.std == 0:
-        return 1.0 if e.mean == 0 else 0.0
-    t = e.mean / (e.std / math.sqrt(e.n))
-    return float(2.0 * stats.t.sf(abs(t), e.n - 1))
-
-
-def t_interval(e: Estimate, level: float) -> tuple[float, float]:
-    """The Student-t interval of the values behind ``e`` at another ``level`` (NaN for one value)."""
-    from scipy import stats  # optional: scipy
-
-    if e.n < 2:
-        return math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + level / 2, e.n - 1)) * e.std / math.sqrt(e.n)
-    return e.mean - half, e.mean + half
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values, in the input order: sorted ascending, the i-th smallest
-    (0-based) becomes max over j ≤ i of min(1, (m − j)·p₍ⱼ₎). A hypothesis is rejected at family-wise
-    level α exactly when its adjusted p-value is < α. NaN p-values (comparisons not made) stay NaN and
-    do not count in m."""
-    p = np.asarray(p_values, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    tested = np.flatnonzero(np.isfinite(p))
-    m = tested.size
-    if m == 0:
-        return out.tolist()
-    order = tested[np.argsort(p[tested], kind="stable")]
-    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
-    out[order] = np.maximum.accumulate(scaled)
-    return out.tolist()
-
-
 def retained_gain(metric: float, at_train: float, baseline: float, higher_is_better: bool) -> float:
     """(b − m(L)) / (b − m(L₀)) (sign flipped for higher-is-better); NaN when there is no gain at L₀."""
     sign = 1.0 if higher_is_better else -1.0
@@ -157,6 +104,25 @@ def retained_gain(metric: float, at_train: float, baseline: float, higher_is_bet
     if not gain0 > 0:
         return math.nan
     return sign * (metric - baseline) / gain0
+
+
+def min_effect(metric: str, trivial: float) -> float:
+    """Smallest gain at L₀ for which retained gain is defined: :data:`MIN_EFFECT` of the metric, else
+    :data:`MIN_RELATIVE_EFFECT` × |trivial baseline|."""
+    return MIN_EFFECT.get(metric, MIN_RELATIVE_EFFECT * abs(trivial))
+
+
+def point_guard(gain_at_train: float, metric: str, trivial: float) -> str:
+    """Why one run's retained gain is undefined for this gain at L₀ (one value, no interval): it
+    must exceed 0 and :func:`min_effect` (``""``: it is defined). Over seeds, the lower bound of the
+    gain's interval must (:func:`pipelines.eval.verdicts.guard`)."""
+    floor = min_effect(metric, trivial)
+    if not math.isfinite(gain_at_train):
+        return "no gain at L₀ (the metric or the trivial baseline is undefined there)"
+    if gain_at_train <= 0 or gain_at_train <= floor:
+        return (f"gain over the trivial baseline at L₀ {gain_at_train:+.4g} ≤ max(0, minimum effect "
+                f"{floor:.3g}) (one run: no interval)")
+    return ""
 
 
 def gain_over(at_train: Sequence[float], baseline: Baseline, higher_is_better: bool,

@@ -21,28 +21,78 @@ arithmetic (numpy/scipy) on arrays; the claims (:mod:`pipelines.studies.claims`)
   beat the position-free control by a declared margin, or the primary's interval is wider than declared.
 * **Retained gain** (:func:`retained`): the ratio of mean gains over the trivial baseline,
   gain(L) / gain(L₀), with a paired bootstrap interval; defined only when the gain at L₀ has its
-  lower 95 % bound above 0 and above :func:`min_effect`, otherwise undefined (with the reason).
+  lower 95 % bound above 0 and above :func:`~pipelines.eval.statistics.min_effect`, otherwise
+  undefined (with the reason).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
 from pipelines.eval.bootstrap import N_BOOT, Arm, Resampler, p_value, percentile_interval
-from pipelines.eval.statistics import LEVEL, Estimate, estimate, holm, sign_of, t_interval, t_p_value
+from pipelines.eval.statistics import LEVEL, Estimate, estimate, min_effect
 
 ALPHA = 1.0 - LEVEL  # family-wise error rate of one experiment's calls
 POWER_MIN = 10.0  # gain at L₀ / half-width of its interval make compare needs before judging
-#: smallest gain over the trivial baseline at L₀ worth extrapolating, in the metric's own units
-MIN_EFFECT: dict[str, float] = {"bits_per_base": 0.01, "acc": 0.01, "auroc": 0.01}
-MIN_RELATIVE_EFFECT = 0.01  # other metrics (e.g. MSE): 1 % of the trivial baseline's value
 
 
+# ----------------------------------------------------------------------------- Student t and Holm
+def sign_of(lo: float, hi: float, higher_is_better: bool) -> int:
+    """+1 if the interval [lo, hi] of a difference lies on the *better* side of 0, −1 on the worse
+    side, 0 if it holds 0 (or is NaN)."""
+    if lo > 0:
+        return 1 if higher_is_better else -1
+    if hi < 0:
+        return -1 if higher_is_better else 1
+    return 0
+
+
+def t_p_value(e: Estimate) -> float:
+    """Two-sided one-sample t-test p-value of "the mean is 0" for the values behind ``e`` (NaN for
+    one value; 0 when every value is the same non-zero number, 1 when all are 0)."""
+    from scipy import stats  # optional: scipy
+
+    if e.n < 2 or not math.isfinite(e.mean):
+        return math.nan
+    if e.std == 0:
+        return 1.0 if e.mean == 0 else 0.0
+    t = e.mean / (e.std / math.sqrt(e.n))
+    return float(2.0 * stats.t.sf(abs(t), e.n - 1))
+
+
+def t_interval(e: Estimate, level: float) -> tuple[float, float]:
+    """The Student-t interval of the values behind ``e`` at another ``level`` (NaN for one value)."""
+    from scipy import stats  # optional: scipy
+
+    if e.n < 2:
+        return math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2, e.n - 1)) * e.std / math.sqrt(e.n)
+    return e.mean - half, e.mean + half
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values, in the input order: sorted ascending, the i-th smallest
+    (0-based) becomes max over j ≤ i of min(1, (m − j)·p₍ⱼ₎). A hypothesis is rejected at family-wise
+    level α exactly when its adjusted p-value is < α. NaN p-values (comparisons not made) stay NaN and
+    do not count in m."""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    tested = np.flatnonzero(np.isfinite(p))
+    m = tested.size
+    if m == 0:
+        return out.tolist()
+    order = tested[np.argsort(p[tested], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out.tolist()
+
+
+# ----------------------------------------------------------------------------- the seed × block bootstrap
 @lru_cache(maxsize=32)
 def resampler(n_seeds: int, n_blocks: int, n_boot: int = N_BOOT) -> Resampler:
     """The shared draws for arms of ``n_seeds`` × ``n_blocks`` (the same draws for every arm: paired)."""
@@ -171,12 +221,6 @@ def power(gain_at_train: PairedStat, level: float = LEVEL) -> float:
 
 
 # ----------------------------------------------------------------------------- retained gain
-def min_effect(metric: str, trivial: float) -> float:
-    """Smallest gain at L₀ for which retained gain is defined: :data:`MIN_EFFECT` of the metric, else
-    :data:`MIN_RELATIVE_EFFECT` × |trivial baseline|."""
-    return MIN_EFFECT.get(metric, MIN_RELATIVE_EFFECT * abs(trivial))
-
-
 @dataclass
 class Retained:
     """Retained gain at one length: ratio of mean gains and its bootstrap interval, or why undefined."""
@@ -193,7 +237,8 @@ class Retained:
 
 
 def guard(gain_at_train: PairedStat, metric: str, trivial: float, level: float = LEVEL) -> str:
-    """Why retained gain is undefined for this gain at L₀ (``""``: it is defined)."""
+    """Why retained gain is undefined for this gain at L₀ (``""``: it is defined); one run's
+    version, without an interval, is :func:`~pipelines.eval.statistics.point_guard`."""
     lo, _ = gain_at_train.interval(level)
     floor = min_effect(metric, trivial)
     if not math.isfinite(lo):
@@ -201,18 +246,6 @@ def guard(gain_at_train: PairedStat, metric: str, trivial: float, level: float =
     if lo <= 0 or lo <= floor:
         return (f"gain over the trivial baseline at L₀ {gain_at_train.mean:+.4g} has its lower "
                 f"{level:.0%} bound {lo:.3g} ≤ max(0, minimum effect {floor:.3g})")
-    return ""
-
-
-def point_guard(gain_at_train: float, metric: str, trivial: float) -> str:
-    """:func:`guard` for one run (one value, no interval): why retained gain is undefined for this
-    gain at L₀ — it must exceed 0 and :func:`min_effect` (``""``: it is defined)."""
-    floor = min_effect(metric, trivial)
-    if not math.isfinite(gain_at_train):
-        return "no gain at L₀ (the metric or the trivial baseline is undefined there)"
-    if gain_at_train <= 0 or gain_at_train <= floor:
-        return (f"gain over the trivial baseline at L₀ {gain_at_train:+.4g} ≤ max(0, minimum effect "
-                f"{floor:.3g}) (one run: no interval)")
     return ""
 
 

@@ -6,8 +6,8 @@ to a temporary file beside it and renamed into place at the end.
   and hard links), and an existing file is replaced only with ``--overwrite``. A symlinked output is
   followed: the file it points to is replaced and the link stays.
 * :func:`atomic_output`: a new file gets the umask's mode, a replaced one keeps its own; an error,
-  Ctrl-C or SIGTERM (:func:`terminate_on_sigterm`) removes the temporary file, so nothing
-  half-written is ever left.
+  Ctrl-C or SIGTERM (the command runs under :func:`pipelines.tracking.failure.stop_on_sigterm`)
+  removes the temporary file, so nothing half-written is ever left.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import gzip
 import os
 import secrets
-import signal
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -101,22 +100,3 @@ def atomic_output(path: Path, overwrite: bool = False) -> Iterator[IO[str]]:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
         raise
-
-
-@contextmanager
-def terminate_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises ``SystemExit(143)`` in the main thread while the block runs (so the ``finally``
-    clauses and :func:`atomic_output` clean up, as on Ctrl-C); the previous handler is restored."""
-
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    try:
-        before = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)

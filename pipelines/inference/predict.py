@@ -33,9 +33,10 @@ from datamodules.dna.fasta import EncodeReport, iter_records
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure
 from pipelines.inference.loading import load_model
-from pipelines.inference.outputs import atomic_output, check_output, terminate_on_sigterm
+from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
 from pipelines.tasks.dna_predict import label_intervals
+from pipelines.tracking.failure import stop_on_sigterm
 from posenc import PosencError
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
 
-        with terminate_on_sigterm():
+        with stop_on_sigterm():
             out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
             model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
             run = predict_table if model.predict_input == "table" else predict_dna

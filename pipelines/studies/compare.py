@@ -244,15 +244,11 @@ def reuse_or_train(args: argparse.Namespace, layers: list[Path], lab: str, seed:
 
 def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:
     """Tables, CSVs and figure into ``out`` and onto the parent run; summary metrics on the parent."""
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
-
     out.mkdir(parents=True, exist_ok=True)
     md = out / "comparison.md"
     md.write_text(markdown(cmp))
     files = [md, *write_csvs(cmp, out)]
-    fig = figure(cmp)
-    fig.savefig(out / "comparison.png", dpi=110)
-    plt.close(fig)
+    figure(cmp).savefig(out / "comparison.png", dpi=110)
     files.append(out / "comparison.png")
     if cmp.info.metric == "bits_per_base":  # the DNA LMs: the extrapolation figure of issue 27
         files.append(whole_window_figure(cmp, out / "whole_windows.png"))

@@ -11,8 +11,8 @@ import numpy as np
 
 from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.report import binned
-from pipelines.eval.statistics import SYMBOLS, Estimate
-from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained, min_effect
+from pipelines.eval.statistics import Estimate, min_effect
+from pipelines.eval.verdicts import POWER_MIN, PairedStat, Retained
 from pipelines.studies.compare_stats import NOPE, Comparison, Row
 from pipelines.studies.tables import md_lines
 from pipelines.tracking.whole_window import length_figure
@@ -45,6 +45,7 @@ def bracket(stat: PairedStat | None, digits: int, level: float | None = None) ->
     return f"{stat.mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
+SYMBOLS = {1: "▲", -1: "▼", 0: "·"}  # a call: better than the reference / worse / not called
 CHAIN_AT = re.compile(r"^markov_best_L(\d+)$")  # the causal DNA LM's chain on the windows of one length
 
 
@@ -59,10 +60,6 @@ def others(cmp: Comparison) -> dict[str, float]:
     trivial = np.mean(list(cmp.trivial.values())) if cmp.trivial else math.nan
     return {k: v for k, v in cmp.baselines.items()
             if not math.isclose(v, trivial, rel_tol=1e-12) and not CHAIN_AT.match(k)}
-
-
-def _table(head: list[str], body: list[list[str]]) -> list[str]:
-    return md_lines(head, body)
 
 
 def _lengths(cmp: Comparison) -> list[str]:
@@ -91,7 +88,7 @@ def markdown(cmp: Comparison) -> str:
     if chain:  # no model: one value per length, the same windows for every seed
         body.append(["best Markov chain (same windows)", "—",
                      *[f"{chain[n]:.{d}f}" if n in chain else "—" for n in info.lengths]])
-    out += _table(["scheme", "seeds", *_lengths(cmp)], body)
+    out += md_lines(["scheme", "seeds", *_lengths(cmp)], body)
     if cmp.trivial or cmp.baselines:
         trivial = np.mean(list(cmp.trivial.values())) if cmp.trivial else None
         parts = ([f"trivial = {info.trivial_name} {trivial:.{d}f}"] if trivial is not None else []) + [
@@ -125,7 +122,7 @@ def differences(cmp: Comparison, d: int, pct: str) -> list[str]:
                 f"p_adj {c.p_adj:.2g}")
 
     body = [[r.label, *[diff(r, n) for n in cmp.info.lengths]] for r in rows]
-    return head + _table(["scheme", *_lengths(cmp)], body)
+    return head + md_lines(["scheme", *_lengths(cmp)], body)
 
 
 def retained(cmp: Comparison, d: int, pct: str) -> list[str]:
@@ -153,7 +150,7 @@ def retained(cmp: Comparison, d: int, pct: str) -> list[str]:
         power = "—" if r.power is None else "∞" if math.isinf(r.power) else f"{r.power:.3g}"
         body.append([r.label, bracket(r.gain, d), power, *gains, ratio_text(r, cmp), *tol])
     lengths = [h for n, h in zip(info.lengths, _lengths(cmp), strict=True) if n != info.train_length]
-    return head + _table(["scheme", "gain at L₀", "power", *lengths, "extrapolation ratio", *extra], body)
+    return head + md_lines(["scheme", "gain at L₀", "power", *lengths, "extrapolation ratio", *extra], body)
 
 
 def retained_cell(row: Row, length: int, digits: int = 4) -> str:
@@ -243,16 +240,15 @@ def wide_row(cmp: Comparison, r: Row) -> list:
 # ----------------------------------------------------------------------------- figure
 def figure(cmp: Comparison):
     """Metric vs length per scheme with its CI band; the RoPE family with its variants; retained
-    gain with its CI band; per-position curves at the longest defined length (mean over seeds)."""
-    import matplotlib  # optional: matplotlib, figures only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
+    gain with its CI band; per-position curves at the longest defined length (mean over seeds). A
+    matplotlib ``Figure``, as the library's figures (:func:`pipelines.eval.report.figure`)."""
+    from matplotlib.figure import Figure  # optional: matplotlib, figures only
 
     info = cmp.info
     trained = [r for r in cmp.rows if r.variant == TRAINED]
     family = {r.scheme for r in cmp.rows if r.variant != TRAINED}
-    fig, axes = plt.subplots(2, 2, figsize=(14, 9.5))
+    fig = Figure(figsize=(14, 9.5))
+    axes = fig.subplots(2, 2)
     ylabel = f"{info.metric} ({'higher' if info.higher_is_better else 'lower'} is better)"
     for ax, rows, title in ((axes[0, 0], trained, "schemes as trained"),
                             (axes[0, 1], [r for r in cmp.rows if r.scheme in family] or trained,

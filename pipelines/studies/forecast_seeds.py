@@ -30,7 +30,7 @@ from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 
 NAMESPACE = "posenc.forecast_seeds"  # the parent's and the children's tags
-BASELINES = ("linear", "linear_ar", "seasonal_naive", "dlinear")
+BASELINES = ("linear", "linear_ar", "seasonal_naive")
 METRICS = ("mse", "mae")
 
 

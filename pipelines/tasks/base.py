@@ -17,7 +17,7 @@ extension points, declared on the class so nothing else in the project names tas
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from typing import Any, ClassVar, Literal
 
@@ -57,15 +57,18 @@ class TaskAdapter:
     splits: tuple[str, ...] = ("test",)
 
     def train_length(self, dm: Any) -> int:
-        raise NotImplementedError
+        """The training length, in :attr:`length_unit` (default: the datamodule's ``seq_len`` tokens)."""
+        return int(dm.seq_len)
 
     def n_positions(self, module: Any, length: int) -> int:
         """Number of positions the model sees for a window of ``length`` (sets RoPE scale factors)."""
         return length
 
     def score(self, module: Any, batch: Any) -> tuple[float, float, Tensor, Tensor]:
-        """(metric numerator, denominator, per-position numerator (P,), per-position count (P,))."""
-        raise NotImplementedError
+        """(metric numerator, denominator, per-position numerator (P,), per-position count (P,));
+        by default :meth:`score_windows` summed over the batch's windows."""
+        per_window, counts, per_pos, pos_counts = self.score_windows(module, batch)
+        return float(per_window.sum()), float(counts.sum()), per_pos, pos_counts
 
     #: whether :meth:`score_windows` gives per-window parts, so that the sweep can sum the metric per
     #: bootstrap block of the test region where the loader's dataset numbers its windows' blocks
@@ -241,6 +244,18 @@ class TaskModule(L.LightningModule):
 def mlflow_loggers(trainer: Any) -> list[MLFlowLogger]:
     """The trainer's MLflow loggers (where a run's tags and artifacts go), on every rank."""
     return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
+
+
+def log_by_length(logger: Any, results: dict[int, dict[str, float]], undefined: Collection[int],
+                  axis: str = "length") -> None:
+    """A test pass's metrics at every test length: ``test/<m>_by_<axis>`` (step = the length: a curve
+    in the MLflow UI) and ``test/<m>_L<n>``, and the lengths whose positions the encoding does not
+    define as the parameter ``extrapolation/undefined_<axis>s``."""
+    for n, values in sorted(results.items()):
+        logger.log_metrics({f"test/{k}_by_{axis}": v for k, v in values.items()}, step=n)
+        logger.log_metrics({f"test/{k}_L{n}": v for k, v in values.items()})
+    if undefined:
+        logger.log_hyperparams({f"extrapolation/undefined_{axis}s": ",".join(map(str, sorted(undefined)))})
 
 
 def baseline_datamodule(trainer: Any, needs: str) -> Any | None:

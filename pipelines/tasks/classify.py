@@ -16,7 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.base import TaskAdapter, baseline_datamodule
-from pipelines.tasks.classify_baselines import fit_baselines, score_lengths
+from pipelines.tasks.classify_baselines import auroc, fit_baselines, score_lengths
 from pipelines.tasks.dna_predict import predict_classify
 from pipelines.tasks.per_length import PerLengthTest, token_positions
 from posenc import PosencError
@@ -32,9 +32,6 @@ class ClassifyAdapter(TaskAdapter):
     length_unit = "tokens (centre crop)"
     position_label = "(no per-position score)"
     trivial_name = "chance"
-
-    def train_length(self, dm: Any) -> int:
-        return int(dm.seq_len)
 
     def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(class probabilities (B, C), labels (B,), empty per-position sums (T,), zero counts (T,))."""
@@ -158,21 +155,15 @@ class KmerBaseline(L.Callback):
         if dm is None:
             return
         from sklearn.linear_model import LogisticRegression  # optional: sklearn baselines
-        from sklearn.metrics import roc_auc_score  # optional: sklearn baselines
 
         x_train, y_train = self.features(dm.sets["train"], dm)
         x_test, y_test = self.features(dm.sets["test"], dm)
         clf = LogisticRegression(max_iter=2000).fit(x_train, y_train)
-        probs = clf.predict_proba(x_test)  # (N, C)
-        acc = float((clf.classes_[probs.argmax(1)] == y_test).mean())
-        if len(np.unique(y_test)) < 2:
-            auroc = float("nan")
-        elif probs.shape[1] == 2:
-            auroc = float(roc_auc_score(y_test, probs[:, 1]))
-        else:
-            auroc = float(roc_auc_score(y_test, probs, multi_class="ovr", average="macro",
-                                        labels=clf.classes_))
-        self.results = {f"baseline/kmer{self.k}_acc": acc, f"baseline/kmer{self.k}_auroc": auroc}
+        probs = np.zeros((len(y_test), dm.num_classes))  # (N, C): a class absent from train scores 0
+        probs[:, clf.classes_] = clf.predict_proba(x_test)
+        acc = float((probs.argmax(1) == y_test).mean())
+        self.results = {f"baseline/kmer{self.k}_acc": acc,
+                        f"baseline/kmer{self.k}_auroc": auroc(y_test, probs)}
         for logger in trainer.loggers:
             logger.log_metrics(self.results)
 

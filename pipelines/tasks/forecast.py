@@ -9,9 +9,9 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.config import as_group
-from pipelines.tasks.base import TaskAdapter, TaskModule
+from pipelines.tasks.base import TaskAdapter, TaskModule, log_by_length
 from pipelines.tasks.distributed import EpochMeans
-from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors, seasonal_naive
+from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive_errors
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
 from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_periods re-exported
     ForecastTokens,
@@ -23,7 +23,6 @@ from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_
 from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
     ForecastReport,
-    log_lookback_metrics,
     log_test_metrics,
     merge_ranks,
     to_original,
@@ -53,17 +52,12 @@ class ForecastAdapter(TaskAdapter):
     def score_windows(self, module: Any, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Squared-error sums and scored targets per window (B,) and per forecast step (H,), in the
         data's units."""
-        pred = module.to_original(module.predict_batch(batch), batch)  # (B, H, C)
-        err = pred - module.to_original(batch["y"], batch)  # (B, H, C)
+        err = to_original(module.predict_batch(batch), batch) - to_original(batch["y"], batch)  # (B, H, C)
         m = batch["y_mask"].to(err.dtype)  # (B, H, C)
         sq = ((err**2) * m).double()  # (B, H, C)
         mm = m.double()  # (B, H, C)
         per_window = sq.sum(dim=(1, 2)).cpu(), mm.sum(dim=(1, 2)).cpu()  # (B,), (B,)
         return (*per_window, sq.sum(dim=(0, 2)).cpu(), mm.sum(dim=(0, 2)).cpu())  # + (H,), (H,)
-
-    def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
-        ws, wc, per_step, count = self.score_windows(module, batch)
-        return float(ws.sum()), float(wc.sum()), per_step, count
 
     def baselines(self, dm: Any, split: str = "test") -> dict[str, float]:
 
@@ -74,11 +68,8 @@ class ForecastAdapter(TaskAdapter):
 
     def trivial_baseline(self, dm: Any, split: str = "test") -> float:
         """MSE of the seasonal-naive forecast on the test windows (period as :class:`ForecastBaselines`)."""
-
         test = dm.windows("test")  # the same forecast windows at every lookback
-        orig = lambda a: a * dm.target_scale + dm.target_loc  # noqa: E731 - scaled → original units
-        naive = seasonal_naive(dm.targets, test["start"], dm.horizon, ForecastBaselines().period(dm))
-        return masked_errors(orig(naive), orig(test["y"]), test["y_mask"])["mse"]
+        return seasonal_naive_errors(dm, test, ForecastBaselines().period(dm))["mse"]
 
 
 class Forecaster(TaskModule):
@@ -213,11 +204,6 @@ class Forecaster(TaskModule):
         """Tokens appended after the lookback's: 1 (``query``), ⌈H/P⌉ (``horizon``), 0 otherwise."""
         return self.head.n_tokens
 
-    @property
-    def query(self) -> Tensor | None:
-        """The learned forecast token(s) (1, M, D), ``None`` for ``last`` / ``mean``."""
-        return self.head.query
-
     def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None,
                 fut: Tensor | None = None) -> Tensor:
         """Forecast (B, H, C) in scaled units from lookback targets ``x`` (B, L, C), covariates
@@ -286,11 +272,6 @@ class Forecaster(TaskModule):
 
     def predict_batch(self, batch: dict[str, Tensor]) -> Tensor:
         return self(batch["x"], batch["cov"], batch["pos"], batch.get("fut"))
-
-    @staticmethod
-    def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        """Scaled (B, T, C) → the data's original units (see :func:`to_original`)."""
-        return to_original(values, batch)
 
     def _loss(self, pred: Tensor, y: Tensor, mask: Tensor) -> Tensor:
         err = (pred - y).abs() if self.loss_kind == "mae" else (pred - y) ** 2
@@ -373,14 +354,6 @@ class Forecaster(TaskModule):
             self.scaled_errors.add(pred, batch["y"], batch["y_mask"])
         return {"pred": pred_o, "truth": y_o}
 
-    def lookback_results(self) -> dict[int, dict[str, float]]:
-        """``{lookback: {"mse": …, "mae": …}}`` from the last test epoch (undefined lookbacks omitted)."""
-        return {n: {"mse": e.mse, "mae": e.mae} for n, e in self.test_errors.items() if e is not None}
-
-    @property
-    def undefined_lookbacks(self) -> list[int]:
-        return sorted(n for n, e in self.test_errors.items() if e is None)
-
     def on_test_epoch_end(self) -> None:
         self.test_errors, self.scored_starts = merge_ranks(self.test_errors, self.scored_starts)  # DDP
         self.scaled_errors = merge_ranks({0: self.scaled_errors}, [])[0][0]
@@ -388,7 +361,8 @@ class Forecaster(TaskModule):
         if defined:
             log_test_metrics(self, defined[self.main_lookback()], self.scaled_errors)
             if self.logger is not None:
-                log_lookback_metrics(self.logger, self.test_errors)
+                log_by_length(self.logger, {n: {"mse": e.mse, "mae": e.mae} for n, e in defined.items()},
+                              [n for n, e in self.test_errors.items() if e is None], axis="lookback")
 
     def main_lookback(self) -> int:
         """The lookback the headline metrics are at: the training one if scored, else the shortest."""

@@ -11,8 +11,8 @@ What a practitioner would use instead of the Transformer, given the same data:
   (``fut``: calendar features, ``data.future_cols``) when the model gets them — to the whole horizon
   (a direct multi-step linear model).
 - ``linear_ar``: the same ridge from the lookback's targets only (autoregressive).
-- ``dlinear``: :class:`pipelines.tasks.forecast_linear.DLinearBaselines`, this callback plus DLinear
-  (trend/seasonal decomposition + linear) trained by the Forecaster's loop on the same windows.
+  DLinear (:mod:`pipelines.tasks.forecast_linear`) is this function class, an affine map of the
+  lookback's targets, trained by gradient descent; the ridge is its closed-form fit.
 
 Both ridges are fitted on training windows, their penalty chosen on the validation windows (as the
 Forecaster's checkpoint is), and scored on the test windows the Forecaster was scored on.
@@ -120,6 +120,14 @@ def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict
     n = max(m.sum(), 1.0)
     err = pred - truth
     return {"mse": float((err**2 * m).sum() / n), "mae": float((np.abs(err) * m).sum() / n)}
+
+
+def seasonal_naive_errors(dm, test: dict, period: int) -> dict[str, float]:
+    """MSE and MAE, in the data's units, of the seasonal-naive forecast at ``period`` steps on ``dm``'s
+    windows ``test`` (``dm.windows(split)``)."""
+    orig = lambda a: a * dm.target_scale + dm.target_loc  # noqa: E731 - scaled → original units
+    naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
+    return masked_errors(orig(naive), orig(test["y"]), test["y_mask"])
 
 
 class ForecastBaselines(L.Callback):
@@ -263,9 +271,7 @@ class ForecastBaselines(L.Callback):
         orig = lambda a: a * scale + loc  # noqa: E731 - scaled → original units
         truth = orig(test["y"])
         period, self.period_from = self.choose_period(dm)
-        naive = seasonal_naive(dm.targets, test["start"], dm.horizon, period)
-        errors = masked_errors(orig(naive), truth, test["y_mask"])
-        results = {f"seasonal_naive_{k}": v for k, v in errors.items()}
+        results = {f"seasonal_naive_{k}": v for k, v in seasonal_naive_errors(dm, test, period).items()}
         same_inputs, known = self.same_inputs(dm, future is not False)
         for name, inputs, fut in (("linear", same_inputs, known), ("linear_ar", dm.targets, None)):
             if name == "linear_ar" and dm.covariates.shape[1] == 0:  # no covariates: the same model
@@ -278,14 +284,9 @@ class ForecastBaselines(L.Callback):
             pred = lin.predict(self._design(dm, inputs, fut, test["start"]))  # (n, H, C)
             errors = masked_errors(orig(pred), truth, test["y_mask"])
             results.update({f"{name}_{k}": v for k, v in errors.items()})
-        results.update(self.extra(dm, test, orig, truth))
         results["season_period"] = float(period)
         results["n_windows"] = float(len(test["start"]))
         return results
-
-    def extra(self, dm, test: dict, orig, truth: np.ndarray) -> dict[str, float]:
-        """More baselines on the same ``test`` windows (subclasses); ``orig`` maps scaled values back."""
-        return {}
 
     def describe_period(self, dm, period: int, how: str) -> str:
         """``seasonal naive: period 24 steps = 1d (daily cycle of 1h data)``."""

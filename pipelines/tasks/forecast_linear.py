@@ -1,9 +1,17 @@
-"""DLinear: the linear forecaster a practitioner would try first, trained by the Forecaster's loop."""
+"""DLinear: the linear forecaster a practitioner would try first, trained by the Forecaster's loop.
+
+It is a model of its own (``model.class_path: pipelines.tasks.forecast_linear.DLinearForecaster``),
+trained as an ordinary run, and not also a baseline trained beside every Forecaster run: without
+RevIN, both of its layers and the moving average are linear in the lookback, so a DLinear is one
+affine map of a channel's lookback to its horizon, and every such map is a DLinear (both layers
+given its weights). The ridge ``baseline/linear_ar`` (:mod:`pipelines.tasks.forecast_baselines`),
+logged beside every run, fits that function class in closed form on the same windows (for several
+target channels, a class that holds DLinear's channel-shared maps), its penalty chosen on the
+validation windows.
+"""
 
 from __future__ import annotations
 
-import logging
-import tempfile
 from dataclasses import replace
 from typing import Any
 
@@ -12,11 +20,8 @@ from torch import Tensor, nn
 
 from datamodules.config import as_group
 from pipelines.tasks.forecast import Forecaster
-from pipelines.tasks.forecast_baselines import ForecastBaselines, masked_errors
-from pipelines.tasks.options import ForecastOutput, Optim, SeriesInput
+from pipelines.tasks.options import ForecastOutput, SeriesInput
 from posenc import PosencError, PositionOutOfRange
-
-log = logging.getLogger(__name__)
 
 #: Weights of the zero-block Transformer older DLinear checkpoints carried (built on a dummy backbone).
 _DUMMY_PREFIXES = ("backbone.", "embed.", "head.")
@@ -94,59 +99,3 @@ def _drop_dummy_backbone(state_dict: dict, prefix: str, *args: Any) -> None:
     so those models load and predict as before."""
     for key in [k for k in state_dict if k.startswith(tuple(prefix + p for p in _DUMMY_PREFIXES))]:
         del state_dict[key]
-
-
-def fit_dlinear(dm: Any, epochs: int, seed: int = 0, **hparams: Any) -> DLinearForecaster:
-    """A :class:`DLinearForecaster` trained by the Lightning loop on ``dm``'s training windows
-    (AdamW + warm-up/cosine, ``epochs`` epochs of ``dm``'s sampler), the weights of its best
-    validation epoch kept (as a checkpoint on ``val/loss``); no logger, nothing left on disk.
-    ``hparams`` go to the model (``kernel_size``, ``optim``, …)."""
-
-    import lightning as L  # heavy: lightning
-    from lightning.pytorch.callbacks import ModelCheckpoint  # heavy: lightning
-
-    # Called from a callback while the outer trainer tests (inference mode): training needs autograd back.
-    # The caller's random state (e.g. the Forecaster's) is left as it was.
-    with torch.inference_mode(False), torch.enable_grad(), torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = DLinearForecaster(lookback=dm.lookback, n_targets=dm.n_targets, horizon=dm.horizon,
-                                  patch_len=dm.patch_len, output=ForecastOutput(plot_examples=0), **hparams)
-        with tempfile.TemporaryDirectory() as tmp:
-            best = ModelCheckpoint(dirpath=tmp, monitor="val/loss", mode="min", save_top_k=1)
-            trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, callbacks=[best],
-                                enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp)
-            val = dm.val_dataloader()
-            trainer.fit(model, train_dataloaders=dm.train_dataloader(), val_dataloaders=val or None)
-            if best.best_model_path:
-                state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)
-                model.load_state_dict(state["state_dict"])
-    return model.eval()
-
-
-class DLinearBaselines(ForecastBaselines):
-    """:class:`ForecastBaselines` plus DLinear trained by the Forecaster's loop (:func:`fit_dlinear`,
-    ``epochs`` epochs of the datamodule's sampler, best validation epoch kept), scored on the same
-    test windows and logged as ``baseline/dlinear_{mse,mae}``. Skipped under DDP (rank 0 alone
-    would train it, on its shard of the windows), with a log line.
-
-    Args:
-        epochs: DLinear's training epochs.
-        lr: its peak learning rate.
-        **kwargs: :class:`ForecastBaselines`' arguments.
-    """
-
-    def __init__(self, epochs: int = 3, lr: float = 0.005, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if epochs < 1:
-            raise PosencError(f"DLinearBaselines.epochs must be ≥ 1, got {epochs}")
-        self.epochs, self.lr = int(epochs), float(lr)
-
-    def extra(self, dm: Any, test: dict, orig: Any, truth: Any) -> dict[str, float]:
-        if getattr(getattr(dm, "trainer", None), "world_size", 1) > 1:
-            log.info("DLinear baseline skipped: it is not trained under DDP (run without DDP to get it)")
-            return {}
-        seed = int(getattr(dm, "seed", 0) or 0)
-        model = fit_dlinear(dm, self.epochs, seed=seed, optim=Optim(lr=self.lr))
-        with torch.inference_mode():
-            pred = model(torch.as_tensor(test["x"], dtype=torch.float32)).numpy()  # (n, H, C) scaled
-        return {f"dlinear_{k}": v for k, v in masked_errors(orig(pred), truth, test["y_mask"]).items()}

@@ -2,30 +2,26 @@
 
 The lookback is the length question for forecasting: a model trained with lookback L is scored on
 the *same* test target windows with lookbacks L, 2L, 4L, 8L (the datamodule's ``eval_lookbacks``).
-Two ways in, one accumulator:
-
-- inside ``trainer.test``: :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
-  :class:`ForecastErrors` per lookback and logs them with :func:`log_lookback_metrics`; its
-  :class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts;
-- without a trainer: :func:`evaluate_lookbacks` (model, datamodule, lookbacks) → ``{lookback:
-  ForecastErrors | None}``, ``None`` where the scheme is undefined at that length (e.g. a learned
-  table shorter than the lookback). The extrapolation harness calls this.
+Inside ``trainer.test``, :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
+:class:`ForecastErrors` per lookback (``None`` where the scheme is undefined at that length, e.g. a
+learned table shorter than the lookback) and logs them as every task logs its test lengths
+(:func:`~pipelines.tasks.base.log_by_length`); its
+:class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts. Without
+a trainer, the length sweep (:func:`pipelines.eval.extrapolation.evaluate`, through
+:class:`~pipelines.tasks.forecast.ForecastAdapter`) scores the same windows at every lookback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from pipelines.tasks.base import mlflow_loggers
-from pipelines.tasks.distributed import gather, world_size
+from pipelines.tasks.distributed import gather, sum_tables, union, world_size
 from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive
-from posenc import PosencError, PositionOutOfRange
 
 
 @dataclass
@@ -68,82 +64,21 @@ def merge_ranks(errors: dict[int, ForecastErrors | None],
     """Every DDP rank's test errors summed per lookback (undefined on one rank: undefined) and the
     scored window starts of every rank, in rank order (= loader order: ranks hold contiguous
     blocks). A single process gets its own back."""
-
     if world_size() == 1:
         return errors, starts
-    mine = {n: None if e is None else (e.horizon, e.se, e.ae, e.n) for n, e in errors.items()}
-    merged: dict[int, ForecastErrors | None] = {}
-    for part in gather(mine):  # rank order: the same float64 sums on every rank
-        for n, e in part.items():
-            if e is None or (n in merged and merged[n] is None):
-                merged[n] = None
-                continue
-            acc = merged.setdefault(n, ForecastErrors(e[0]))
-            acc.se, acc.ae, acc.n = acc.se + e[1], acc.ae + e[2], acc.n + e[3]
+    undefined = union({n for n, e in errors.items() if e is None})
+    sums = sum_tables({n: [*e.se, *e.ae, *e.n] for n, e in errors.items() if e is not None})
+    merged: dict[int, ForecastErrors | None] = dict.fromkeys(undefined)
+    for n, values in sums.items():
+        if n not in undefined:
+            merged[n] = acc = ForecastErrors(len(values) // 3)
+            acc.se, acc.ae, acc.n = np.split(np.asarray(values), 3)
     return merged, [s for part in gather(list(starts)) for s in part]
 
 
 def to_original(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
     """Scaled (B, T, C) → the data's original units with the batch's training-split scaler."""
     return values * batch["scale"][:, None, :] + batch["loc"][:, None, :]
-
-
-@torch.no_grad()
-def evaluate_lookbacks(
-    model, datamodule, lookbacks: Sequence[int] | None = None, split: str = "test"
-) -> dict[int, ForecastErrors | None]:
-    """Score ``model`` on the target windows of ``split`` at every lookback, on the original scale.
-
-    The windows (their first target rows) are the same at every lookback, so the errors are
-    comparable; only the length of the input changes.
-
-    Args:
-        model: a :class:`~pipelines.tasks.forecast.Forecaster` (anything with ``predict_batch``).
-        datamodule: a :class:`~datamodules.timeseries.datamodule.TimeSeriesDataModule`.
-        lookbacks: lookbacks in steps (default: ``datamodule.eval_lookbacks``, i.e. L, 2L, 4L, 8L).
-        split: ``test`` or ``val``.
-
-    Returns:
-        ``{lookback: ForecastErrors}``, with ``None`` for a lookback the encoding cannot represent
-        (it raised :class:`posenc.PositionOutOfRange`).
-    """
-    lookbacks = list(lookbacks or datamodule.eval_lookbacks)
-    room = int(datamodule.starts[split].min()) if len(datamodule.starts[split]) else 0
-    too_long = [n for n in lookbacks if n > room]
-    if too_long:
-        raise PosencError(f"lookbacks {too_long} reach before the start of the series for the {split} "
-                          f"windows (at most {room}); list them in data.eval_lookbacks")
-    was_training = model.training
-    model.eval()
-    out: dict[int, ForecastErrors | None] = {}
-    try:
-        for n in lookbacks:
-            errors = ForecastErrors(datamodule.horizon)
-            try:
-                for batch in datamodule.eval_dataloader(split, n):
-                    batch = {k: v.to(model.device) for k, v in batch.items()}
-                    pred = model.predict_batch(batch)
-                    errors.add(to_original(pred, batch), to_original(batch["y"], batch), batch["y_mask"])
-            except PositionOutOfRange:
-                errors = None
-            out[n] = errors
-    finally:
-        model.train(was_training)
-    return out
-
-
-def log_lookback_metrics(logger, results: dict[int, ForecastErrors | None], prefix: str = "test") -> None:
-    """Log ``{prefix}/mse_by_lookback`` and ``mae_by_lookback`` with step = lookback (a curve in the
-    MLflow UI), plus ``{prefix}/mse_L{n}`` per lookback; undefined lookbacks as a run parameter."""
-    for n, err in sorted(results.items()):
-        if err is None:
-            continue
-        by_lookback = {f"{prefix}/mse_by_lookback": err.mse, f"{prefix}/mae_by_lookback": err.mae}
-        logger.log_metrics(by_lookback, step=n)
-        logger.log_metrics({f"{prefix}/mse_L{n}": err.mse, f"{prefix}/mae_L{n}": err.mae})
-    undefined = [n for n, err in sorted(results.items()) if err is None]
-    if undefined:
-        logger.log_hyperparams({"extrapolation/undefined_lookbacks": ",".join(map(str, undefined))})
 
 
 #: what the forecaster's metric keys measure (logged as the MLflow tag ``metrics/units``)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from pipelines.tasks.base import TaskAdapter, positions
+from pipelines.tasks.base import TaskAdapter, log_by_length, positions
 from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna import DNATask
 from pipelines.tasks.dna_predict import predict_lm
@@ -32,19 +32,12 @@ class LMAdapter(TaskAdapter):
     position_label = "position in window (bits/base of the next base)"
     splits = ("test", "val")  # genome datamodules: eval_dataloader("val", n); baselines on region_codes
 
-    def train_length(self, dm: Any) -> int:
-        return int(dm.seq_len)
-
     scores_windows = True  # bits add up over windows: the sweep sums them per block of the split
-
-    def score(self, module: Any, batch: Any) -> tuple[float, float, Tensor, Tensor]:
-        """Whole windows: every prediction sees all the tokens before it (never sliding chunks)."""
-        bits, count, per_pos, pos_count = self.score_windows(module, batch)
-        return float(bits.sum()), float(count.sum()), per_pos, pos_count
 
     def score_windows(self, module: Any, batch: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Bits (B,) and scored targets (B,) per window (float64; targets equal to the pad token are
-        not scored), and per position (T,), of whole windows (B, T + 1)."""
+        not scored), and per position (T,), of whole windows (B, T + 1): every prediction sees all
+        the tokens before it (never sliding chunks)."""
         x, y = batch[:, :-1], batch[:, 1:]  # (B, T) inputs and next-token targets
         logits = module(x, positions(x.shape[1], x.device))  # (B, T, V); explicit positions: one pass
         nll = F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
@@ -264,16 +257,12 @@ class DNALanguageModel(DNATask):
         results = self.length_results()
         if not results or self.logger is None:
             return
-        metrics = {"test/bits_per_base": results[min(results)]}
-        for length, bpb in sorted(results.items()):
-            self.logger.log_metrics({"test/bits_per_base_by_length": bpb}, step=length)
-            metrics[f"test/bits_per_base_whole_L{length}"] = metrics[f"test/bits_per_base_L{length}"] = bpb
+        log_by_length(self.logger, {n: {"bits_per_base": v} for n, v in results.items()}, self._undefined)
+        metrics = {"test/bits_per_base": results[min(results)],
+                   **{f"test/bits_per_base_whole_L{n}": v for n, v in results.items()}}
         if self.context is not None:  # sliding inference configured or chosen: labelled as such
             metrics.update({f"test/bits_per_base_sliding_L{n}": v for n, v in self.sliding_results().items()})
         self.logger.log_metrics(metrics)
-        if self._undefined and hasattr(self.logger, "experiment"):
-            undefined = ",".join(str(n) for n in sorted(self._undefined))
-            self.logger.log_hyperparams({"extrapolation/undefined_lengths": undefined})
 
     def length_results(self) -> dict[int, float]:
         """Whole-window bits/base per test length from the last test epoch (undefined lengths omitted)."""

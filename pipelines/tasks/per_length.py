@@ -17,6 +17,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.aggregation import MeanMetric
 
+from pipelines.tasks.base import log_by_length
 from pipelines.tasks.distributed import EpochMeans, union
 from pipelines.tasks.dna import DNATask
 from posenc import PositionOutOfRange
@@ -88,13 +89,7 @@ class PerLengthTest(DNATask):
         if not self._results or self.logger is None:
             return
         self.logger.log_metrics({f"test/{k}": v for k, v in self._results[min(self._results)].items()})
-        for length, values in self._results.items():
-            for key, value in values.items():
-                self.logger.log_metrics({f"test/{key}_by_length": value}, step=length)
-                self.logger.log_metrics({f"test/{key}_L{length}": value})
-        if self._undefined and hasattr(self.logger, "experiment"):
-            undefined = ",".join(str(n) for n in sorted(self._undefined))
-            self.logger.log_hyperparams({"extrapolation/undefined_lengths": undefined})
+        log_by_length(self.logger, self._results, self._undefined)
 
     def length_results(self) -> dict[int, dict[str, float]]:
         """``{length: {metric: value}}`` from the last test epoch (undefined lengths omitted)."""

@@ -28,9 +28,6 @@ class SegmentAdapter(TaskAdapter):
     position_label = "position in window (accuracy)"
     trivial_name = "majority class"  # the train region's most frequent label
 
-    def train_length(self, dm: Any) -> int:
-        return int(dm.seq_len)
-
     def score(self, module: Any, batch: dict[str, Tensor]) -> tuple[float, float, Tensor, Tensor]:
         tokens, labels = batch["tokens"], batch["labels"]  # (B, T) each
         pred = module(tokens).argmax(-1)  # (B, T)

@@ -45,7 +45,9 @@ from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
 from datamodules.scrub import scrub_value
 from pipelines.tasks.base import mlflow_loggers
+from pipelines.tracking.failure import set_status_when_free
 from pipelines.tracking.runlock import acquire, hold
+from pipelines.tracking.store import mlflow_logger_args
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
@@ -109,15 +111,11 @@ def previous_run(run_dir: Path, tracking_uri: str | None) -> tuple[str | None, P
         print(f"MLflow run {run_id} FAILED: it is not resumed (its failure stays in the history); "
               "starting a new run", file=sys.stderr)
     elif status == "RUNNING":
-        _set_status(run_id, tracking_uri, "KILLED")
+        from mlflow.tracking import MlflowClient  # heavy: mlflow, loaded only when tracking
+
+        set_status_when_free(MlflowClient(tracking_uri), run_id, "KILLED")
     clear(run_dir)
     return None, None
-
-
-def _set_status(run_id: str, tracking_uri: str | None, status: str) -> None:
-    from mlflow.tracking import MlflowClient  # heavy: mlflow, loaded only when tracking
-
-    MlflowClient(tracking_uri).set_terminated(run_id, status)
 
 
 def _run_status(run_id: str, tracking_uri: str | None) -> str | None:
@@ -329,20 +327,18 @@ def prepare(parser: Any, cfg: Any) -> Path:
     """
     text = parser.dump(cfg, skip_none=False, skip_validation=True)
     run_dir = run_dir_for(text, cfg.trainer.get("default_root_dir") or "outputs")
-    logger = cfg.trainer.get("logger")
-    mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
-    uri = logger.init_args.get("tracking_uri") if mlflow else None
+    mlflow = mlflow_logger_args(cfg)
     handed = handed_down(run_dir)
     if handed is not None:  # a rank Lightning launched: follow the launching process's decision
         run_id, ckpt = handed
     else:
         if os.environ.get("RANK", "0") == "0":  # torchrun/SLURM: rank 0 holds the lock for all
             hold(acquire(run_dir, bool(cfg.get("take_over_lock", False))))
-        run_id, ckpt = previous_run(run_dir, uri) if mlflow else (None, None)
+        run_id, ckpt = (None, None) if mlflow is None else previous_run(run_dir, mlflow.get("tracking_uri"))
         hand_down(run_dir, run_id, ckpt)
     if run_id is None:
         return run_dir
-    logger.init_args.run_id = run_id
+    mlflow.run_id = run_id
     if ckpt is not None and not cfg.get("ckpt_path"):
         cfg.ckpt_path = str(ckpt)
     if handed is None:

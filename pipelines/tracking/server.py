@@ -26,6 +26,7 @@ import stat
 import sys
 from pathlib import Path
 
+from datamodules.scrub import scrub_text
 from posenc import PosencError
 
 ADMIN_USER, ADMIN_PASSWORD = "MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"
@@ -137,8 +138,7 @@ def plan(args: argparse.Namespace, environ: dict[str, str]) -> tuple[list[str], 
         env.update(auth_environment(Path(args.auth_dir), user, password, environ))
         argv += ["--app-name", "basic-auth"]
         login = f"basic auth, admin {user!r}"
-    from pipelines.tracking.store import scrub_config  # lazy: after the checks; it imports Lightning
-    summary = (f"MLflow server on http://{args.host}:{args.port} ({login}); store {scrub_config(uri)}"
+    summary = (f"MLflow server on http://{args.host}:{args.port} ({login}); store {scrub_text(uri)}"
                + (f"; Host headers: {', '.join(args.name)}" if args.name else ""))
     return argv, env, summary
 

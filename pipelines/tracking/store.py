@@ -39,6 +39,14 @@ def mlflow_logger_defaults(experiment: str = "posenc") -> dict[str, Any]:
     }
 
 
+def mlflow_logger_args(cfg: Any) -> Any | None:
+    """The ``init_args`` of a parsed config's trainer logger when it is an ``MLFlowLogger`` (``None``:
+    the run logs elsewhere, or nowhere)."""
+    logger = (cfg.get("trainer") or {}).get("logger")
+    mlflow = hasattr(logger, "init_args") and "MLFlowLogger" in str(logger.class_path)
+    return logger.init_args if mlflow else None
+
+
 class LogConfigToMLflow(SaveConfigCallback):
     """Log the resolved config to the MLflow run as ``config.yaml`` (the default saver writes to
     ``trainer.log_dir``, which is None with a sqlite store), scrubbed like the run's tags."""
@@ -53,7 +61,7 @@ class LogConfigToMLflow(SaveConfigCallback):
         from pipelines.tasks.base import mlflow_loggers  # lazy: the store module stays light (server checks)
 
         # the parsed config (validated when it was parsed: the same text, without a second validation)
-        text = scrub_config(self.parser.dump(self.config, skip_none=False, skip_validation=True))
+        text = scrub_text(self.parser.dump(self.config, skip_none=False, skip_validation=True))
         for logger in mlflow_loggers(trainer):
             mark_training(logger.experiment, logger.experiment_id)
             logger.experiment.log_text(logger.run_id, text, "config.yaml")
@@ -82,11 +90,6 @@ def new_store_lock(uri: str | None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def scrub_config(text: str) -> str:
-    """A config safe to log (see :func:`datamodules.scrub.scrub_text`)."""
-    return scrub_text(text)
 
 
 def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test/", "baseline/"),

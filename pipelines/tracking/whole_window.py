@@ -80,13 +80,12 @@ def format_lengths(table: LengthTable) -> str:
 def length_figure(curves: Curves, chain: dict[int, float], train_length: int, title: str, path: Path) -> Path:
     """Bits/base against whole-window length (log₂ x axis): one line per scheme of ``curves`` with
     its band (where lower < upper), ``chain`` dashed, L₀ dotted; written to ``path`` (PNG)."""
-    import matplotlib  # optional: matplotlib, figures only
+    from matplotlib import colormaps  # optional: matplotlib, figures only
+    from matplotlib.figure import Figure  # optional: matplotlib, figures only
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
-
-    fig, ax = plt.subplots(figsize=(7.2, 4.2))
-    colors = plt.get_cmap("tab20").colors  # up to 20 schemes apart
+    fig = Figure(figsize=(7.2, 4.2))
+    ax = fig.subplots()
+    colors = colormaps["tab20"].colors  # up to 20 schemes apart
     for i, (label, points) in enumerate(curves.items()):
         xs = sorted(n for n, (m, _, _) in points.items() if math.isfinite(m))
         if not xs:
@@ -110,7 +109,6 @@ def length_figure(curves: Curves, chain: dict[int, float], train_length: int, ti
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 

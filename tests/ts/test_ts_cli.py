@@ -63,8 +63,7 @@ def users_hourly_file(tmp_path: Path) -> list[str]:
             "--data.init_args.target_cols=[temp]"]
     budget = ["--model.init_args.d_model=16", "--model.init_args.n_heads=2", "--model.init_args.n_layers=2",
               "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
-              "--trainer.enable_progress_bar=false",
-              "--data.init_args.samples_per_epoch=128"]  # DLinear's 3 baseline epochs: 6 steps, not 384
+              "--trainer.enable_progress_bar=false"]
     return ["fit", "--config", str(TS), *data, *budget]
 
 

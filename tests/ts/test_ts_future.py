@@ -1,9 +1,7 @@
 """Known-future inputs (the horizon's calendar, ``future_cols``), the horizon head, one series out of
-a long table, and the baselines that get the same inputs (ridge) or the same loop (DLinear)."""
+a long table, the baselines that get the same inputs (ridge), and DLinear, the ridge's function class."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -13,7 +11,7 @@ import torch
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines, LinearBaseline
-from pipelines.tasks.forecast_linear import DLinearBaselines, DLinearForecaster, moving_average
+from pipelines.tasks.forecast_linear import DLinearForecaster, moving_average
 from posenc import PosencError, PositionOutOfRange
 from tests.helpers import dm_kwargs, seasonal_frame, task, write_csv
 
@@ -209,24 +207,27 @@ def test_predict_gives_the_model_the_known_future_it_was_trained_with(tmp_path):
                                + calendar_only.target_loc[0], rtol=1e-5)
 
 
-def test_dlinear_baseline_is_trained_by_the_loop_and_scored_on_the_test_windows(tmp_path):
-    path = write_csv(tmp_path / "s.csv", seasonal_frame())
-    dm = TimeSeriesDataModule(**dm_kwargs(path, eval_lookbacks=[24], samples_per_epoch=256))
-    torch.manual_seed(123)
-    state = torch.random.get_rng_state()
-    found = DLinearBaselines(epochs=3).compute(dm)
-    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random stream is untouched
-    test = dm.windows("test")
-    truth = test["y"] * dm.target_scale + dm.target_loc
-    flat = ((truth - truth.mean()) ** 2).mean()  # forecasting the test mean, known in hindsight
-    assert found["dlinear_mse"] < 0.2 * flat
-    assert np.isfinite(found["dlinear_mae"]) and found["dlinear_mae"] > 0
-    assert "dlinear_mse" not in ForecastBaselines().compute(dm)  # off by default
-    with torch.inference_mode():  # as in a real run: the callback runs while the trainer tests
-        again = DLinearBaselines(epochs=3).compute(dm)
-    assert again["dlinear_mse"] == pytest.approx(found["dlinear_mse"], rel=1e-5)
-    dm.trainer = SimpleNamespace(world_size=2)  # under DDP rank 0 alone would train it: skipped
-    assert "dlinear_mse" not in DLinearBaselines(epochs=3).compute(dm)
+def test_dlinear_is_an_affine_map_of_the_lookback_that_the_ridge_fits_in_closed_form():
+    """Why no DLinear baseline is trained beside a run: ``baseline/linear_ar`` fits its function class."""
+    torch.manual_seed(0)
+    lookback, horizon, kernel = 24, 6, 5
+    model = task(DLinearForecaster, lookback=lookback, n_targets=1, horizon=horizon, patch_len=4,
+                 kernel_size=kernel).eval()
+    avg = np.zeros((lookback, lookback))  # the moving average as a matrix, ends repeated (float64)
+    for i in range(lookback):
+        for j in range(i - (kernel - 1) // 2, i + kernel // 2 + 1):
+            avg[i, min(max(j, 0), lookback - 1)] += 1 / kernel
+    w_trend, w_seasonal = (getattr(model, n).weight.detach().double().numpy() for n in ("trend", "seasonal"))
+    weight = w_trend @ avg + w_seasonal @ (np.eye(lookback) - avg)  # (H, L): one map of the lookback
+    bias = (model.trend.bias + model.seasonal.bias).detach().double().numpy()  # (H,)
+    x = torch.randn(200, lookback, 1)
+    with torch.no_grad():
+        y = model(x).double().numpy()  # (n, H, 1)
+    np.testing.assert_allclose(y[..., 0], x[..., 0].double().numpy() @ weight.T + bias, atol=1e-5)
+    ridge = LinearBaseline(alpha=1e-6).fit(x.numpy(), y)  # the linear_ar ridge on the same lookbacks
+    held_out = torch.randn(50, lookback, 1)
+    with torch.no_grad():
+        np.testing.assert_allclose(ridge.predict(held_out.numpy()), model(held_out).numpy(), atol=1e-4)
 
 
 def test_a_series_selected_from_a_long_table_gets_an_input_example_its_model_accepts(tmp_path):

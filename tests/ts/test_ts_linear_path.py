@@ -13,11 +13,11 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
+from pipelines.eval.extrapolation import evaluate
 from pipelines.studies import ts_defaults
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import ForecastBaselines
 from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
-from pipelines.tasks.forecast_metrics import evaluate_lookbacks
 from posenc import PosencError
 from tests.helpers import dm_kwargs, seasonal_frame, task, write_csv
 
@@ -46,9 +46,9 @@ def test_the_linear_path_is_the_same_inputs_ridge_and_training_starts_from_it(tm
     ridge = ForecastBaselines().compute(dm)["linear_mse"]
     for weight in (0.0, 1.0):  # the Transformer's output layer starts at zero: any weight gives the ridge
         model.linear.blend.fill_(weight)
-        got = evaluate_lookbacks(model, dm, [24, 48])
-        assert got[24].mse == pytest.approx(ridge, rel=1e-4)
-        assert got[48].mse == pytest.approx(ridge, rel=1e-4)  # a longer lookback: its last 24 steps
+        got = evaluate(model, dm, lengths=[24, 48], variants=[]).by_length()
+        assert got[24] == pytest.approx(ridge, rel=1e-4)
+        assert got[48] == pytest.approx(ridge, rel=1e-4)  # a longer lookback: its last 24 steps
 
 
 def test_the_weight_with_the_lowest_validation_mse_is_chosen_and_ties_go_to_the_ridge():

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
+from pipelines.eval.extrapolation import evaluate
+from pipelines.tasks.base import log_by_length
 from pipelines.tasks.forecast import Forecaster, RevIN, patch_positions, patchify, with_periods
 from pipelines.tasks.forecast_baselines import (
     ForecastBaselines,
@@ -16,9 +18,7 @@ from pipelines.tasks.forecast_baselines import (
 )
 from pipelines.tasks.forecast_metrics import (
     ForecastErrors,
-    evaluate_lookbacks,
     forecast_figure,
-    log_lookback_metrics,
     lookback_table,
 )
 from posenc import PeriodicRoPE, PosencError
@@ -178,18 +178,13 @@ def test_forecast_errors_accumulate_per_horizon_step():
     assert acc.mse == pytest.approx(14 / 3) and acc.mae == pytest.approx(2.0)
 
 
-def test_evaluate_lookbacks_scores_the_same_windows_and_marks_undefined(series_csv):
+def test_the_length_sweep_marks_lookbacks_a_learned_table_cannot_hold_undefined(series_csv):
     dm = TimeSeriesDataModule(**dm_kwargs(series_csv, eval_stride=8))
-    rope = tiny(horizon=6, patch_len=4, n_covariates=1)
-    out = evaluate_lookbacks(rope, dm)
-    assert sorted(out) == [24, 48, 96, 192] and all(e is not None for e in out.values())
-    assert {float(e.n.sum()) for e in out.values()} == {len(dm.starts["test"]) * 6.0}
     learned = tiny(horizon=6, patch_len=4, n_covariates=1, pe={"class_path": "posenc.Learned",
                                                                 "init_args": {"max_len": 16}})
-    out = evaluate_lookbacks(learned, dm, [24, 48, 96])
-    assert out[48] is not None and out[96] is None  # 12 + 1 tokens fit in 16 positions, 24 + 1 do not
-    with pytest.raises(PosencError, match="reach before the start of the series"):
-        evaluate_lookbacks(rope, dm, [10_000])
+    res = evaluate(learned, dm, lengths=[24, 48, 96])
+    assert res.lengths == [24, 48, 96]
+    assert res.undefined() == [96]  # 12 + 1 tokens fit in 16 positions, 24 + 1 do not
 
 
 def test_lookback_metrics_are_logged_with_step_equal_to_lookback():
@@ -206,7 +201,8 @@ def test_lookback_metrics_are_logged_with_step_equal_to_lookback():
     acc = ForecastErrors(1)
     acc.add(torch.zeros(1, 1, 1), torch.full((1, 1, 1), 2.0), torch.ones(1, 1, 1, dtype=torch.bool))
     rec = Recorder()
-    log_lookback_metrics(rec, {96: acc, 48: acc, 192: None})
+    errors = {"mse": acc.mse, "mae": acc.mae}
+    log_by_length(rec, {96: errors, 48: errors}, [192], axis="lookback")
     curve = [(step, m["test/mse_by_lookback"]) for step, m in rec.metrics if "test/mse_by_lookback" in m]
     assert curve == [(48, 4.0), (96, 4.0)]
     assert {"test/mse_L48", "test/mae_L96"} <= {k for _, m in rec.metrics for k in m}

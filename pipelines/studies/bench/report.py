@@ -13,7 +13,7 @@ import torch
 from pipelines.studies.bench.models import XT_NO_FLASH, build, forward_flops, param_groups
 from pipelines.studies.bench.plan import IMPLS, NOPE_REF, Cell, Plan
 from pipelines.studies.machine import cpu_model
-from pipelines.studies.tables import md_table
+from pipelines.studies.tables import md_lines
 
 IMPL_NAMES = {"posenc": "posenc", "xt": "x-transformers", "xt-flash": "x-transformers flash",
               "sdpa": "hand SDPA"}
@@ -70,7 +70,7 @@ def render(results: dict, plan: Plan, peak: float, header: list[str], data_line:
             cells = [fmt_rate(row[i]) if i in row else "–" for i in IMPLS]
             body.append([s, *cells, ratio(p, best_xt(row)), ratio(p, row.get("sdpa")), ratio(p, nope_ref),
                          mfu])
-        out += [f"### {w.name} ({what})", "", *md_table(head, body).splitlines(), ""]
+        out += [f"### {w.name} ({what})", "", *md_lines(head, body), ""]
     if plan.stat == "min":
         out.append("Cells: tokens/s of the fastest timed run ('best'), spread (max − min)/median over the "
                    "timed runs, peak RSS growth. Ratios: of the fastest runs [lowest–highest per-round "
@@ -150,7 +150,7 @@ def shape_lines(plan: Plan) -> list[str]:
                 scheme_counts.setdefault(s, []).append(f"{IMPL_NAMES[impl]} {n:,}")
     head = ["implementation", "attention weights", "attention biases", "MLP (with biases)", "norm gains",
             "norm biases"]
-    out += md_table(head, parts).splitlines()
+    out += md_lines(head, parts)
     out += ["", "x-transformers' q/k/v/out projections and LayerNorms have no biases by construction "
             "(no option turns them on): posenc and the hand encoder pay those additions, about "
             f"1/(2·D) = {100 / (2 * d):.1f}% of the projection matmuls."]
