@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.eval.verdicts import gain
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.judge import Gate, Primary, measure_gate, parse_gate, parse_primary
 from pipelines.studies.claims.sweep import Measured, retained_table
+from pipelines.studies.verdicts import gain
 from posenc import PosencError
 from tests.helpers import workdir_with_store
 

@@ -13,7 +13,7 @@ from pipelines.eval.statistics import (
     retained_gain,
     retained_ratio,
 )
-from pipelines.eval.verdicts import sign_of
+from pipelines.studies.verdicts import sign_of
 
 
 def test_estimate_matches_a_hand_computed_t_interval():

@@ -1,7 +1,7 @@
 """Seed × time-block bootstrap of the forecasting claims (issue 39), float64, through the path the
 length sweep takes: the datamodule numbers each test window's block (``windows.time_block``: window i
 in block i // n, tests/ts/test_ts_model.py), the sweep sums errors per block, and
-:class:`pipelines.eval.bootstrap.Resampler` draws seeds × blocks. On a correlated series the block
+:class:`pipelines.studies.bootstrap.Resampler` draws seeds × blocks. On a correlated series the block
 interval is wider than the window-by-window (iid) one; on an uncorrelated one it is not."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.eval.bootstrap import Arm, Resampler, percentile_interval
+from pipelines.studies.bootstrap import Arm, Resampler, percentile_interval
 
 
 def ar1(n: int, rho: float, rng: np.random.Generator) -> np.ndarray:

@@ -9,9 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from pipelines.eval.bootstrap import Arm, Resampler, p_value, percentile_interval
 from pipelines.eval.statistics import min_effect, point_guard
-from pipelines.eval.verdicts import (
+from pipelines.studies.bootstrap import Arm, Resampler, p_value, percentile_interval
+from pipelines.studies.claims.judge import gate_reason, three_way
+from pipelines.studies.verdicts import (
     Call,
     PairedStat,
     gain,
@@ -22,7 +23,6 @@ from pipelines.eval.verdicts import (
     power,
     retained,
 )
-from pipelines.studies.claims.judge import gate_reason, three_way
 
 
 def test_holm_matches_a_hand_worked_example():

@@ -158,7 +158,7 @@ class RandomWindows(_MemmapPickling, Dataset):
 #: bootstrap units of a scored split: its kept slots (blocks of the longest evaluation length), in
 #: order, grouped into at most this many runs of consecutive slots (:func:`slot_blocks`), so that a
 #: unit is a contiguous stretch of the split (e.g. 2048 slots of 512 bases → 64 units of 32 slots)
-#: and a seed × block bootstrap (``pipelines.eval.bootstrap``) resamples a few dozen test regions.
+#: and a seed × block bootstrap (``pipelines.studies.bootstrap``) resamples a few dozen test regions.
 MAX_BLOCKS = 64
 
 

@@ -1,6 +1,6 @@
 """Per-block sums of a length sweep: the metric's numerator and count summed over each bootstrap
 block of the scored split (the DNA LMs: at most ``datamodules.dna.windows.MAX_BLOCKS`` contiguous
-stretches of the test or validation region), so that ``pipelines.eval.bootstrap`` can resample test
+stretches of the test or validation region), so that ``pipelines.studies.bootstrap`` can resample test
 regions as well as seeds (artifact ``blocks.csv``, :func:`pipelines.eval.report.write_blocks`)."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ kept at length L, 0 = none of it (see :mod:`pipelines.eval.statistics`).
 The summary ("extrapolation ratio") is the largest tested length L up to which retained gain stays
 ≥ ``retain`` (0.9) at every tested length — over seeds its lower 95 % bound (``make compare``); for
 one run, its value. An undefined length ends the run. Retained gain is a ratio over the gain at L₀,
-so it is guarded as in :mod:`pipelines.eval.verdicts`: for one run (no interval) it is undefined —
+so it is guarded as in :mod:`pipelines.studies.verdicts`: for one run (no interval) it is undefined —
 at every length, with no ratio, and the reason in the run's ``no_ratio`` tag and table — unless the
 gain at L₀ exceeds 0 and the metric's minimum effect (:func:`~pipelines.eval.statistics.point_guard`).
 The ratio is reported as L and as L / train length. A relative rule (every length within

@@ -1,6 +1,6 @@
 """Statistics for comparisons across seeds: means with Student-t intervals, paired differences, and
 retained gain — the extrapolation measure that means the same on every task — with its guard. The
-calls made on them (Holm, the seed × block bootstrap, power) are :mod:`pipelines.eval.verdicts`'.
+calls made on them (Holm, the seed × block bootstrap, power) are :mod:`pipelines.studies.verdicts`'.
 
 Seeds are the unit of replication: one number per seed (a trained model's metric at one length).
 Schemes compared with the same seeds are *paired* (same data order and initialisation seed), so a
@@ -115,7 +115,7 @@ def min_effect(metric: str, trivial: float) -> float:
 def point_guard(gain_at_train: float, metric: str, trivial: float) -> str:
     """Why one run's retained gain is undefined for this gain at L₀ (one value, no interval): it
     must exceed 0 and :func:`min_effect` (``""``: it is defined). Over seeds, the lower bound of the
-    gain's interval must (:func:`pipelines.eval.verdicts.guard`)."""
+    gain's interval must (:func:`pipelines.studies.verdicts.guard`)."""
     floor = min_effect(metric, trivial)
     if not math.isfinite(gain_at_train):
         return "no gain at L₀ (the metric or the trivial baseline is undefined there)"

@@ -17,7 +17,7 @@ Statistics (:mod:`pipelines.eval.statistics`) are read from the child runs in ML
 length the mean and a 95 % Student-t interval over seeds; the paired difference from ``--reference``
 (default: the first scheme), *called* (▲/▼) only when its Holm-adjusted p-value (over every call of
 the table) is below 0.05 — intervals from seeds and, where the children logged per-block sums of the
-test region, a seed × block bootstrap (:mod:`pipelines.eval.verdicts`); the paired difference from
+test region, a seed × block bootstrap (:mod:`pipelines.studies.verdicts`); the paired difference from
 NoPE (``none``) at every length; the gain over the task's trivial baseline at L₀ and its power;
 retained gain (guarded: undefined unless the gain at L₀ clears a minimum effect) and the
 extrapolation ratio on it (``--retain``).

@@ -3,7 +3,7 @@ length over seeds; the paired difference from the reference scheme, Holm-adjuste
 the table; the paired difference from NoPE (scheme ``none``) at every length; the gain over the
 trivial baseline at L₀ and its power; the guarded retained gain and the extrapolation ratio on it.
 Pure arithmetic on the children read from MLflow (:mod:`pipelines.studies.compare_runs`); the numbers
-come from :mod:`pipelines.eval.statistics` and :mod:`pipelines.eval.verdicts` (per-block sums of the
+come from :mod:`pipelines.eval.statistics` and :mod:`pipelines.studies.verdicts` (per-block sums of the
 test region, where the children logged them, add a block bootstrap to every interval)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipelines.eval.bootstrap import Arm
 from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.lengths import extrapolation_ratio
 from pipelines.eval.statistics import LEVEL, Estimate, estimate, paired_difference
-from pipelines.eval.verdicts import Call, PairedStat, Retained, gain, holm_calls, paired, power, retained
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.compare_runs import ChildRun, TaskInfo
+from pipelines.studies.verdicts import Call, PairedStat, Retained, gain, holm_calls, paired, power, retained
 
 NOPE = "none"  # the scheme without positions: every row's absolute difference from it is shown
 

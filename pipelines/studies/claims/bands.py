@@ -31,14 +31,14 @@ import lightning as L
 import numpy as np
 import torch
 
-from pipelines.eval.bootstrap import Arm
 from pipelines.eval.evaluate import _merge
-from pipelines.eval.verdicts import paired
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
 from pipelines.studies.claims.judge import judge_stats, measure_gate, verdict_reason
 from pipelines.studies.claims.trained import primary_verdict
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import paired
 from posenc import PosencError
 from posenc.diagnostics import rotary_part
 from posenc.nn.attention import Attention

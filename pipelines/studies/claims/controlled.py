@@ -20,10 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipelines.eval.bootstrap import Arm
 from pipelines.eval.extrapolation import adapter_for, score_loader
 from pipelines.eval.splits import length_loaders, with_lengths
-from pipelines.eval.verdicts import paired
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
 from pipelines.studies.claims.judge import Primary, judge_stats, measure_gate, verdict_reason
@@ -31,6 +30,7 @@ from pipelines.studies.claims.order import CAUSAL
 from pipelines.studies.claims.sweep import Sweep
 from pipelines.studies.claims.trained import primary_verdict
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import paired
 from posenc import PositionalEncoding
 
 

@@ -1,4 +1,4 @@
-"""How a claim's verdict is called (see :mod:`pipelines.eval.verdicts` for the arithmetic).
+"""How a claim's verdict is called (see :mod:`pipelines.studies.verdicts` for the arithmetic).
 
 * Every claim declares ONE primary measurement in its config before the run (``primary:``): for a
   claim judged on paired comparisons over seeds, a mapping ``{a, b, length, expect, min_effect}``
@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.eval.bootstrap import Arm
-from pipelines.eval.verdicts import LEVEL, Call, PairedStat, gain, holm_calls, power
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import LEVEL, Call, PairedStat, gain, holm_calls, power
 from posenc import PosencError
 
 # ----------------------------------------------------------------------------- three-way verdicts

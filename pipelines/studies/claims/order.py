@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
-from pipelines.eval.bootstrap import Arm
-from pipelines.eval.verdicts import paired
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
 from pipelines.studies.claims.judge import Primary, judge_stats, measure_gate, verdict_reason
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import paired
 
 
 @torch.no_grad()

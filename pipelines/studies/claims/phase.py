@@ -26,12 +26,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipelines.eval.bootstrap import Arm
-from pipelines.eval.verdicts import holm_calls, paired
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
 from pipelines.studies.claims.judge import measure_gate, power_over, three_way
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import holm_calls, paired
 from posenc import PositionalEncoding
 
 LN2 = math.log(2.0)

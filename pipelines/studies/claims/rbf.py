@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from pipelines.eval.verdicts import PairedStat
 from pipelines.studies.claims.base import ClaimResult, est, fmt
 from pipelines.studies.claims.judge import measure_gate
 from pipelines.studies.claims.sweep import Sweep
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import PairedStat
 from posenc import PosencError, PositionalEncoding, SchemeMeta
 from posenc.base import as_batched
 from posenc.diagnostics import attention_weights

@@ -21,7 +21,7 @@ from pipelines.studies.tables import md_table
 METHOD = """\
 ## How a verdict is called
 
-The rules are code (`pipelines/eval/verdicts.py`, `pipelines/studies/claims/judge.py`), fixed before a run:
+The rules are code (`pipelines/studies/verdicts.py`, `pipelines/studies/claims/judge.py`), fixed before a run:
 
 1. **Rules declared before the run, in the configs.** Each config in `configs/experiments/` names at the
    top its primary comparison (`primary: {a, b, length, expect: better|worse|differ, min_effect}`;

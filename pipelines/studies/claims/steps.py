@@ -14,13 +14,13 @@ from typing import Any
 
 import lightning as L
 
-from pipelines.eval.bootstrap import Arm
-from pipelines.eval.verdicts import gain, paired
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child, _merge
 from pipelines.studies.claims.judge import QUICK_STEPS, judge_stats, measure_gate, verdict_reason
 from pipelines.studies.claims.trained import primary_verdict
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import gain, paired
 
 
 class CriterionSteps(L.Callback):

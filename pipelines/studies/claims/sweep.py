@@ -3,7 +3,7 @@
 A *condition* is a scheme (a ``configs/posenc`` name, a scheme YAML or an inline spec) with optional
 model/data overrides. For tasks with a length sweep (DNA LM, forecaster) the metric per length comes
 from :class:`pipelines.ExtrapolationEval`; for the others (segmentation) from the task's own per-length
-test pass. Retained gain (:meth:`Measured.retained_guarded`, :func:`pipelines.eval.verdicts.retained`:
+test pass. Retained gain (:meth:`Measured.retained_guarded`, :func:`pipelines.studies.verdicts.retained`:
 a ratio of mean gains, undefined below the guard) is against the task's trivial baseline on the same
 test data (Markov order 0 for the LM, seasonal naive for the forecaster).
 """
@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.eval.bootstrap import Arm
 from pipelines.eval.extrapolation import TRAINED, adapter_for
 from pipelines.eval.statistics import Estimate, paired_difference
-from pipelines.eval.verdicts import PairedStat, Retained, gain, paired, retained
+from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
 from pipelines.studies.claims.judge import Judgement, Key, Primary, judge_stats, measure_gate, verdict_reason
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import PairedStat, Retained, gain, paired, retained
 
 
 @dataclass
@@ -77,7 +77,7 @@ class Measured:
 
     def retained_guarded(self, cond: str, length: int) -> Retained:
         """Retained gain of ``cond`` at ``length``: ratio of mean gains with a bootstrap interval,
-        undefined below the guard (:func:`pipelines.eval.verdicts.guard`)."""
+        undefined below the guard (:func:`pipelines.studies.verdicts.guard`)."""
         x, x0, t = self.arm(cond, length), self.arm(cond, self.train_length), self.trivial_arm()
         if t is None:
             return Retained(why="no trivial baseline")

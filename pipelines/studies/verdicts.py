@@ -5,7 +5,7 @@ arithmetic (numpy/scipy) on arrays; the claims (:mod:`pipelines.studies.claims`)
 
 * **Interval of a paired difference** ``a − b`` (:func:`paired`): the Student-t interval over the
   per-seed differences (each on the whole test region), and — where every arm has per-block sums of
-  the test region — the seed × block bootstrap interval (:mod:`pipelines.eval.bootstrap`). The
+  the test region — the seed × block bootstrap interval (:mod:`pipelines.studies.bootstrap`). The
   interval used is their *union* (the lower of the two lower bounds, the higher of the upper ones)
   and the p-value the larger of the two: the t interval stays honest with few seeds (a bootstrap
   over 5 seeds is too narrow), the bootstrap adds the test data's own variability.
@@ -34,8 +34,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from pipelines.eval.bootstrap import N_BOOT, Arm, Resampler, p_value, percentile_interval
 from pipelines.eval.statistics import LEVEL, Estimate, estimate, min_effect
+from pipelines.studies.bootstrap import N_BOOT, Arm, Resampler, p_value, percentile_interval
 
 ALPHA = 1.0 - LEVEL  # family-wise error rate of one experiment's calls
 POWER_MIN = 10.0  # gain at L₀ / half-width of its interval make compare needs before judging
