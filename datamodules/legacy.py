@@ -46,6 +46,13 @@ MOVED: tuple[tuple[str, str], ...] = (
     ("pipelines.eval.compare_child", "pipelines.eval.sweep_child"),
     ("pipelines.bench", "pipelines.studies.bench"),
 )
+#: classes folded into another: old class path → (the class it reads as, init args the new one does not take).
+#: ``DLinearBaselines`` trained a DLinear inside a callback; DLinear is now a run of its own
+#: (configs/ltsf/dlinear_etth1.yaml), so a config naming it keeps the callback's other baselines.
+FOLDED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "pipelines.tasks.forecast_linear.DLinearBaselines": (
+        "pipelines.tasks.forecast_baselines.ForecastBaselines", ("epochs", "lr")),
+}
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
 
 
@@ -54,6 +61,8 @@ def moved(class_path: Any) -> Any:
     ``pipelines.benchmark`` is not under ``pipelines.bench``); anything else as it is. Nothing is imported."""
     if not isinstance(class_path, str) or not _DOTTED.fullmatch(class_path):
         return class_path
+    if class_path in FOLDED:
+        return FOLDED[class_path][0]
     for old, new in MOVED:
         if class_path == old or class_path.startswith(old + "."):
             return new + class_path[len(old):]
@@ -62,8 +71,13 @@ def moved(class_path: Any) -> Any:
 
 def move_class_paths(value: Any) -> Any:
     """``value`` (a config document, saved hyperparameters) with every dotted string of a moved module
-    (``class_path`` values, a callback list's names) replaced by :func:`moved`."""
+    (``class_path`` values, a callback list's names) replaced by :func:`moved`; a folded class's
+    ``init_args`` lose the arguments its new class does not take (:data:`FOLDED`)."""
     if isinstance(value, Mapping):
+        dropped = FOLDED.get(value.get("class_path"), ("", ()))[1]
+        init = value.get("init_args")
+        if dropped and isinstance(init, Mapping):
+            value = {**value, "init_args": {k: v for k, v in init.items() if k not in dropped}}
         return {k: move_class_paths(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return type(value)(move_class_paths(v) for v in value)

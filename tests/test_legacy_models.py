@@ -206,3 +206,35 @@ def test_moved_class_paths_are_read_at_their_new_home_without_importing_anything
     assert "pipelines.inference.registry.RegisterModel" in args[2] and "tracking" not in args[2]
     assert args[3:] == [f"--model.init_args.pe.class_path={RBF_NEW}", "--trainer.callbacks+",
                         "pipelines.inference.pyfunc.Anything"]
+
+
+def test_a_config_naming_the_retired_dlinear_baselines_parses_as_forecast_baselines(tmp_path):
+    """Configs saved before DLinear left the ts_forecast callback name ``DLinearBaselines`` (with its
+    ``epochs``/``lr``): they parse, reading it as ``ForecastBaselines`` with its other settings kept."""
+    import yaml
+
+    from pipelines.cli import make_cli
+    from pipelines.tasks.forecast_baselines import ForecastBaselines
+    from tests.helpers import workdir_with_store
+
+    doc = yaml.safe_load((Path(__file__).parents[1] / "configs" / "ts_forecast.yaml").read_text())
+    (cb,) = [c for c in doc["trainer"]["callbacks"] if c["class_path"].endswith("ForecastBaselines")]
+    cb["class_path"] = "pipelines.tasks.forecast_linear.DLinearBaselines"
+    cb["init_args"] = {**cb["init_args"], "epochs": 3, "lr": 0.005, "ridge_alpha": 10.0}
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(doc))
+    with workdir_with_store(tmp_path):
+        cli = make_cli(["--config", str(tmp_path / "old.yaml"), "--trainer.logger=false"], run=False)
+    (got,) = [c for c in cli.trainer.callbacks if isinstance(c, ForecastBaselines)]
+    assert got.ridge_alpha == 10.0
+
+
+def test_weight_renames_of_before_touch_forecasters_only():
+    """Step 3 → 4 renames a forecaster's ``head.weight`` of before; a DNA LM's ``head.weight`` is its
+    own output layer today and stays."""
+    from pipelines.tasks.upgrade import upgrade_checkpoint
+
+    w = torch.zeros(2, 2)
+    lm = upgrade_checkpoint({"state_dict": {"head.weight": w}, "posenc_task": "dna_lm", "config_version": 3}, "x")
+    old = {"state_dict": {"head.weight": w, "query": w}, "posenc_task": "ts_forecast", "config_version": 3}
+    assert list(lm["state_dict"]) == ["head.weight"]
+    assert sorted(upgrade_checkpoint(old, "x")["state_dict"]) == ["head.out.weight", "head.query"]
