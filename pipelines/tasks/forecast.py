@@ -29,6 +29,7 @@ from pipelines.tasks.forecast_metrics import (
 )
 from pipelines.tasks.forecast_predict import describe_series, example_table, predict_forecast
 from pipelines.tasks.options import ForecastOutput, SeriesInput
+from pipelines.tasks.upgrade import upgrade_checkpoint
 from posenc import PosencError, PositionOutOfRange
 
 
@@ -164,7 +165,6 @@ class Forecaster(TaskModule):
         if self.has_backbone:  # the token embedding and the head belong to the Transformer
             self.embed = nn.Linear(self.n_inputs, d_model)
             self.head = ForecastTokens(output.head, d_model, horizon, patch_len, per_seq, n_future)
-        self._register_load_state_dict_pre_hook(_rename_legacy_head)
         self.revin = RevIN(n_targets, affine=series.revin_affine) if series.revin else None
         self.linear = self._linear_path(output.linear_path, lookback, n_future)
         self._save_hparams(
@@ -310,6 +310,11 @@ class Forecaster(TaskModule):
             self.log(name, value, sync_dist=True, reduce_fx="max", prog_bar=name == "val/loss")
 
     # ------------------------------------------------------------------ test at every lookback
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Lightning's own reading of a checkpoint (``ckpt_path``): upgraded as :func:`read_checkpoint`
+        upgrades it (weight names of before, PatchTST's linear path of before)."""
+        checkpoint.update(upgrade_checkpoint(checkpoint, "checkpoint"))
+
     def configure_callbacks(self) -> list:
         return [ForecastReport(self.plot_examples)]
 
@@ -369,13 +374,3 @@ class Forecaster(TaskModule):
         defined = [n for n, e in self.test_errors.items() if e is not None]
         main = self.train_lookback()
         return main if main in defined else min(defined)
-
-
-def _rename_legacy_head(state_dict: dict, prefix: str, *args: Any) -> None:
-    """Checkpoints from before :class:`ForecastTokens` kept the query token as ``query`` and the
-    output layer as ``head``: load them under the new names."""
-    if prefix + "query" in state_dict:
-        state_dict[prefix + "head.query"] = state_dict.pop(prefix + "query")
-    for p in ("weight", "bias"):
-        if prefix + f"head.{p}" in state_dict:
-            state_dict[prefix + f"head.out.{p}"] = state_dict.pop(prefix + f"head.{p}")

@@ -23,9 +23,6 @@ from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.options import ForecastOutput, SeriesInput
 from posenc import PosencError, PositionOutOfRange
 
-#: Weights of the zero-block Transformer older DLinear checkpoints carried (built on a dummy backbone).
-_DUMMY_PREFIXES = ("backbone.", "embed.", "head.")
-
 
 def moving_average(x: Tensor, kernel: int) -> Tensor:
     """Centred moving average along time of x (B, L) with the ends padded by repetition: (B, L)."""
@@ -65,7 +62,6 @@ class DLinearForecaster(Forecaster):
         output = replace(as_group(ForecastOutput, kwargs.pop("output", None), "output"), head="last",
                          linear_path=False)
         super().__init__(lookback=lookback, series=series, output=output, **kwargs)
-        self._register_load_state_dict_pre_hook(_drop_dummy_backbone)
         self.kernel_size = kernel_size
         self.trend = nn.Linear(lookback, self.horizon)
         self.seasonal = nn.Linear(lookback, self.horizon)
@@ -92,10 +88,3 @@ class DLinearForecaster(Forecaster):
         out = self.trend(trend) + self.seasonal(seq - trend)  # (B·C, H)
         y = out.reshape(b, c, self.horizon).permute(0, 2, 1)  # (B, H, C)
         return self.revin.denormalize(y, mu, sd) if self.revin is not None else y
-
-
-def _drop_dummy_backbone(state_dict: dict, prefix: str, *args: Any) -> None:
-    """Checkpoints of DLinear built on the zero-block Transformer hold its unused weights: drop them,
-    so those models load and predict as before."""
-    for key in [k for k in state_dict if k.startswith(tuple(prefix + p for p in _DUMMY_PREFIXES))]:
-        del state_dict[key]

@@ -24,7 +24,6 @@ from datamodules.config import as_group
 from pipelines.tasks.forecast import Forecaster
 from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS
 from pipelines.tasks.options import ForecastOutput, SeriesInput
-from pipelines.tasks.upgrade import upgrade_checkpoint
 from posenc import PosencError, PositionOutOfRange
 
 
@@ -151,8 +150,3 @@ class PatchTSTForecaster(Forecaster):
         if raw:  # the head forecasts the residual of the linear forecast, in units of the window's std
             return self.revin.denormalize(y, mu, sd) - mu + linear
         return self.revin.denormalize(y, mu, sd)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Lightning's own reading of a checkpoint (``ckpt_path``): upgraded as :func:`read_checkpoint`
-        upgrades it (the linear path of before, an ``nn.Linear``, as the path's buffers)."""
-        checkpoint.update(upgrade_checkpoint(checkpoint, "checkpoint"))

@@ -13,6 +13,10 @@ only:
 * 2 → 3: PatchTST's linear path of before, an ``nn.Linear`` (``lookback_linear.weight`` (H, L),
   ``.bias`` (H,)), as the forecasters' one :class:`~pipelines.tasks.forecast_blend.LinearPath`
   (``linear.coef`` (L, H), ``linear.intercept`` (H,); its penalty unknown: NaN, i.e. fitted).
+* 3 → 4: weights under the names of before. Forecasters of before
+  :class:`~pipelines.tasks.forecast_layers.ForecastTokens` kept the query token as ``query`` and the
+  output layer as ``head``; DLinear, built on a zero-block Transformer then, carried its unused
+  ``backbone.``/``embed.``/``head.`` weights (dropped).
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -58,8 +62,23 @@ def _one_linear_path(ckpt: dict[str, Any]) -> dict[str, Any]:
     return {**ckpt, "state_dict": state}
 
 
+#: the forecasters' weight names of before → today's (step 3 → 4)
+HEAD_NAMES = {"query": "head.query", "head.weight": "head.out.weight", "head.bias": "head.out.bias"}
+DUMMY_BACKBONE = ("backbone.", "embed.", "head.")  # DLinear's zero-block Transformer of before
+
+
+def _state_names(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 → 4: a forecaster's weights of before under today's names (see the module's list)."""
+    state, task = ckpt.get("state_dict"), str(ckpt.get("posenc_task"))
+    if not isinstance(state, dict) or not task.startswith("ts_forecast"):
+        return ckpt
+    if task == "ts_forecast_dlinear":
+        return {**ckpt, "state_dict": {k: v for k, v in state.items() if not k.startswith(DUMMY_BACKBONE)}}
+    return {**ckpt, "state_dict": {HEAD_NAMES.get(k, k): v for k, v in state.items()}}
+
+
 #: version → the step that upgrades a checkpoint of that version to the next
-STEPS = {1: _grouped, 2: _one_linear_path}
+STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names}
 
 
 def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:

@@ -172,8 +172,10 @@ def test_dlinear_has_no_dummy_transformer_and_old_checkpoints_load():
     state = model.state_dict()
     assert sorted(state) == ["seasonal.bias", "seasonal.weight", "trend.bias", "trend.weight"]
     old = {**state, "backbone.norm.weight": torch.ones(2), "embed.weight": torch.zeros(2, 1)}  # dummy's
+    ckpt = {"state_dict": old, "posenc_task": "ts_forecast_dlinear", "config_version": 3}
     fresh = task(DLinearForecaster, lookback=16, n_targets=2, horizon=4, plot_examples=0)
-    fresh.load_state_dict(old)
+    fresh.on_load_checkpoint(ckpt)  # the checkpoint upgrade drops the dummy's weights
+    fresh.load_state_dict(ckpt["state_dict"])
     x = torch.randn(3, 16, 2)
     assert torch.equal(fresh(x), model(x))
 

@@ -99,8 +99,10 @@ def test_checkpoints_from_before_the_forecast_tokens_still_load():
     old_name = lambda k: "query" if k == "head.query" else k.replace("head.out.", "head.")  # noqa: E731
     legacy = {old_name(k): v for k, v in state.items()}
     assert "query" in legacy and "head.weight" in legacy
+    ckpt = {"state_dict": legacy, "posenc_task": "ts_forecast", "config_version": 3}
     again = task(Forecaster, n_targets=1, horizon=4, patch_len=4, **TINY).eval()
-    again.load_state_dict(legacy)
+    again.on_load_checkpoint(ckpt)  # as Lightning's ckpt_path reading and read_checkpoint upgrade it
+    again.load_state_dict(ckpt["state_dict"])
     x = torch.randn(2, 16, 1)
     torch.testing.assert_close(again(x), model(x))
 
