@@ -234,7 +234,8 @@ def test_weight_renames_of_before_touch_forecasters_only():
     from pipelines.tasks.upgrade import upgrade_checkpoint
 
     w = torch.zeros(2, 2)
-    lm = upgrade_checkpoint({"state_dict": {"head.weight": w}, "posenc_task": "dna_lm", "config_version": 3}, "x")
+    lm = {"state_dict": {"head.weight": w}, "posenc_task": "dna_lm", "config_version": 3}
+    lm = upgrade_checkpoint(lm, "x")
     old = {"state_dict": {"head.weight": w, "query": w}, "posenc_task": "ts_forecast", "config_version": 3}
     assert list(lm["state_dict"]) == ["head.weight"]
     assert sorted(upgrade_checkpoint(old, "x")["state_dict"]) == ["head.out.weight", "head.query"]

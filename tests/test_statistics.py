@@ -9,11 +9,10 @@ import pytest
 from pipelines.eval.statistics import (
     beats_baseline,
     estimate,
-    paired_difference,
     retained_gain,
     retained_ratio,
 )
-from pipelines.studies.verdicts import sign_of
+from pipelines.studies.verdicts import paired_difference, sign_of
 
 
 def test_estimate_matches_a_hand_computed_t_interval():

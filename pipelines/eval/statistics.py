@@ -1,6 +1,7 @@
-"""Statistics for comparisons across seeds: means with Student-t intervals, paired differences, and
+"""Statistics for comparisons across seeds: means with Student-t intervals, and
 retained gain — the extrapolation measure that means the same on every task — with its guard. The
-calls made on them (Holm, the seed × block bootstrap, power) are :mod:`pipelines.studies.verdicts`'.
+paired differences and the calls made on them (Holm, the seed × block bootstrap, power) are
+:mod:`pipelines.studies.verdicts`'.
 
 Seeds are the unit of replication: one number per seed (a trained model's metric at one length).
 Schemes compared with the same seeds are *paired* (same data order and initialisation seed), so a
@@ -89,14 +90,6 @@ def estimate(values: Sequence[float], level: float = LEVEL) -> Estimate:
     return Estimate(mean, std, int(x.size), mean - half, mean + half)
 
 
-def paired_difference(values: Sequence[float], reference: Sequence[float], level: float = LEVEL) -> Estimate:
-    """Estimate of ``values[i] − reference[i]`` over pairs (same seed), Student-t interval."""
-    a, b = np.asarray(values, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"paired values need the same seeds: {a.size} vs {b.size} values")
-    return estimate(a - b, level)
-
-
 def retained_gain(metric: float, at_train: float, baseline: float, higher_is_better: bool) -> float:
     """(b − m(L)) / (b − m(L₀)) (sign flipped for higher-is-better); NaN when there is no gain at L₀."""
     sign = 1.0 if higher_is_better else -1.0
@@ -125,20 +118,13 @@ def point_guard(gain_at_train: float, metric: str, trivial: float) -> str:
     return ""
 
 
-def gain_over(at_train: Sequence[float], baseline: Baseline, higher_is_better: bool,
-              level: float = LEVEL) -> Estimate:
-    """Estimate of the gain over the trivial baseline at the training length, in the metric's units,
-    positive = better than the baseline."""
-    sign = 1.0 if higher_is_better else -1.0
-    base = per_seed(baseline, len(at_train))
-    return estimate([sign * (m - b) for m, b in zip(at_train, base, strict=True)], level)
-
-
 def beats_baseline(at_train: Sequence[float], baseline: Baseline, higher_is_better: bool,
                    level: float = LEVEL) -> bool:
     """Whether the model beats the trivial baseline at the training length by a margin: the interval
-    of its gain over the seeds lies above 0 (one seed: its gain is positive)."""
-    return gain_over(at_train, baseline, higher_is_better, level).bound > 0
+    of its gain over the seeds (in the metric's units) lies above 0 (one seed: its gain is positive)."""
+    sign = 1.0 if higher_is_better else -1.0
+    base = per_seed(baseline, len(at_train))
+    return estimate([sign * (m - b) for m, b in zip(at_train, base, strict=True)], level).bound > 0
 
 
 def retained_ratio(curves: dict[int, Sequence[float]], train_length: int, baseline: Baseline,

@@ -14,10 +14,20 @@ import numpy as np
 
 from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.lengths import extrapolation_ratio
-from pipelines.eval.statistics import LEVEL, Estimate, estimate, paired_difference
+from pipelines.eval.statistics import LEVEL, Estimate, estimate
 from pipelines.studies.bootstrap import Arm
 from pipelines.studies.compare_runs import ChildRun, TaskInfo
-from pipelines.studies.verdicts import Call, PairedStat, Retained, gain, holm_calls, paired, power, retained
+from pipelines.studies.verdicts import (
+    Call,
+    PairedStat,
+    Retained,
+    gain,
+    holm_calls,
+    paired,
+    paired_difference,
+    power,
+    retained,
+)
 
 NOPE = "none"  # the scheme without positions: every row's absolute difference from it is shown
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.eval.evaluate import load_config
-from pipelines.eval.statistics import estimate, paired_difference
+from pipelines.eval.statistics import estimate
 from pipelines.eval.sweep import config_key, read_layers, train_run
 from pipelines.studies.tables import md_table
+from pipelines.studies.verdicts import paired_difference
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 

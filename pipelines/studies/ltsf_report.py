@@ -10,10 +10,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pipelines.eval.statistics import estimate, paired_difference
+from pipelines.eval.statistics import estimate
 from pipelines.studies.bootstrap import Arm
 from pipelines.studies.tables import md_lines
-from pipelines.studies.verdicts import retained
+from pipelines.studies.verdicts import paired_difference, retained
 
 #: the baselines fitted in the benchmark's process (every other model is a trained config)
 BASELINES = ("naive", "ridge", "lightgbm", "ets")

@@ -41,6 +41,14 @@ ALPHA = 1.0 - LEVEL  # family-wise error rate of one experiment's calls
 POWER_MIN = 10.0  # gain at L₀ / half-width of its interval make compare needs before judging
 
 
+def paired_difference(values: Sequence[float], reference: Sequence[float], level: float = LEVEL) -> Estimate:
+    """Estimate of ``values[i] − reference[i]`` over pairs (same seed), Student-t interval."""
+    a, b = np.asarray(values, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need the same seeds: {a.size} vs {b.size} values")
+    return estimate(a - b, level)
+
+
 # ----------------------------------------------------------------------------- Student t and Holm
 def sign_of(lo: float, hi: float, higher_is_better: bool) -> int:
     """+1 if the interval [lo, hi] of a difference lies on the *better* side of 0, −1 on the worse

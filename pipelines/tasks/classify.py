@@ -9,7 +9,7 @@ import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
@@ -72,11 +72,8 @@ class SequenceClassifier(PerLengthTest):
         super().__init__(**kwargs)
         if num_classes < 2:
             raise PosencError(f"model.num_classes must be at least 2, got {num_classes}")
-        self.embedding = self.embed_tokens(vocab_size)
-        self.head = nn.Linear(self.d_model, num_classes)
-        self.pad_id, self.num_classes = pad_id, num_classes
+        self.per_class_head(vocab_size, pad_id, num_classes)
         self.val_metrics = self.make_metrics()
-        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, num_classes=num_classes)
 
     def make_metrics(self) -> MetricCollection:
         n = self.num_classes

@@ -7,7 +7,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
@@ -76,13 +76,10 @@ class FrameSegmenter(PerLengthTest):
         self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = N_LABELS, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        self.embedding = self.embed_tokens(vocab_size)
-        self.head = nn.Linear(self.d_model, num_classes)
-        self.pad_id, self.num_classes = pad_id, num_classes
+        self.per_class_head(vocab_size, pad_id, num_classes)
         if num_classes != len(LABEL_NAMES):
             self.class_names = [str(i) for i in range(num_classes)]
         self.val_metrics = self.make_metrics()
-        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, num_classes=num_classes)
 
     def make_metrics(self) -> MetricCollection:
         n = self.num_classes

@@ -88,19 +88,10 @@ def iter_windows(
         yield lo, out
 
 
-def run_windows(
-    tokens: np.ndarray,
-    fn: Callable[[Tensor], Tensor],
-    window: int,
-    overlap: int,
-    causal: bool,
-    batch_size: int = 32,
-    device: torch.device | None = None,
-    progress: Callable[[int], object] | None = None,
-) -> np.ndarray:
-    """Per-token outputs (n, F) of ``fn`` over a long token sequence: :func:`iter_windows` joined."""
-    parts = iter_windows(tokens, fn, window, overlap, causal, batch_size, device, progress)
-    return np.concatenate([out for _, out in parts])
+def run_windows(tokens: np.ndarray, fn: Callable[[Tensor], Tensor], *args: Any, **kwargs: Any) -> np.ndarray:
+    """Per-token outputs (n, F) of ``fn`` over a long token sequence: :func:`iter_windows` (the same
+    arguments) joined."""
+    return np.concatenate([out for _, out in iter_windows(tokens, fn, *args, **kwargs)])
 
 
 def check_window(model: torch.nn.Module, window: int, n: int) -> None:
