@@ -47,8 +47,7 @@ def __getattr__(name: str) -> type:
     ``python -m pipelines.eval.evaluate`` entry point itself (runpy would warn that it was imported
     before it ran)."""
     if name == "ExtrapolationEval":
-        # lazy: importing it here makes `python -m pipelines.eval.evaluate` warn (runpy)
-        from pipelines.eval.evaluate import ExtrapolationEval
+        from pipelines.eval.evaluate import ExtrapolationEval  # lazy: see above (runpy's warning)
 
         return ExtrapolationEval
     raise AttributeError(f"module 'pipelines' has no attribute {name!r}")

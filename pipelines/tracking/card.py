@@ -144,11 +144,11 @@ def write_card(client: Any, name: str, version: str | None, card: ModelCard) -> 
     """Set the description and tags of registered model ``name`` (and of ``version``, if given)."""
     text = card.markdown()
     client.update_registered_model(name, description=text)
-    for key, value in card.tags().items():
-        client.set_registered_model_tag(name, key, value)
     if version is not None:
         client.update_model_version(name, version, description=text)
-        for key, value in card.tags().items():
+    for key, value in card.tags().items():
+        client.set_registered_model_tag(name, key, value)
+        if version is not None:
             client.set_model_version_tag(name, version, key, value)
 
 
