@@ -142,6 +142,9 @@ class TaskModule(L.LightningModule):
     writes_intervals: ClassVar[bool] = False  # per-base labels that can be written as GFF/BED intervals
     batch_records: ClassVar[bool] = False  # many short records scored together (classification)
     config_groups: ClassVar[dict[str, type]] = TASK_GROUPS
+    #: weight names this task's older checkpoints used → today's (``None``: dropped; a name ending in ``.``
+    #: is a prefix), applied once where a checkpoint is read (:mod:`pipelines.tasks.upgrade`)
+    old_weights: ClassVar[dict[str, str | None]] = {}
     has_backbone: ClassVar[bool] = True  # False: a model without attention (DLinear): no Transformer, no pe
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

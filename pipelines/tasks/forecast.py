@@ -125,6 +125,8 @@ class Forecaster(TaskModule):
 
     causal = False
     task_name = "ts_forecast"
+    #: before ForecastTokens the query token was ``query`` and the output layer ``head``
+    old_weights = {"query": "head.query", "head.weight": "head.out.weight", "head.bias": "head.out.bias"}
     adapter = ForecastAdapter()
     predictor = staticmethod(predict_forecast)
     default_datamodule = "datamodules.TimeSeriesDataModule"

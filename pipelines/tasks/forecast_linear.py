@@ -52,6 +52,7 @@ class DLinearForecaster(Forecaster):
 
     task_name = "ts_forecast_dlinear"
     has_backbone = False  # no Transformer, token embedding or head: two linear maps
+    old_weights = dict.fromkeys(("backbone.", "embed.", "head."))  # of the zero-block Transformer of before
 
     def __init__(self, lookback: int = 336, kernel_size: int = 25, revin: bool = False,
                  **kwargs: Any) -> None:

@@ -13,10 +13,10 @@ only:
 * 2 → 3: PatchTST's linear path of before, an ``nn.Linear`` (``lookback_linear.weight`` (H, L),
   ``.bias`` (H,)), as the forecasters' one :class:`~pipelines.tasks.forecast_blend.LinearPath`
   (``linear.coef`` (L, H), ``linear.intercept`` (H,); its penalty unknown: NaN, i.e. fitted).
-* 3 → 4: weights under the names of before. Forecasters of before
-  :class:`~pipelines.tasks.forecast_layers.ForecastTokens` kept the query token as ``query`` and the
-  output layer as ``head``; DLinear, built on a zero-block Transformer then, carried its unused
-  ``backbone.``/``embed.``/``head.`` weights (dropped).
+* 3 → 4: weights under the names of before, renamed or dropped as each task declares
+  (``TaskModule.old_weights``): a forecaster's query token and output layer of before
+  :class:`~pipelines.tasks.forecast_layers.ForecastTokens`, DLinear's unused weights of the zero-block
+  Transformer it was once built on.
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -62,19 +62,22 @@ def _one_linear_path(ckpt: dict[str, Any]) -> dict[str, Any]:
     return {**ckpt, "state_dict": state}
 
 
-#: the forecasters' weight names of before → today's (step 3 → 4)
-HEAD_NAMES = {"query": "head.query", "head.weight": "head.out.weight", "head.bias": "head.out.bias"}
-DUMMY_BACKBONE = ("backbone.", "embed.", "head.")  # DLinear's zero-block Transformer of before
-
-
 def _state_names(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 → 4: a forecaster's weights of before under today's names (see the module's list)."""
-    state, task = ckpt.get("state_dict"), str(ckpt.get("posenc_task"))
-    if not isinstance(state, dict) or not task.startswith("ts_forecast"):
+    """Version 3 → 4: weights under today's names, as the task declares them (``old_weights``)."""
+    old = getattr(TASKS.get(str(ckpt.get("posenc_task"))), "old_weights", {})
+    state = ckpt.get("state_dict")
+    if not old or not isinstance(state, dict):
         return ckpt
-    if task == "ts_forecast_dlinear":
-        return {**ckpt, "state_dict": {k: v for k, v in state.items() if not k.startswith(DUMMY_BACKBONE)}}
-    return {**ckpt, "state_dict": {HEAD_NAMES.get(k, k): v for k, v in state.items()}}
+    renamed = {_renamed(key, old): value for key, value in state.items()}
+    return {**ckpt, "state_dict": {k: v for k, v in renamed.items() if k is not None}}
+
+
+def _renamed(key: str, old: dict[str, str | None]) -> str | None:
+    """``key``'s name today (``None``: dropped) under ``old`` (a name ending in ``.`` is a prefix)."""
+    for name, new in old.items():
+        if key == name or (name.endswith(".") and key.startswith(name)):
+            return None if new is None else new + key[len(name):]
+    return key
 
 
 #: version → the step that upgrades a checkpoint of that version to the next
