@@ -138,9 +138,8 @@ def test_predict_command_errors_are_one_line_and_leave_no_file(lm_run, capsys):
 # ----------------------------------------------------------------------------------------- other tasks
 @pytest.mark.slow
 def test_segmentation_predicts_labels_and_intervals_that_parse_back(tmp_path):
-    from datamodules.dna.annotation import frame_labels, read_annotation
+    from datamodules.dna.annotation import frame_labels, label_intervals, read_annotation
     from datamodules.dna.fasta import read_fasta
-    from pipelines.tasks.dna_predict import label_intervals
 
     fasta = write_fasta(tmp_path / "train.fa", {"chr1": random_bases(6000)})
     gff = write_gff(tmp_path / "train.gff", [("chr1", 101, 400, "+", 0), ("chr1", 1001, 1600, "-", 0),

@@ -209,3 +209,27 @@ def genes_to_cds(genes: list[dict]) -> list[CDS]:
         phase = (end - start) % 3 if five_prime_partial else 0
         out.append(CDS(g["record"], start, end, strand, phase))
     return out
+
+
+def label_intervals(labels: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """CDS intervals ``(start, end, strand, phase)`` (0-based half-open) from per-base labels.
+
+    An interval is a maximal run of one strand whose codon frame steps consistently (+ strand: frame
+    rises by one per base left to right; − strand: falls), so reading it back with
+    ``datamodules.dna.annotation`` reproduces the labels. ``phase`` is the GFF phase: bases from the
+    interval's 5' end (left on +, right on −) to its first complete codon.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    coding = labels > 0
+    strand = np.where(labels >= 4, -1, 1) * coding
+    frame = np.where(labels >= 4, labels - 4, labels - 1)
+    step = np.where(strand > 0, 1, 2)  # expected frame change left → right (+: +1, −: −1 ≡ +2 mod 3)
+    cont = coding[1:] & (strand[1:] == strand[:-1]) & ((frame[1:] - frame[:-1]) % 3 == step[1:])
+    breaks = np.flatnonzero(~cont) + 1
+    out = []
+    for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(labels)], strict=True):
+        if hi > lo and coding[lo]:
+            s = int(strand[lo])
+            first = frame[lo] if s > 0 else frame[hi - 1]  # frame of the 5'-most base
+            out.append((int(lo), int(hi), s, int((3 - first) % 3)))
+    return out

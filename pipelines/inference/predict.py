@@ -29,13 +29,13 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from datamodules.dna.annotation import label_intervals
 from datamodules.dna.fasta import EncodeReport, iter_records
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure
 from pipelines.inference.loading import load_model
 from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
-from pipelines.tasks.dna_predict import label_intervals
 from pipelines.tracking.failure import stop_on_sigterm
 from posenc import PosencError
 

@@ -1,8 +1,7 @@
 """The DNA tasks' predictors (each task names its own as ``predictor``): records in, DataFrames out.
 
-DNA input (``data``): a sequence string, a list of strings, ``{id: sequence}``, a list of
-``(id, sequence)`` pairs or Biopython ``SeqRecord``s, a DataFrame with ``sequence`` (and optionally
-``id``) columns, or a FASTA/GenBank path (plain or gzip). Positions in outputs are 1-based base
+DNA input (``data``): any of :func:`datamodules.dna.records.as_records`' inputs (a sequence string,
+records, a DataFrame with ``sequence``, a FASTA/GenBank path). Positions in outputs are 1-based base
 offsets of each token's first base in its record (for single-base tokens: the base itself).
 
 * ``dna_lm`` (causal): per token the model's probability of the base that is there given the bases
@@ -11,15 +10,15 @@ offsets of each token's first base in its record (for single-base tokens: the ba
 * ``dna_mlm`` (masked): the same columns, each token predicted while masked — every ``mask_every``-th
   token is masked per pass (1/7 ≈ the 15% of training), ``mask_every`` passes cover all tokens.
 * ``dna_segment``: per base the label (0 non-coding, 1–3 + strand frame 0–2, 4–6 − strand), its name
-  and probability; :func:`label_intervals` turns labels into CDS intervals (GFF/BED).
+  and probability; :func:`datamodules.dna.annotation.label_intervals` turns labels into CDS
+  intervals (GFF/BED).
 * ``dna_classify``: per record the class probabilities (mean over windows for long records).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,47 +26,13 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from datamodules.dna.fasta import EncodeReport, encode_bases, iter_records
+from datamodules.dna.records import as_records
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.resources import check_inference
 from pipelines.tasks.windows import check_window, inference_meta, iter_windows, run_windows, window_starts
 from posenc import PosencError
 
 LN2 = math.log(2.0)
-Records = Iterable[tuple[str, np.ndarray]]
-_NUCLEOTIDES = set("ACGTUNRYSWKMBDHV-.acgtunryswkmbdhv")
-
-
-# ----------------------------------------------------------------------------------------- input
-def as_records(data: Any) -> Records:
-    """``(id, base codes)`` pairs from any of the DNA inputs listed in the module docstring."""
-    if isinstance(data, Path) or (isinstance(data, str) and not _NUCLEOTIDES.issuperset(data)):
-        return iter_records(data, EncodeReport())  # a file name (a pure nucleotide string is a sequence)
-    if isinstance(data, str):
-        data = [data]
-    if isinstance(data, pd.DataFrame):
-        if "sequence" not in data.columns:
-            raise PosencError(f"DataFrame input needs a 'sequence' column, got columns {list(data.columns)}")
-        n = len(data)
-        ids = data["id"].astype(str).tolist() if "id" in data.columns else [f"seq{i + 1}" for i in range(n)]
-        data = list(zip(ids, data["sequence"].astype(str).tolist(), strict=True))
-    if isinstance(data, dict):
-        data = list(data.items())
-    return (_one(i, item) for i, item in enumerate(data))
-
-
-def _one(i: int, item: Any) -> tuple[str, np.ndarray]:
-    if isinstance(item, str):
-        rid, seq = f"seq{i + 1}", item
-    elif hasattr(item, "seq") and hasattr(item, "id"):  # Bio.SeqRecord
-        rid, seq = str(item.id), str(item.seq)
-    else:
-        rid, seq = item
-    if isinstance(seq, np.ndarray):
-        return str(rid), np.asarray(seq, dtype=np.uint8)  # no copy of a long record already in codes
-    if not seq:
-        raise PosencError(f"record {rid!r}: empty sequence")
-    return str(rid), encode_bases(str(seq).encode("ascii", "replace"), where=f"record {rid!r}")
 
 
 def dna_settings(model: torch.nn.Module, window: int | None, overlap: int | None) -> tuple:
@@ -219,30 +184,6 @@ def predict_segment(model, data, *, window=None, overlap=None, batch_size=32, pr
             "name": np.asarray(names, dtype=object)[label], "prob": probs[np.arange(len(label)), label],
         }))
     return pd.concat(frames, ignore_index=True)
-
-
-def label_intervals(labels: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """CDS intervals ``(start, end, strand, phase)`` (0-based half-open) from per-base labels.
-
-    An interval is a maximal run of one strand whose codon frame steps consistently (+ strand: frame
-    rises by one per base left to right; − strand: falls), so reading it back with
-    ``datamodules.dna.annotation`` reproduces the labels. ``phase`` is the GFF phase: bases from the
-    interval's 5' end (left on +, right on −) to its first complete codon.
-    """
-    labels = np.asarray(labels, dtype=np.int64)
-    coding = labels > 0
-    strand = np.where(labels >= 4, -1, 1) * coding
-    frame = np.where(labels >= 4, labels - 4, labels - 1)
-    step = np.where(strand > 0, 1, 2)  # expected frame change left → right (+: +1, −: −1 ≡ +2 mod 3)
-    cont = coding[1:] & (strand[1:] == strand[:-1]) & ((frame[1:] - frame[:-1]) % 3 == step[1:])
-    breaks = np.flatnonzero(~cont) + 1
-    out = []
-    for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(labels)], strict=True):
-        if hi > lo and coding[lo]:
-            s = int(strand[lo])
-            first = frame[lo] if s > 0 else frame[hi - 1]  # frame of the 5'-most base
-            out.append((int(lo), int(hi), s, int((3 - first) % 3)))
-    return out
 
 
 # ----------------------------------------------------------------------------------------- classification
