@@ -74,8 +74,8 @@ def move_class_paths(value: Any) -> Any:
     (``class_path`` values, a callback list's names) replaced by :func:`moved`; a folded class's
     ``init_args`` lose the arguments its new class does not take (:data:`FOLDED`)."""
     if isinstance(value, Mapping):
-        dropped = FOLDED.get(value.get("class_path"), ("", ()))[1]
-        init = value.get("init_args")
+        class_path, init = value.get("class_path"), value.get("init_args")
+        dropped = FOLDED[class_path][1] if isinstance(class_path, str) and class_path in FOLDED else ()
         if dropped and isinstance(init, Mapping):
             value = {**value, "init_args": {k: v for k, v in init.items() if k not in dropped}}
         return {k: move_class_paths(v) for k, v in value.items()}
