@@ -23,10 +23,10 @@ from datamodules.timeseries.ltsf import (
     split_bounds,
 )
 from posenc import PosencError
-from tests.helpers import small_csv, small_protocol, task
+from tests.helpers import shared_data, small_csv, small_protocol, task
 
 ROOT = Path(__file__).resolve().parents[2]
-ETTH1 = Path(os.environ.get("POSENC_SHARED_DATA", ROOT / ".." / "shared" / "data")) / "ETT" / "ETTh1.csv"
+ETTH1 = shared_data() / "ETT" / "ETTh1.csv"
 COLUMNS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
 
 

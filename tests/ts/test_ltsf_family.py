@@ -25,10 +25,10 @@ from datamodules.timeseries.ltsf import (
 )
 from pipelines.studies.ltsf_models import load_model_config
 from posenc import PosencError
-from tests.helpers import task
+from tests.helpers import shared_data, task
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("POSENC_SHARED_DATA", ROOT / ".." / "shared" / "data"))
+SHARED = shared_data()
 WEATHER = SHARED / "weather" / "weather.csv"
 ETTH1 = SHARED / "ETT" / "ETTh1.csv"
 
