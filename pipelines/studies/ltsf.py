@@ -44,7 +44,7 @@ from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
 from pipelines.studies.compare import scheme_file
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
 from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
-from pipelines.studies.ltsf_report import BASELINES, FIELDS, figure, summary_markdown
+from pipelines.studies.ltsf_report import BASELINES, FIELDS, figures, summary_markdown
 from pipelines.studies.results_table import read_results
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
@@ -295,8 +295,7 @@ def run(argv: Sequence[str] | None = None) -> Path:
     summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))
     files = [results, summary]
     if rows and not args.val_only:
-        figure(rows, out / "ltsf.png", args.data, args.lookback)
-        files.append(out / "ltsf.png")
+        files += figures(rows, out, args.data, args.lookback)
     for f in files:
         client.log_artifact(parent, str(f))
     client.set_terminated(parent, "FINISHED")

@@ -88,34 +88,71 @@ def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) 
     return "\n".join(lines) + "\n"
 
 
-def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> list[str]:
-    """Paired (same seed) MSE differences of every model against the first config's (the first trained
-    model with seeds; a baseline such as LightGBM's seeds is compared, never the reference)."""
-    if not getattr(args, "configs", None) or len(args.seeds) < 2:
-        return []
-    ref = next((m for m in models if m not in BASELINES
-                and any(len(mse.get((m, h), {})) > 1 for h in horizons)), None)
-    if ref is None:
-        return []
-    rows = []
-    for m in models:
-        if m == ref or not any(len(mse.get((m, h), {})) > 1 for h in horizons):
-            continue
-        cells = []
+def paired_against_reference(mse: dict, models: list[str], horizons: list[int]) -> tuple[str | None, dict]:
+    """The reference (the first trained model with seeds; a baseline such as LightGBM's seeds is
+    compared, never the reference) and every other seeded model's paired (same seed) MSE difference
+    against it, keyed by ``(model, horizon)``; a horizon with fewer than two shared seeds is left out."""
+    seeded = [m for m in models if any(len(mse.get((m, h), {})) > 1 for h in horizons)]
+    ref = next((m for m in seeded if m not in BASELINES), None)
+    diffs = {}
+    for m in seeded if ref else []:
         for h in horizons:
             a, b = mse.get((m, h), {}), mse.get((ref, h), {})
             seeds = sorted(set(a) & set(b))
-            if len(seeds) < 2:
-                cells.append("–")
-                continue
-            d = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
-            mark = "" if not d.excludes_zero or math.isnan(d.lo) else ("▲" if d.mean > 0 else "▼")
-            cells.append(f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}")
-        rows.append([m, *cells])
+            if m != ref and len(seeds) > 1:
+                diffs[(m, h)] = paired_difference([a[s] for s in seeds], [b[s] for s in seeds])
+    return ref, diffs
+
+
+def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> list[str]:
+    """The paired-difference table of ``summary.md`` (encoding tables: every model against the first)."""
+    if not getattr(args, "configs", None) or len(args.seeds) < 2:
+        return []
+    ref, diffs = paired_against_reference(mse, models, horizons)
+
+    def cell(d: Any) -> str:
+        mark = "" if not d.excludes_zero or math.isnan(d.lo) else ("▲" if d.mean > 0 else "▼")
+        return f"{d.mean:+.4f} [{d.lo:+.4f}, {d.hi:+.4f}]{mark}"
+
+    named = dict.fromkeys(m for m, _ in diffs)
+    rows = [[m, *(cell(diffs[(m, h)]) if (m, h) in diffs else "–" for h in horizons)] for m in named]
     if not rows:
         return []
     title = f"## Paired MSE difference vs {ref} (same seeds; 95 % CI; ▲/▼ when it excludes 0)"
     return ["", title, "", *md_lines(["model", *(f"H={h}" for h in horizons)], rows)]
+
+
+def paired_figure(rows: list[dict[str, Any]], path: Any) -> bool:
+    """Each model's paired test-MSE difference against the reference (mean and 95 % CI over seeds), one
+    panel per horizon, a line at 0; False (nothing drawn) when no model pairs with a reference."""
+    horizons = sorted({int(r["horizon"]) for r in rows})
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    ref, diffs = paired_against_reference(_group(rows, "test/mse_scaled"), models, horizons)
+    horizons = [h for h in horizons if any(k[1] == h for k in diffs)]
+    if not diffs:
+        return False
+    import matplotlib  # optional: matplotlib, figures only
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
+
+    named = list(dict.fromkeys(m for m, _ in diffs))
+    fig, axes = plt.subplots(1, len(horizons), figsize=(3.6 * len(horizons) + 1.6, 0.42 * len(named) + 1.4),
+                             squeeze=False, sharey=True)
+    for ax, h in zip(axes[0], horizons, strict=True):
+        ys = [i for i, m in enumerate(named) if (m, h) in diffs]
+        ds = [diffs[(named[i], h)] for i in ys]
+        ax.errorbar([d.mean for d in ds], ys, xerr=[[d.mean - d.lo for d in ds], [d.hi - d.mean for d in ds]],
+                    fmt="o", capsize=3)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(4))
+        ax.set(title=f"H={h}", xlabel=f"test MSE − {ref}'s (same seed)")
+    axes[0][0].set_yticks(range(len(named)), named)
+    axes[0][0].invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 def _lookbacks(rows: list[dict[str, Any]]) -> list[int]:
@@ -240,6 +277,18 @@ def lookback_figure(rows: list[dict[str, Any]], lookback: int, path: Any) -> boo
     return True
 
 
+def figures(rows: list[dict[str, Any]], out: Path, data: Any, lookback: int) -> list[Path]:
+    """The benchmark's figures in ``out``: ``ltsf.png`` (MSE per horizon), ``lookbacks.png`` (with
+    ``--test-lookbacks``) and ``paired.png`` (with models paired against a reference); the files drawn."""
+    figure(rows, out / "ltsf.png", data, lookback)
+    drawn = [out / "ltsf.png"]
+    if lookback_figure(rows, lookback, out / "lookbacks.png"):
+        drawn.append(out / "lookbacks.png")
+    if paired_figure(rows, out / "paired.png"):
+        drawn.append(out / "paired.png")
+    return drawn
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m pipelines.studies.ltsf_report --results A.csv [B.csv …] --out DIR``: one ``results.csv``,
     ``summary.md`` and ``ltsf.png`` from the results of several benchmark runs (e.g. horizons or seeds
@@ -269,10 +318,8 @@ def main(argv: list[str] | None = None) -> None:
         writer.writeheader()
         writer.writerows(merged)
     (out / "summary.md").write_text(summary_markdown(merged, args, []))
-    figure(merged, out / "ltsf.png", args.data, args.lookback)
-    drawn = lookback_figure(merged, args.lookback, out / "lookbacks.png")
-    extra = f" {out / 'lookbacks.png'}" if drawn else ""
-    print(f"files: {out / 'results.csv'} {out / 'summary.md'} {out / 'ltsf.png'}{extra}")
+    drawn = figures(merged, out, args.data, args.lookback)
+    print(f"files: {out / 'results.csv'} {out / 'summary.md'} {' '.join(map(str, drawn))}")
 
 
 if __name__ == "__main__":

@@ -66,3 +66,14 @@ def test_paired_differences_are_against_the_first_trained_config_not_a_seeded_ba
     paired = lines[start:]
     assert cells(paired, "posenc-rope")[1].startswith("+0.0133")
     assert cells(paired, "lightgbm")[1].startswith("+0.0967")
+
+
+def test_paired_figure_is_drawn_only_when_a_model_pairs_with_the_reference(tmp_path):
+    from pipelines.studies.ltsf_report import figures
+
+    table = [{"model": m, "horizon": str(h), "seed": str(seed), "test/mse_scaled": str(0.2 + 0.01 * seed + d)}
+             for h in (96, 336) for seed in range(3) for m, d in (("posenc", 0.0), ("posenc-rope", 0.003))]
+    assert [p.name for p in figures(table, tmp_path, "weather.csv", 336)] == ["ltsf.png", "paired.png"]
+    alone = [r for r in table if r["model"] == "posenc"]
+    (tmp_path / "b").mkdir()
+    assert [p.name for p in figures(alone, tmp_path / "b", "weather.csv", 336)] == ["ltsf.png"]
