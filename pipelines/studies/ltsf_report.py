@@ -131,10 +131,7 @@ def paired_figure(rows: list[dict[str, Any]], path: Any) -> bool:
     horizons = [h for h in horizons if any(k[1] == h for k in diffs)]
     if not diffs:
         return False
-    import matplotlib  # optional: matplotlib, figures only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
+    plt = _pyplot()
 
     named = list(dict.fromkeys(m for m, _ in diffs))
     fig, axes = plt.subplots(1, len(horizons), figsize=(3.6 * len(horizons) + 1.6, 0.42 * len(named) + 1.4),
@@ -149,9 +146,7 @@ def paired_figure(rows: list[dict[str, Any]], path: Any) -> bool:
         ax.set(title=f"H={h}", xlabel=f"test MSE − {ref}'s (same seed)")
     axes[0][0].set_yticks(range(len(named)), named)
     axes[0][0].invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
@@ -202,13 +197,26 @@ def lookback_lines(rows: list[dict[str, Any]], lookback: int) -> list[str]:
     return ["", title, "", *md_lines(head, body)]
 
 
-def figure(rows: list[dict[str, Any]], path: Any, data: Any = "ETTh1.csv", lookback: int = 336) -> None:
-    """Test MSE per horizon: each model's mean with its 95 % CI (bars where it has several seeds), and
-    the published PatchTST/64 and all-windows re-run numbers as dashed lines."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend."""
     import matplotlib  # optional: matplotlib, figures only
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # optional: matplotlib, figures only
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Any) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def figure(rows: list[dict[str, Any]], path: Any, data: Any = "ETTh1.csv", lookback: int = 336) -> None:
+    """Test MSE per horizon: each model's mean with its 95 % CI (bars where it has several seeds), and
+    the published PatchTST/64 and all-windows re-run numbers as dashed lines."""
+    plt = _pyplot()
 
     mse = _group(rows, "test/mse_scaled")
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -233,9 +241,7 @@ def figure(rows: list[dict[str, Any]], path: Any, data: Any = "ETTh1.csv", lookb
     ax.set_ylabel("test MSE (scaled), every window")
     ax.set_title(f"{Path(str(data)).stem}, lookback {lookback}")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def lookback_figure(rows: list[dict[str, Any]], lookback: int, path: Any) -> bool:
@@ -245,10 +251,7 @@ def lookback_figure(rows: list[dict[str, Any]], lookback: int, path: Any) -> boo
     longer = _lookbacks(rows)
     if not longer:
         return False
-    import matplotlib  # optional: matplotlib, figures only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # optional: matplotlib, figures only
+    plt = _pyplot()
 
     horizons = sorted({int(r["horizon"]) for r in rows})
     curves = {n: _group(rows, f"test/mse_scaled_L{n}") for n in longer}
@@ -271,9 +274,7 @@ def lookback_figure(rows: list[dict[str, Any]], lookback: int, path: Any) -> boo
         ax.set(xlabel=f"lookback read at test (trained at {lookback})", ylabel="test MSE (scaled)",
                title=f"H={h}")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
