@@ -57,6 +57,10 @@ PROTOCOL = "pipelines.studies.ltsf_fit.LTSFProtocol"  # the callback every model
 #: 10⁵–10⁶ training rows (windows × channels), and on Weather val chose the largest of the
 #: 0.1 … 1000 grid for both the ridge baseline and the warm start: an edge is not a choice.
 LTSF_ALPHAS = tuple(10.0**k for k in range(-1, 7))
+#: How far past an end of :data:`LTSF_ALPHAS` val may take the penalty, a decade at a time
+#: (:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`): the 0.1 … 10⁶ grid still bound on
+#: ETTh1 at 96 (0.1) and on Weather at 720 (10⁶).
+LTSF_ALPHA_BOUNDS = (1e-4, 1e9)
 LAYER_KEYS = {"model", "data", "trainer", "test_after_fit", "register"}  # what a model config may set
 #: what a model config may set in data.init_args (the rest of it is the protocol's overlay)
 DATA_KEYS = {"batch_size", "samples_per_epoch", "val_stride"}
@@ -137,10 +141,11 @@ def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[
     """Fit the model's linear path in closed form before training
     (:meth:`~pipelines.tasks.forecast_patchtst.PatchTSTForecaster.fit_linear_path`: ridge from each
     channel's lookback to its horizon on every train window, the penalty the best of
-    :data:`LTSF_ALPHAS` on val)."""
+    :data:`LTSF_ALPHAS` on val, past its ends as far as :data:`LTSF_ALPHA_BOUNDS`)."""
     if getattr(model, "linear", None) is None:
         raise PosencError("linear_warm_start needs a model with a linear path (model.linear_path: true)")
-    return {"linear_alpha": model.fit_linear_path(data, alphas=LTSF_ALPHAS)}
+    return {"linear_alpha": model.fit_linear_path(data, alphas=LTSF_ALPHAS,
+                                                          bounds=LTSF_ALPHA_BOUNDS)}
 
 
 def _test_lookback(data: LTSFData, n: int, lookback: int, horizon: int) -> np.ndarray:
@@ -172,8 +177,8 @@ def _from_channels(rows: np.ndarray, c: int) -> np.ndarray:
 
 def ridge_run(data: LTSFData, lookback: int, horizon: int, seed: int) -> Result:
     """Ridge from a channel's lookback to its horizon (the model's inputs), shared by every channel
-    and fitted on every train window; the penalty the best of :data:`LTSF_ALPHAS` on val
-    (:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`)."""
+    and fitted on every train window; the penalty the best of :data:`LTSF_ALPHAS` on val, past its
+    ends as far as :data:`LTSF_ALPHA_BOUNDS` (:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`)."""
     c = data.n_channels
     with Timer() as clock:
         (xt, yt), (xv, yv), (xs, _) = (data.windows(s, lookback, horizon) for s in ("train", "val", "test"))
@@ -182,6 +187,7 @@ def ridge_run(data: LTSFData, lookback: int, horizon: int, seed: int) -> Result:
             return scaled_errors(_from_channels(fit.predict(channel_rows(xv))[..., 0], c), yv)
 
         fit, alpha = ridge_on_val((channel_rows(xt), channel_rows(yt)[:, :, None]),
-                                  lambda f: val(f)["mse_scaled"], alphas=LTSF_ALPHAS)
+                                  lambda f: val(f)["mse_scaled"], alphas=LTSF_ALPHAS,
+                                  bounds=LTSF_ALPHA_BOUNDS)
         pred = _from_channels(fit.predict(channel_rows(xs))[..., 0], c)
     return Result(pred, val(fit), {"alpha": alpha}, clock.cpu_s, clock.wall_s)

@@ -69,6 +69,14 @@ class LinearBaseline:
                  weight: np.ndarray | None = None) -> list:
         """One fit per penalty in ``alphas``, sharing the Gram matrix (one pass over the data);
         ``weight`` (n,): each window's weight in the squared error (``None``: equal)."""
+        system = cls.normal_equations(x, y, mask, weight)
+        return [cls.solve(alpha, system) for alpha in alphas]
+
+    @staticmethod
+    def normal_equations(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None,
+                         weight: np.ndarray | None = None) -> tuple:
+        """The centred Gram matrix and cross products of the windows (one pass over the data), which
+        :meth:`solve` turns into a fit at any penalty: ``(gram, cross, x_mean, y_mean, out_shape)``."""
         keep = np.ones(len(x), dtype=bool) if mask is None else mask.reshape(len(mask), -1).all(axis=1)
         if not keep.any():
             raise PosencError("no training window has fully observed targets for the linear baseline")
@@ -85,17 +93,19 @@ class LinearBaseline:
             x_mean, y_mean = w @ xs / n, w @ ys / n
             xs -= x_mean
             xw = xs * w[:, None]
-        gram, cross = xw.T @ xs, xw.T @ (ys - y_mean)  # (D, D), (D, H·C)
-        fits = []
-        for alpha in alphas:
-            lin = cls(alpha)
-            with warnings.catch_warnings():  # lagged calendar features are collinear: the penalty handles it
-                warnings.simplefilter("ignore", LinAlgWarning)
-                lin.coef = scipy.linalg.solve(gram + alpha * np.eye(len(gram)), cross, assume_a="pos")
-            lin.intercept = y_mean - x_mean @ lin.coef  # (H·C,)
-            lin.out_shape = y.shape[1:]
-            fits.append(lin)
-        return fits
+        return xw.T @ xs, xw.T @ (ys - y_mean), x_mean, y_mean, y.shape[1:]  # (D, D), (D, H·C), …
+
+    @classmethod
+    def solve(cls, alpha: float, system: tuple) -> LinearBaseline:
+        """The fit at penalty ``alpha`` from :meth:`normal_equations`' ``system``."""
+        gram, cross, x_mean, y_mean, out_shape = system
+        lin = cls(alpha)
+        with warnings.catch_warnings():  # lagged calendar features are collinear: the penalty handles it
+            warnings.simplefilter("ignore", LinAlgWarning)
+            lin.coef = scipy.linalg.solve(gram + alpha * np.eye(len(gram)), cross, assume_a="pos")
+        lin.intercept = y_mean - x_mean @ lin.coef  # (H·C,)
+        lin.out_shape = out_shape
+        return lin
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """x (n, L, F) or (n, D) → (n, H, C)."""
@@ -104,14 +114,29 @@ class LinearBaseline:
 
 
 def ridge_on_val(train: tuple, val_error: Callable[[LinearBaseline], float],
-                 weight: np.ndarray | None = None,
-                 alphas: tuple[float, ...] = RIDGE_ALPHAS) -> tuple[LinearBaseline, float]:
+                 weight: np.ndarray | None = None, alphas: tuple[float, ...] = RIDGE_ALPHAS,
+                 bounds: tuple[float, float] | None = None) -> tuple[LinearBaseline, float]:
     """The one ridge fit: :meth:`LinearBaseline.fit_path` on ``train`` (x, y[, mask]) for every penalty
     of ``alphas`` (default :data:`RIDGE_ALPHAS`; ``weight``: each window's weight), the fit with the
-    lowest ``val_error`` and its penalty (ties → the smaller penalty)."""
-    fits = LinearBaseline.fit_path(alphas, *train, weight=weight)
-    best = int(np.argmin([val_error(fit) for fit in fits]))
-    return fits[best], alphas[best]
+    lowest ``val_error`` and its penalty (ties → the smaller penalty).
+
+    ``bounds`` ``(lo, hi)``: a penalty at an end of the grid is not a choice, so while val picks the
+    grid's smallest (largest) penalty, one more step of the grid's ratio is tried below (above) it, as
+    far as ``lo`` (``hi``); interior choices are exactly those of the grid alone. ``None``: the grid
+    as given."""
+    system = LinearBaseline.normal_equations(*train, weight=weight)
+    grid = sorted(float(a) for a in alphas)
+    fits = {a: LinearBaseline.solve(a, system) for a in grid}
+    errors = {a: val_error(fit) for a, fit in fits.items()}
+    while True:
+        best = min(grid, key=lambda a: (errors[a], a))
+        step = grid[-1] / grid[-2] if len(grid) > 1 else 10.0
+        nxt = best / step if best == grid[0] else best * step if best == grid[-1] else None
+        if bounds is None or nxt is None or not bounds[0] * (1 - 1e-9) <= nxt <= bounds[1] * (1 + 1e-9):
+            return fits[best], best
+        fits[nxt] = LinearBaseline.solve(nxt, system)
+        errors[nxt] = val_error(fits[nxt])
+        grid = sorted(fits)
 
 
 def masked_errors(pred: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict[str, float]:

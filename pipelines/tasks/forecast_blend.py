@@ -124,13 +124,14 @@ class LinearPath(nn.Module):
         self.set_ridge(*baselines.same_inputs_ridge(dm, future))
 
     def fit_windows(self, train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray],
-                    normalised: bool, alphas: tuple[float, ...] = RIDGE_ALPHAS) -> float:
+                    normalised: bool, alphas: tuple[float, ...] = RIDGE_ALPHAS,
+                    bounds: tuple[float, float] | None = None) -> float:
         """The per-channel path's ridge (:func:`ridge_on_val`) on training windows ``train`` (x (n, L, C),
         y (n, H, C), scaled), its penalty chosen on ``val`` (MSE, scaled); returns the penalty.
         ``normalised``: both sides RevIN-normalised per window and channel (RLinear), each window's
         squared error weighted by its variance, so that the fit minimises the error in the data's units
         as training does (unweighted, a calm window whose target moves would dominate it). ``alphas``:
-        the penalties tried."""
+        the penalties tried; ``bounds``: how far past their ends val may take it (:func:`ridge_on_val`)."""
         if not self.per_channel:
             raise PosencError("fit_windows fits a per-channel linear path; this one is multivariate")
         xt, yt, _, sdt = _rows(*train, normalised)
@@ -139,7 +140,8 @@ class LinearPath(nn.Module):
         def val_error(fit: LinearBaseline) -> float:
             return float(np.mean((fit.predict(xv)[..., 0] * sd + mu - yv) ** 2))
 
-        fit, alpha = ridge_on_val((xt, yt[:, :, None]), val_error, weight=sdt[:, 0] ** 2, alphas=alphas)
+        fit, alpha = ridge_on_val((xt, yt[:, :, None]), val_error, weight=sdt[:, 0] ** 2, alphas=alphas,
+                                  bounds=bounds)
         self.set_ridge(fit, alpha)
         return alpha
 

@@ -113,16 +113,18 @@ class PatchTSTForecaster(Forecaster):
         """Whether the linear path reads the RevIN-normalised lookback (``linear_input: revin``)."""
         return self.linear is not None and self.linear_input == "revin" and self.revin is not None
 
-    def fit_linear_path(self, data: Any = None, alphas: tuple[float, ...] = RIDGE_ALPHAS) -> float:
+    def fit_linear_path(self, data: Any = None, alphas: tuple[float, ...] = RIDGE_ALPHAS,
+                        bounds: tuple[float, float] | None = None) -> float:
         """Fit the linear path (:meth:`LinearPath.fit_windows`) on the train windows of ``data`` (an
         :class:`~datamodules.timeseries.ltsf.LTSFData`; default: the trainer's datamodule's), its
-        penalty the best of ``alphas`` on val; returns the penalty."""
+        penalty the best of ``alphas`` on val (past their ends as far as ``bounds``); returns the penalty."""
         data = data if data is not None else getattr(getattr(self.trainer, "datamodule", None), "data", None)
         if not hasattr(data, "windows"):
             raise PosencError("PatchTSTForecaster's linear path is fitted on an LTSFDataModule's windows "
                               "(data: datamodules.timeseries.ltsf_data.LTSFDataModule)")
         train, val = (data.windows(split, self.lookback, self.horizon) for split in ("train", "val"))
-        return self.linear.fit_windows(train, val, normalised=self.normalised_path, alphas=alphas)
+        return self.linear.fit_windows(train, val, normalised=self.normalised_path, alphas=alphas,
+                                       bounds=bounds)
 
     def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None,
                 fut: Tensor | None = None) -> Tensor:

@@ -62,16 +62,42 @@ def test_val_stride_thins_the_early_stopping_loader_only(tmp_path):
 
 
 def test_ridge_baseline_chooses_its_penalty_on_val_from_the_wide_grid():
-    from pipelines.studies.ltsf_models import LTSF_ALPHAS, ridge_run
+    from pipelines.studies.ltsf_models import LTSF_ALPHA_BOUNDS, LTSF_ALPHAS, ridge_run
     from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, ridge_on_val
 
     assert LTSF_ALPHAS[0] == min(RIDGE_ALPHAS) and LTSF_ALPHAS[-1] == 1e6
     assert all(b == pytest.approx(10 * a) for a, b in zip(LTSF_ALPHAS, LTSF_ALPHAS[1:], strict=False))
     data = small_protocol()
     ridge = ridge_run(data, 48, 8, seed=0)
-    assert ridge.params["alpha"] in LTSF_ALPHAS
+    assert LTSF_ALPHA_BOUNDS[0] <= ridge.params["alpha"] <= LTSF_ALPHA_BOUNDS[1]
     x, y = data.windows("train", 48, 8)
     rows = (x[:, :, 0], y[:, :, :1])
     fit, alpha = ridge_on_val(rows, lambda f: -f.alpha, alphas=(1e4, 1e5))  # the grid given is the one tried
     assert alpha == 1e5 and fit.alpha == 1e5
+    fit, alpha = ridge_on_val(rows, lambda f: -f.alpha, alphas=(1e4, 1e5), bounds=(1e4, 1e5))
+    assert alpha == 1e5  # bounds at the grid's ends: nothing past them
     assert scaled_errors(ridge.pred, data.windows("test", 48, 8)[1])["mse_scaled"] < 1e-3
+
+
+@pytest.mark.parametrize("target", [1e-3, 0.1, 1e3, 1e6, 1e8, 1e12])
+def test_the_penalty_grid_grows_past_the_edge_val_picks_until_it_picks_inside(target):
+    """Val error |log10 α − log10 target|: an interior target is the grid's own choice (nothing else
+    tried), one past an edge is reached a decade at a time, one past the bounds stops at the bound."""
+    from pipelines.studies.ltsf_models import LTSF_ALPHA_BOUNDS, LTSF_ALPHAS
+    from pipelines.tasks.forecast_baselines import LinearBaseline, ridge_on_val
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(200, 12)), rng.normal(size=(200, 3, 1))
+    tried = []
+
+    def val_error(fit):
+        tried.append(fit.alpha)
+        return abs(np.log10(fit.alpha) - np.log10(target))
+
+    fit, alpha = ridge_on_val((x, y), val_error, alphas=LTSF_ALPHAS, bounds=LTSF_ALPHA_BOUNDS)
+    lo, hi = LTSF_ALPHA_BOUNDS
+    assert alpha == pytest.approx(min(max(target, lo), hi), rel=1e-9)
+    inside = LTSF_ALPHAS[0] < target < LTSF_ALPHAS[-1]
+    assert len(tried) == len(LTSF_ALPHAS) if inside else len(tried) > len(LTSF_ALPHAS)
+    assert all(lo * (1 - 1e-9) <= a <= hi * (1 + 1e-9) for a in tried)
+    np.testing.assert_allclose(fit.coef, LinearBaseline(alpha).fit(x, y).coef, rtol=1e-10)
