@@ -127,7 +127,7 @@ bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_re
 	$(PY) -m pipelines.studies.bench $(ARGS)
 
 # The long-horizon forecasting benchmark (docs/ltsf.md): DATA is your copy of any file of the family (ETTh1.csv, weather.csv, …; none is shipped).
-LTSF_CONFIGS ?= configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear_etth1.yaml
+LTSF_CONFIGS ?= configs/ltsf/posenc.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear.yaml
 .PHONY: benchmark-ltsf
 benchmark-ltsf: $(STAMP) ## any LTSF file under its protocol (ETT rule or custom, from the file; ARGS="--protocol ett|custom"): DATA=ETTh1.csv|weather.csv [HORIZONS=..] [SEEDS=..] [OUT=..] [ARGS=..]
 	@test -n "$(DATA)" || { echo "usage: make benchmark-ltsf DATA=path/to/ETTh1.csv|weather.csv [HORIZONS=\"96 192 336 720\"] [SEEDS=\"0 1 2\"]" >&2; exit 2; }

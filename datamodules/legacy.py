@@ -48,7 +48,7 @@ MOVED: tuple[tuple[str, str], ...] = (
 )
 #: classes folded into another: old class path → (the class it reads as, init args the new one does not take).
 #: ``DLinearBaselines`` trained a DLinear inside a callback; DLinear is now a run of its own
-#: (configs/ltsf/dlinear_etth1.yaml), so a config naming it keeps the callback's other baselines.
+#: (configs/ltsf/dlinear.yaml), so a config naming it keeps the callback's other baselines.
 FOLDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.tasks.forecast_linear.DLinearBaselines": (
         "pipelines.tasks.forecast_baselines.ForecastBaselines", ("epochs", "lr")),

@@ -3,8 +3,8 @@
 Usage::
 
     python -m pipelines.studies.ltsf --data ETTh1.csv --horizons 96 192 336 720 --seeds 0 1 2 \\
-        --configs configs/ltsf/posenc_etth1.yaml configs/ltsf/patchtst_etth1.yaml \\
-                  configs/ltsf/dlinear_etth1.yaml \\
+        --configs configs/ltsf/posenc.yaml configs/ltsf/patchtst_etth1.yaml \\
+                  configs/ltsf/dlinear.yaml \\
         --baselines naive ridge lightgbm ets --out docs/ltsf_results
     make benchmark-ltsf DATA=path/to/ETTh1.csv
 

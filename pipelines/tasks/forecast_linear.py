@@ -40,7 +40,7 @@ class DLinearForecaster(Forecaster):
     A :class:`~pipelines.tasks.forecast.Forecaster` in everything but the network: the same data,
     loss, AdamW + warm-up/cosine schedule, checkpointing on ``val/loss``, test metrics at every
     lookback (a longer lookback is cut to its last ``lookback`` steps; a shorter one is undefined)
-    and inference. Run it with ``configs/ltsf/dlinear_etth1.yaml``.
+    and inference. Run it with ``configs/ltsf/dlinear.yaml``.
 
     Args:
         lookback: input steps L (linked from the datamodule).

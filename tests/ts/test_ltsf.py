@@ -419,10 +419,10 @@ def test_the_old_train_dialect_is_refused_naming_the_file_and_key(tmp_path):
 
 @pytest.mark.slow
 def test_a_shipped_model_config_is_an_ordinary_training_layer(tmp_path):
-    """`python -m pipelines.train fit --config configs/ltsf/dlinear_etth1.yaml` with the file, lookback and
+    """`python -m pipelines.train fit --config configs/ltsf/dlinear.yaml` with the file, lookback and
     horizon given: the layer trains as any run does, and its LTSFProtocol scores every test window."""
     data = write_tiny_ett(tmp_path / "ETTh_tiny.csv")
-    layer = str(ROOT / "configs/ltsf/dlinear_etth1.yaml")
+    layer = str(ROOT / "configs/ltsf/dlinear.yaml")
     cmd = [sys.executable, "-m", "pipelines.train", "fit", "--config", layer,
            "--data.init_args.path", str(data), "--data.init_args.lookback", "32",
            "--data.init_args.horizon", "8",
