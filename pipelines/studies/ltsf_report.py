@@ -82,6 +82,7 @@ def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) 
     lines += ["", "## CPU seconds per run (mean over seeds; process time, all threads)", "",
               *md_lines(cols, mean_cpu)]
     lines += _paired(mse, models, horizons, args)
+    lines += val_choice_lines(rows, getattr(args, "choose_on_val", None) or [], horizons)
     lines += lookback_lines(rows, args.lookback)
     if skipped:
         lines += ["", "## Skipped", ""] + [f"- {s}" for s in skipped]
@@ -120,6 +121,33 @@ def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> lis
         return []
     title = f"## Paired MSE difference vs {ref} (same seeds; 95 % CI; ▲/▼ when it excludes 0)"
     return ["", title, "", *md_lines(["model", *(f"H={h}" for h in horizons)], rows)]
+
+
+def val_choice(rows: list[dict[str, Any]], candidates: list[str], horizon: int) -> str | None:
+    """The one of ``candidates`` that val chooses at ``horizon``: the lowest mean val MSE over its seeds
+    (ties: the first named); ``None`` unless every candidate has val rows there."""
+    val = _group(rows, "val/mse_scaled")
+    means = [sum(v.values()) / len(v) if (v := val.get((m, horizon))) else None for m in candidates]
+    if not candidates or None in means:
+        return None
+    return candidates[min(range(len(means)), key=lambda i: (means[i], i))]
+
+
+def val_choice_lines(rows: list[dict[str, Any]], candidates: list[str], horizons: list[int]) -> list[str]:
+    """The ``summary.md`` table of a choice among ``candidates`` made on val alone, per horizon: each
+    candidate's mean val MSE, the one chosen (:func:`val_choice`) and its test MSE."""
+    if not candidates:
+        return []
+    val, mse = _group(rows, "val/mse_scaled"), _group(rows, "test/mse_scaled")
+    body = []
+    for h in horizons:
+        chosen = val_choice(rows, candidates, h)
+        means = [f"{sum(v.values()) / len(v):.4f}" if (v := val.get((m, h))) else "–" for m in candidates]
+        test = _cell(mse[(chosen, h)]) if chosen and mse.get((chosen, h)) else "–"
+        body.append([str(h), *means, chosen or "–", test])
+    cols = ["H", *(f"val MSE, {m}" for m in candidates), "chosen on val", "its test MSE"]
+    title = f"## Chosen on val among {', '.join(candidates)} (lowest mean val MSE over seeds)"
+    return ["", title, "", *md_lines(cols, body)]
 
 
 def paired_figure(rows: list[dict[str, Any]], path: Any) -> bool:
@@ -301,6 +329,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--data", default="ETTh1.csv", help="the data's name, for the title")
     p.add_argument("--lookback", type=int, default=336)
+    p.add_argument("--choose-on-val", nargs="+", metavar="MODEL", default=[],
+                   help="add a table: per horizon, the one of these models with the lowest mean val MSE")
     args = p.parse_args(argv)
     rows: dict[tuple, dict[str, Any]] = {}
     for path in args.results:

@@ -1,5 +1,6 @@
-"""The LTSF summary's lookback-extrapolation table: MSE at the training lookback and longer ones, the
-paired change, and the retained gain over seasonal naive (a ratio of mean gains)."""
+"""The LTSF summary: the lookback-extrapolation table (MSE at the training lookback and longer ones, the
+paired change, the retained gain over seasonal naive as a ratio of mean gains), the paired differences,
+and a choice among models made on val alone."""
 
 from __future__ import annotations
 
@@ -77,3 +78,20 @@ def test_paired_figure_is_drawn_only_when_a_model_pairs_with_the_reference(tmp_p
     alone = [r for r in table if r["model"] == "posenc"]
     (tmp_path / "b").mkdir()
     assert [p.name for p in figures(alone, tmp_path / "b", "weather.csv", 336)] == ["ltsf.png"]
+
+
+def test_the_val_choice_takes_the_lowest_mean_val_mse_and_reports_that_models_test():
+    from pipelines.studies.ltsf_report import val_choice, val_choice_lines
+
+    val = {("a", 96): (0.50, 0.52), ("b", 96): (0.49, 0.51),
+           ("a", 192): (0.60, 0.60), ("b", 192): (0.61, 0.60)}
+    test = {"a": (0.30, 0.32), "b": (0.40, 0.42)}  # test disagrees with val at 96: the choice never reads it
+    table = [{"model": m, "horizon": str(h), "seed": str(s), "val/mse_scaled": str(v[s]),
+              "test/mse_scaled": str(test[m][s])} for (m, h), v in val.items() for s in range(2)]
+    assert val_choice(table, ["a", "b"], 96) == "b" and val_choice(table, ["a", "b"], 192) == "a"
+    assert val_choice(table, ["a", "b", "c"], 96) is None  # c has no rows: no choice
+    lines = val_choice_lines(table, ["a", "b"], [96, 192])
+    assert lines[1].startswith("## Chosen on val among a, b")
+    assert cells(lines, "96")[1:4] == ["0.5100", "0.5000", "b"] and cells(lines, "96")[4].startswith("0.410")
+    assert cells(lines, "192")[3] == "a" and cells(lines, "192")[4].startswith("0.310")
+    assert val_choice_lines(table, [], [96]) == []
