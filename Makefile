@@ -126,7 +126,8 @@ bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_re
 	@$(PY) -c "import x_transformers" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[bench]"
 	$(PY) -m pipelines.studies.bench $(ARGS)
 
-# The long-horizon forecasting benchmark (docs/ltsf.md): DATA is your copy of any file of the family (ETTh1.csv, weather.csv, …; none is shipped).
+# The long-horizon forecasting benchmark (docs/ltsf.md): DATA is your copy of any file of the family
+# (ETTh1.csv, weather.csv, …; none is shipped), run under its own protocol with one config per model.
 LTSF_CONFIGS ?= configs/ltsf/posenc.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear.yaml
 .PHONY: benchmark-ltsf
 benchmark-ltsf: $(STAMP) ## any LTSF file under its protocol (ETT rule or custom, from the file; ARGS="--protocol ett|custom"): DATA=ETTh1.csv|weather.csv [HORIZONS=..] [SEEDS=..] [OUT=..] [ARGS=..]
