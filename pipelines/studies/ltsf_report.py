@@ -123,14 +123,21 @@ def _paired(mse: dict, models: list[str], horizons: list[int], args: Any) -> lis
     return ["", title, "", *md_lines(["model", *(f"H={h}" for h in horizons)], rows)]
 
 
-def val_choice(rows: list[dict[str, Any]], candidates: list[str], horizon: int) -> str | None:
-    """The one of ``candidates`` that val chooses at ``horizon``: the lowest mean val MSE over its seeds
-    (ties: the first named); ``None`` unless every candidate has val rows there."""
-    val = _group(rows, "val/mse_scaled")
-    means = [sum(v.values()) / len(v) if (v := val.get((m, horizon))) else None for m in candidates]
+def _val_means(val: dict, candidates: list[str], horizon: int) -> list[float | None]:
+    """Each candidate's mean val MSE over its seeds at ``horizon`` (``None`` without rows there)."""
+    return [sum(v.values()) / len(v) if (v := val.get((m, horizon))) else None for m in candidates]
+
+
+def _lowest(candidates: list[str], means: list[float | None]) -> str | None:
     if not candidates or None in means:
         return None
     return candidates[min(range(len(means)), key=lambda i: (means[i], i))]
+
+
+def val_choice(rows: list[dict[str, Any]], candidates: list[str], horizon: int) -> str | None:
+    """The one of ``candidates`` that val chooses at ``horizon``: the lowest mean val MSE over its seeds
+    (ties: the first named); ``None`` unless every candidate has val rows there."""
+    return _lowest(candidates, _val_means(_group(rows, "val/mse_scaled"), candidates, horizon))
 
 
 def val_choice_lines(rows: list[dict[str, Any]], candidates: list[str], horizons: list[int]) -> list[str]:
@@ -141,10 +148,10 @@ def val_choice_lines(rows: list[dict[str, Any]], candidates: list[str], horizons
     val, mse = _group(rows, "val/mse_scaled"), _group(rows, "test/mse_scaled")
     body = []
     for h in horizons:
-        chosen = val_choice(rows, candidates, h)
-        means = [f"{sum(v.values()) / len(v):.4f}" if (v := val.get((m, h))) else "–" for m in candidates]
+        means = _val_means(val, candidates, h)
+        chosen = _lowest(candidates, means)
         test = _cell(mse[(chosen, h)]) if chosen and mse.get((chosen, h)) else "–"
-        body.append([str(h), *means, chosen or "–", test])
+        body.append([str(h), *("–" if m is None else f"{m:.4f}" for m in means), chosen or "–", test])
     cols = ["H", *(f"val MSE, {m}" for m in candidates), "chosen on val", "its test MSE"]
     title = f"## Chosen on val among {', '.join(candidates)} (lowest mean val MSE over seeds)"
     return ["", title, "", *md_lines(cols, body)]
