@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> None:
             for r in csv.DictReader(f):
                 rows[(r["model"], int(r["horizon"]), int(r["seed"]))] = r
     merged = list(rows.values())
+    absent = sorted(set(args.choose_on_val) - {r["model"] for r in merged})
+    if absent:
+        raise SystemExit(f"error: --choose-on-val: no rows of {', '.join(absent)} in the results given")
     args.seeds = sorted({int(r["seed"]) for r in merged})
     args.configs = [r["model"] for r in merged]
     out = Path(args.out)

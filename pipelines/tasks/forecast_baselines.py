@@ -116,9 +116,9 @@ class LinearBaseline:
 def ridge_on_val(train: tuple, val_error: Callable[[LinearBaseline], float],
                  weight: np.ndarray | None = None, alphas: tuple[float, ...] = RIDGE_ALPHAS,
                  bounds: tuple[float, float] | None = None) -> tuple[LinearBaseline, float]:
-    """The one ridge fit: :meth:`LinearBaseline.fit_path` on ``train`` (x, y[, mask]) for every penalty
-    of ``alphas`` (default :data:`RIDGE_ALPHAS`; ``weight``: each window's weight), the fit with the
-    lowest ``val_error`` and its penalty (ties → the smaller penalty).
+    """The one ridge fit: :meth:`LinearBaseline.solve` on ``train``'s normal equations (x, y[, mask])
+    for every penalty of ``alphas`` (default :data:`RIDGE_ALPHAS`; ``weight``: each window's weight),
+    the fit with the lowest ``val_error`` and its penalty (ties → the smaller penalty).
 
     ``bounds`` ``(lo, hi)``: a penalty at an end of the grid is not a choice, so while val picks the
     grid's smallest (largest) penalty, one more step of the grid's ratio is tried below (above) it, as

@@ -95,3 +95,14 @@ def test_the_val_choice_takes_the_lowest_mean_val_mse_and_reports_that_models_te
     assert cells(lines, "96")[1:4] == ["0.5100", "0.5000", "b"] and cells(lines, "96")[4].startswith("0.410")
     assert cells(lines, "192")[3] == "a" and cells(lines, "192")[4].startswith("0.310")
     assert val_choice_lines(table, [], [96]) == []
+
+
+def test_choose_on_val_names_a_model_the_results_do_not_have_in_one_line(tmp_path, capsys):
+    from pipelines.studies.ltsf_report import main
+
+    results = tmp_path / "results.csv"
+    results.write_text("model,horizon,seed,test/mse_scaled,val/mse_scaled\nposenc,96,0,0.2,0.4\n")
+    with pytest.raises(SystemExit, match=r"--choose-on-val: no rows of forecastr in the results"):
+        main(["--results", str(results), "--out", str(tmp_path / "out"),
+              "--choose-on-val", "posenc", "forecastr"])
+    assert not (tmp_path / "out").exists()  # nothing written
