@@ -4,8 +4,8 @@ Usage::
 
     python -m pipelines.studies.ltsf --data ETTh1.csv --horizons 96 192 336 720 --seeds 0 1 2 \\
         --configs configs/ltsf/posenc.yaml configs/ltsf/patchtst_etth1.yaml \\
-                  configs/ltsf/dlinear.yaml \\
-        --baselines naive ridge lightgbm ets --out docs/ltsf_results
+                  configs/ltsf/forecaster_extrapolate.yaml configs/ltsf/dlinear.yaml \\
+        --baselines naive ridge lightgbm ets --choose-on-val posenc forecaster --out docs/ltsf_results
     make benchmark-ltsf DATA=path/to/ETTh1.csv
 
 The protocol (:mod:`datamodules.timeseries.ltsf`), recognised from the file (``--protocol`` overrides):
@@ -17,7 +17,8 @@ the sweep runner (:func:`pipelines.eval.sweep.train_run`: the Lightning CLI on t
 :mod:`pipelines.studies.ltsf_fit` makes of it), early-stopped on val; baselines are fitted on the same
 windows, their choices made on val. ``--schemes`` swaps the encoding of the first config
 (``configs/posenc/<name>.yaml``) for an encoding table, ``--test-lookbacks`` also scores the trained
-models at longer lookbacks.
+models at longer lookbacks, ``--choose-on-val`` adds the choice among some of the models made on val
+alone (the Makefile's: the posenc default or the last-token Forecaster, per horizon).
 
 One MLflow parent run, one nested child per model × horizon × seed (metrics with their unit in the
 name; tags ``posenc.ltsf.model``, ``.horizon``, ``.seed``, ``.complete`` and ``.chosen``, what was
@@ -66,6 +67,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--baselines", nargs="*", default=list(BASELINES), help=f"of {' '.join(BASELINES)}")
     p.add_argument("--test-lookbacks", type=int, nargs="*", default=[],
                    help="also score the trained models at these longer lookbacks (same test targets)")
+    p.add_argument("--choose-on-val", nargs="+", metavar="MODEL", default=[],
+                   help="summary.md adds the choice among these models (config names or baselines) made "
+                        "on val alone: per horizon, the lowest mean val MSE over seeds")
     p.add_argument("--max-epochs", type=int, default=None, help="override every config's train.max_epochs")
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu", "auto"),
                    help="where the neural models train (default: cpu; gpu/auto use a GPU where there is one, "
@@ -95,6 +99,11 @@ def model_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     if len(set(names)) < len(names):
         raise PosencError(f"two model configs share a name: {' '.join(names)} "
                           "(set the LTSFProtocol callback's name: in one of them)")
+    absent = [m for m in args.choose_on_val if m not in names and m not in args.baselines]
+    if absent:
+        raise PosencError(f"--choose-on-val {' '.join(absent)}: not a model of this run "
+                          f"(its configs' names: {' '.join(names) or 'none'}; baselines: "
+                          f"{' '.join(args.baselines) or 'none'})")
     return configs
 
 

@@ -433,3 +433,18 @@ def test_a_shipped_model_config_is_an_ordinary_training_layer(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "test/mse_scaled" in done.stdout + done.stderr
     assert "registration failed" not in done.stdout + done.stderr
+
+
+def test_choose_on_val_of_a_model_the_run_lacks_is_refused_before_anything_is_written(tmp_path):
+    from pipelines.studies.ltsf import model_configs, parse_args
+
+    out = tmp_path / "out"
+    posenc = str(ROOT / "configs/ltsf/posenc.yaml")
+    args = parse_args(["--data", "x.csv", "--out", str(out), "--configs", posenc,
+                       "--baselines", "ridge", "--choose-on-val", "posenc", "forecastr", "ridge"])
+    with pytest.raises(PosencError, match=r"--choose-on-val forecastr: not a model of this run "
+                                          r"\(its configs' names: posenc; baselines: ridge\)"):
+        model_configs(args)
+    assert not out.exists()
+    args.choose_on_val = ["posenc", "ridge"]
+    assert [c["name"] for c in model_configs(args)] == ["posenc"]

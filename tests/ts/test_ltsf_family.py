@@ -102,12 +102,16 @@ def test_weather_loads_with_its_quirks():
     assert len(data.starts("test", 336, 96)) == 10444
 
 
-def makefile_configs() -> list[str]:
-    """The configs ``make benchmark-ltsf`` passes (its ``LTSF_CONFIGS``), read from the Makefile."""
+def makefile_list(name: str) -> list[str]:
+    """A list ``make benchmark-ltsf`` passes (``LTSF_CONFIGS``, ``LTSF_CHOOSE``), read from the Makefile."""
     text = (ROOT / "Makefile").read_text()
-    found = re.search(r"^LTSF_CONFIGS \?= (.+)$", text, flags=re.M)
-    assert found, "the Makefile defines no LTSF_CONFIGS"
+    found = re.search(rf"^{name} \?= (.+)$", text, flags=re.M)
+    assert found, f"the Makefile defines no {name}"
     return found.group(1).split()
+
+
+def makefile_configs() -> list[str]:
+    return makefile_list("LTSF_CONFIGS")
 
 
 def shipped_configs() -> list[str]:
@@ -122,7 +126,8 @@ def documented_command(tmp_path: Path, data: Path, configs: list[str],
                        *size: str) -> subprocess.CompletedProcess:
     """The command ``make benchmark-ltsf DATA=…`` runs (its baselines and configs) at ``size``."""
     cmd = [sys.executable, "-m", "pipelines.studies.ltsf", "--data", str(data), "--configs", *configs,
-           "--out", str(tmp_path / "out"), "--threads", "1", "--max-epochs", "1", *size]
+           "--choose-on-val", *makefile_list("LTSF_CHOOSE"), "--out", str(tmp_path / "out"),
+           "--threads", "1", "--max-epochs", "1", *size]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
@@ -143,6 +148,8 @@ def test_documented_command_runs_every_shipped_config(tmp_path, which):
     assert set(rows.model) == names | {"naive", "ridge"}
     assert rows["test/mse_scaled"].notna().all() and (rows.n_test_windows == 240 - 8 + 1).all()
     assert "sentinel -9999 values kept" in done.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert f"## Chosen on val among {', '.join(makefile_list('LTSF_CHOOSE'))}" in summary
 
 
 @pytest.mark.slow
