@@ -131,9 +131,12 @@ bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_re
 LTSF_CONFIGS ?= configs/ltsf/posenc.yaml configs/ltsf/forecaster_extrapolate.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear.yaml
 # The project's forecast, per horizon: the one of these models val prefers (docs/ltsf.md, "What val decides").
 LTSF_CHOOSE ?= posenc forecaster
+# Worker processes training the configs' children at once (one torch thread each); the budget's 2 cores.
+LTSF_JOBS ?= 2
 .PHONY: benchmark-ltsf
 benchmark-ltsf: $(STAMP) ## any LTSF file under its protocol (ETT rule or custom, from the file; ARGS="--protocol ett|custom"): DATA=ETTh1.csv|weather.csv [HORIZONS=..] [SEEDS=..] [OUT=..] [ARGS=..]
 	@test -n "$(DATA)" || { echo "usage: make benchmark-ltsf DATA=path/to/ETTh1.csv|weather.csv [HORIZONS=\"96 192 336 720\"] [SEEDS=\"0 1 2\"]" >&2; exit 2; }
 	@$(PY) -c "import lightgbm, statsmodels" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[ltsf]" >/dev/null || true
 	$(PY) -m pipelines.studies.ltsf --data "$(DATA)" --horizons $(or $(HORIZONS),96 192 336 720) \
-	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --choose-on-val $(LTSF_CHOOSE) --out $(or $(OUT),docs/ltsf_results) $(ARGS)
+	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --choose-on-val $(LTSF_CHOOSE) \
+	  --jobs $(LTSF_JOBS) --threads 1 --out $(or $(OUT),docs/ltsf_results) $(ARGS)

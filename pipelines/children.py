@@ -10,6 +10,8 @@
   (:data:`PARENT_ENV`), which :func:`die_with_parent_from_env` reads in the child.
 * :func:`terminate` — ``SIGTERM`` to a list of live child processes (a stopped parent's workers), then
   ``SIGKILL`` to those still there after a grace period.
+* :func:`worker_pool` / :func:`stop_pool` — spawned worker processes, one torch thread each, that die with
+  this process (the claims' and the LTSF benchmark's ``--jobs``); :func:`default_jobs` how many.
 
 On other systems :func:`die_with_parent` does nothing (and says so by returning ``False``).
 """
@@ -17,15 +19,19 @@ On other systems :func:`die_with_parent` does nothing (and says so by returning 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 import sys
 import time
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import suppress
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PARENT_ENV = "POSENC_PARENT_PID"
+MAX_JOBS = 2  # the budgets are set on 2 cores; more workers than cores only slows each child down
 
 
 def die_with_parent(parent_pid: int | None = None, signum: int = signal.SIGTERM) -> bool:
@@ -99,4 +105,33 @@ def _running(pid: int) -> bool:
         return True
 
 
-__all__ = ["PARENT_ENV", "child_environment", "die_with_parent", "die_with_parent_from_env", "terminate"]
+def default_jobs() -> int:
+    """Worker processes by default: the CPUs this process may use, at most :data:`MAX_JOBS`."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(MAX_JOBS, cpus))
+
+
+def _start_worker(threads: int, parent: int | None = None) -> None:
+    """A worker's start: it stops when the main process exits, however; ``threads`` torch threads."""
+    die_with_parent(parent)
+    import torch  # heavy: only the workers need it here
+
+    torch.set_num_threads(threads)
+
+
+def worker_pool(jobs: int, threads: int = 1) -> ProcessPoolExecutor:
+    """``jobs`` spawned worker processes with ``threads`` torch threads each, which die with this one."""
+    context = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
+                               initargs=(threads, os.getpid()))
+
+
+def stop_pool(executor: Any) -> None:
+    """Stop a :func:`worker_pool` now (``SIGTERM``: a child in training marks its run KILLED), the
+    queued work dropped: what a stopped or failed main process does instead of waiting for it."""
+    terminate([p.pid for p in list((executor._processes or {}).values()) if p.pid])
+    executor.shutdown(wait=True, cancel_futures=True)
+
+
+__all__ = ["MAX_JOBS", "PARENT_ENV", "child_environment", "default_jobs", "die_with_parent",
+           "die_with_parent_from_env", "stop_pool", "terminate", "worker_pool"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
+from pipelines.children import MAX_JOBS, stop_pool, worker_pool
 from pipelines.console import configure
 from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
 from pipelines.studies.compare import scheme_file
@@ -76,6 +77,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "float32 as on CPU)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's; 1 is faster on a busy machine)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="train the model configs' children in this many worker processes at once, "
+                        f"--threads (default 1) torch threads each, while this one fits the baselines "
+                        f"(default 1: all in this process; the Makefile: {MAX_JOBS} at most, the CPUs here)")
     p.add_argument("--experiment", default="posenc-ltsf", help="MLflow experiment")
     p.add_argument("--out", required=True, help="folder for results.csv and summary.md")
     p.add_argument("--val-only", action="store_true",
@@ -115,6 +120,8 @@ def check_args(args: argparse.Namespace) -> None:
                          ("--lookback", [args.lookback])):
         if any(v < 1 for v in values):
             raise PosencError(f"{name} must be positive, got {values}")
+    if args.jobs < 1:
+        raise PosencError(f"--jobs must be at least 1, got {args.jobs}")
     if args.accelerator == "gpu":
 
         if not torch.cuda.is_available():
@@ -147,6 +154,9 @@ def jobs(args: argparse.Namespace, configs: list[dict[str, Any]]) -> list[tuple[
     return out
 
 
+MEASURED = ("n_test_windows", "time/cpu_s", "time/wall_s")  # a trained row's; the rest the run logged itself
+
+
 def run_one(job: tuple[str, int, int, Any], data: LTSFData, args: argparse.Namespace, client: Any,
             parent: str) -> dict[str, Any] | str:
     """Train (a model config, through the sweep runner) or fit (a baseline) one job as a nested child
@@ -157,12 +167,44 @@ def run_one(job: tuple[str, int, int, Any], data: LTSFData, args: argparse.Names
     if isinstance(runner, dict):
         run = train_child(runner, h, seed, args, parent)
         row = neural_row(job, run, len(data.starts("test", args.lookback, h)), args)
-        measured = ("n_test_windows", "time/cpu_s", "time/wall_s")  # the rest the run logged itself
-        log_metrics(client, run.run_id, {k: row[k] for k in measured})
+        log_metrics(client, run.run_id, {k: row[k] for k in MEASURED})
         return row
     row = row_for(job, runner(data, args.lookback, h, seed), data, args)
     log_child(client, parent, row, args.val_only)
     return row
+
+
+def train_job(job: tuple[str, int, int, Any], n_test: int, args: argparse.Namespace,
+              parent: str) -> tuple[dict[str, Any], str]:
+    """A model config's job trained in a ``--jobs`` worker process: its results row and MLflow run id."""
+    configure(verbose=False, progress=False)
+    run = train_child(job[3], job[1], job[2], args, parent)
+    return neural_row(job, run, n_test, args), run.run_id
+
+
+def run_jobs(todo: list[tuple[str, int, int, Any]], data: LTSFData, args: argparse.Namespace, client: Any,
+             parent: str) -> Iterator[tuple[tuple, dict[str, Any] | str]]:
+    """Each job with its row (or the reason it was skipped). With ``--jobs 1`` in ``todo``'s order, in
+    this process; with ``--jobs N > 1`` every model config's job is queued to N worker processes first,
+    the baselines are fitted here meanwhile, then the trained rows follow in ``todo``'s order (a
+    worker's failure stops the others and is raised here)."""
+    if args.jobs == 1:
+        yield from ((job, run_one(job, data, args, client, parent)) for job in todo)
+        return
+    pool = worker_pool(args.jobs, args.threads or 1)
+    try:
+        trained = [(job, pool.submit(train_job, job, len(data.starts("test", args.lookback, job[1])), args,
+                                     parent)) for job in todo if isinstance(job[3], dict)]
+        yield from ((job, run_one(job, data, args, client, parent)) for job in todo
+                    if not isinstance(job[3], dict))
+        for job, future in trained:
+            row, run_id = future.result()
+            log_metrics(client, run_id, {k: row[k] for k in MEASURED})
+            yield job, row
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def neural_row(job: tuple, run: Any, n_test: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -288,10 +330,8 @@ def run(argv: Sequence[str] | None = None) -> Path:
     for column, count in data.sentinels.items():  # e.g. Weather's -9999 values, kept as published
         client.log_metric(parent, f"data/sentinels/{metric_name(column)}", count)
     skipped = []
-    for job in jobs(args, configs):
-        if job[:3] in have:
-            continue
-        row = run_one(job, data, args, client, parent)
+    todo = [job for job in jobs(args, configs) if job[:3] not in have]
+    for job, row in run_jobs(todo, data, args, client, parent):
         if isinstance(row, str):
             skipped.append(f"{job[0]}: {row}")
             client.set_tag(parent, f"posenc.ltsf.skipped.{job[0]}", row[:250])

@@ -122,12 +122,13 @@ def shipped_configs() -> list[str]:
     return listed + [p for p in others if p not in listed]
 
 
-def documented_command(tmp_path: Path, data: Path, configs: list[str],
-                       *size: str) -> subprocess.CompletedProcess:
-    """The command ``make benchmark-ltsf DATA=…`` runs (its baselines and configs) at ``size``."""
+def documented_command(tmp_path: Path, data: Path, configs: list[str], *size: str,
+                       jobs: str | None = None) -> subprocess.CompletedProcess:
+    """The command ``make benchmark-ltsf DATA=…`` runs (its baselines, configs, choice and workers;
+    ``jobs`` overrides the workers) at ``size``."""
     cmd = [sys.executable, "-m", "pipelines.studies.ltsf", "--data", str(data), "--configs", *configs,
-           "--choose-on-val", *makefile_list("LTSF_CHOOSE"), "--out", str(tmp_path / "out"),
-           "--threads", "1", "--max-epochs", "1", *size]
+           "--choose-on-val", *makefile_list("LTSF_CHOOSE"), "--jobs", jobs or makefile_list("LTSF_JOBS")[0],
+           "--out", str(tmp_path / "out"), "--threads", "1", "--max-epochs", "1", *size]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "PYTHONPATH": str(ROOT)}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
@@ -150,6 +151,25 @@ def test_documented_command_runs_every_shipped_config(tmp_path, which):
     assert "sentinel -9999 values kept" in done.stderr
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert f"## Chosen on val among {', '.join(makefile_list('LTSF_CHOOSE'))}" in summary
+
+
+@pytest.mark.slow
+def test_workers_give_the_rows_of_one_process(tmp_path):
+    """``--jobs 2`` (the Makefile's) trains each child in a worker process from its own seed: the same
+    numbers as ``--jobs 1``, every row, baselines included."""
+    data = quirky_csv(tmp_path / "station.csv", n=1200)
+    configs = ["configs/ltsf/posenc.yaml", "configs/ltsf/forecaster_extrapolate.yaml"]
+    tables = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        done = documented_command(out, data, configs, "--lookback", "64", "--horizons", "8", "16",
+                                  "--seeds", "0", "1", "--baselines", "naive", "ridge", jobs=jobs)
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = pd.read_csv(out / "out" / "results.csv").sort_values(["model", "horizon", "seed"])
+        columns = ["model", "horizon", "seed", "test/mse_scaled", "val/mse_scaled"]
+        tables.append(rows[columns].reset_index(drop=True))
+    assert len(tables[0]) == 2 * 2 * 2 + 2 * 2
+    pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
 
 
 @pytest.mark.slow

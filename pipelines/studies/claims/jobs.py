@@ -20,33 +20,14 @@ its first new child, trained here with one torch thread: the cost of the suite b
 from __future__ import annotations
 
 import math
-import multiprocessing
-import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-import torch
-
-from pipelines.children import die_with_parent, terminate
+from pipelines.children import stop_pool, worker_pool
 from pipelines.studies.claims.base import Experiment
 from pipelines.studies.claims.context import Context, fit_child, fit_packed
 from pipelines.studies.tables import md_table
-
-MAX_JOBS = 2  # the budget is set on 2 cores; more workers than cores only slows each child down
-
-
-def default_jobs() -> int:
-    """Worker processes by default: the CPUs this process may use, at most :data:`MAX_JOBS`."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(MAX_JOBS, cpus))
-
-
-def _start_worker(threads: int, parent: int | None = None) -> None:
-    """A worker's start: it stops when the main process exits, however (see :mod:`pipelines.children`)."""
-
-    die_with_parent(parent)
-    torch.set_num_threads(threads)
 
 
 class ChildPool:
@@ -58,9 +39,7 @@ class ChildPool:
 
     def _pool(self) -> ProcessPoolExecutor:
         if self.executor is None:
-            context = multiprocessing.get_context("spawn")
-            self.executor = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_start_worker,
-                                                initargs=(1, os.getpid()))
+            self.executor = worker_pool(self.jobs)
         return self.executor
 
     def _submit(self, kwargs: dict[str, Any]) -> Any:
@@ -83,8 +62,7 @@ class ChildPool:
         """Stop the workers now (``SIGTERM``: a child in training marks its run KILLED), the queued
         children dropped: what a stopped main process does instead of waiting for them."""
         if self.executor is not None:
-            terminate([p.pid for p in list((self.executor._processes or {}).values()) if p.pid])
-            self.executor.shutdown(wait=True, cancel_futures=True)
+            stop_pool(self.executor)
 
     def close(self, cancel: bool = False) -> None:
         """Wait for the workers to finish (``cancel``: drop the children not started yet first)."""

@@ -35,10 +35,11 @@ import torch
 import yaml
 
 from datamodules.scrub import scrub_text
+from pipelines.children import MAX_JOBS, default_jobs
 from pipelines.console import user_errors_exit
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
-from pipelines.studies.claims.jobs import MAX_JOBS, ChildPool, cost_rows, cost_table, default_jobs
+from pipelines.studies.claims.jobs import ChildPool, cost_rows, cost_table
 from pipelines.studies.claims.judge import CLAIM_SEEDS, INCONCLUSIVE, Gate, parse_gate, parse_primary
 from pipelines.studies.claims.report import (
     DRAFT,
