@@ -5,7 +5,8 @@ Usage::
     python -m pipelines.studies.ltsf --data ETTh1.csv --horizons 96 192 336 720 --seeds 0 1 2 \\
         --configs configs/ltsf/posenc.yaml configs/ltsf/patchtst_etth1.yaml \\
                   configs/ltsf/forecaster_extrapolate.yaml configs/ltsf/dlinear.yaml \\
-        --baselines naive ridge lightgbm ets --choose-on-val posenc forecaster --out docs/ltsf_results
+        --baselines naive ridge lightgbm ets --choose-on-val posenc forecaster --jobs 2 --threads 1 \\
+        --out docs/ltsf_results
     make benchmark-ltsf DATA=path/to/ETTh1.csv
 
 The protocol (:mod:`datamodules.timeseries.ltsf`), recognised from the file (``--protocol`` overrides):
@@ -18,7 +19,8 @@ the sweep runner (:func:`pipelines.eval.sweep.train_run`: the Lightning CLI on t
 windows, their choices made on val. ``--schemes`` swaps the encoding of the first config
 (``configs/posenc/<name>.yaml``) for an encoding table, ``--test-lookbacks`` also scores the trained
 models at longer lookbacks, ``--choose-on-val`` adds the choice among some of the models made on val
-alone (the Makefile's: the posenc default or the last-token Forecaster, per horizon).
+alone (the Makefile's: the posenc default or the last-token Forecaster, per horizon), ``--jobs N``
+trains the configs' children in N worker processes while the baselines are fitted here (same rows).
 
 One MLflow parent run, one nested child per model × horizon × seed (metrics with their unit in the
 name; tags ``posenc.ltsf.model``, ``.horizon``, ``.seed``, ``.complete`` and ``.chosen``, what was
@@ -79,8 +81,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="torch threads (default: torch's; 1 is faster on a busy machine)")
     p.add_argument("--jobs", type=int, default=1,
                    help="train the model configs' children in this many worker processes at once, "
-                        f"--threads (default 1) torch threads each, while this one fits the baselines "
-                        f"(default 1: all in this process; the Makefile: {MAX_JOBS} at most, the CPUs here)")
+                        "--threads (default 1) torch threads each, while this one fits the baselines "
+                        f"(default 1: all in this process; the Makefile's: {MAX_JOBS}, the budget's cores)")
     p.add_argument("--experiment", default="posenc-ltsf", help="MLflow experiment")
     p.add_argument("--out", required=True, help="folder for results.csv and summary.md")
     p.add_argument("--val-only", action="store_true",
