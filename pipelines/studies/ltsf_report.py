@@ -71,11 +71,12 @@ def summary_markdown(rows: list[dict[str, Any]], args: Any, skipped: list[str]) 
     cols = ["model", *(f"H={h}" for h in horizons)]
     published = [[f"*{name}*", *(f"{nums[h]:.3f}" if h in nums else "–" for h in horizons)]
                  for name, nums in published_for(args.data).items()]
+    chosen = chosen_row(rows, getattr(args, "choose_on_val", None) or [], horizons, mse)
     lines = [f"# LTSF benchmark on {args.data}", "",
              f"Lookback {args.lookback}; seeds {' '.join(map(str, args.seeds))}; every test window; "
              "metrics on the train-scaled data; mean ± 95 % Student-t half-width over seeds.", "",
              "## Test MSE (scaled)", "",
-             *md_lines(cols, [_row(m, mse, horizons, _cell) for m in models] + published)]
+             *md_lines(cols, chosen + [_row(m, mse, horizons, _cell) for m in models] + published)]
     lines += ["", "## Test MAE (scaled)", "",
               *md_lines(cols, [_row(m, mae, horizons, _cell) for m in models])]
     mean_cpu = [_row(m, cpu, horizons, lambda v: f"{sum(v.values()) / len(v):.0f}") for m in models]
@@ -155,6 +156,19 @@ def val_choice_lines(rows: list[dict[str, Any]], candidates: list[str], horizons
     cols = ["H", *(f"val MSE, {m}" for m in candidates), "chosen on val", "its test MSE"]
     title = f"## Chosen on val among {', '.join(candidates)} (lowest mean val MSE over seeds)"
     return ["", title, "", *md_lines(cols, body)]
+
+
+def chosen_row(rows: list[dict[str, Any]], candidates: list[str], horizons: list[int],
+               mse: dict) -> list[list[str]]:
+    """The MSE table's first row with ``--choose-on-val``: per horizon, the test MSE of the model val
+    chooses (:func:`val_choice`), named in its cell; no row without candidates."""
+    if not candidates:
+        return []
+    cells = []
+    for h in horizons:
+        pick = val_choice(rows, candidates, h)
+        cells.append(f"{_cell(mse[(pick, h)])}: {pick}" if pick and mse.get((pick, h)) else "–")
+    return [[f"**chosen on val** (of {', '.join(candidates)})", *cells]]
 
 
 def paired_figure(rows: list[dict[str, Any]], path: Any) -> bool:

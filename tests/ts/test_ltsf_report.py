@@ -95,6 +95,16 @@ def test_the_val_choice_takes_the_lowest_mean_val_mse_and_reports_that_models_te
     assert cells(lines, "96")[1:4] == ["0.5100", "0.5000", "b"] and cells(lines, "96")[4].startswith("0.410")
     assert cells(lines, "192")[3] == "a" and cells(lines, "192")[4].startswith("0.310")
     assert val_choice_lines(table, [], [96]) == []
+    from types import SimpleNamespace
+
+    from pipelines.studies.ltsf_report import summary_markdown
+
+    args = SimpleNamespace(data="x.csv", lookback=336, seeds=[0, 1], choose_on_val=["a", "b"])
+    first = summary_markdown(table, args, []).split("## Test MSE (scaled)")[1].splitlines()[4]
+    assert cells([first], "**chosen on val** (of a, b)")[1:] == [
+        f"{c}: {m}" for c, m in zip(cells(lines, "96")[4:] + cells(lines, "192")[4:], "ba", strict=True)]
+    args.choose_on_val = []
+    assert "chosen on val" not in summary_markdown(table, args, [])
 
 
 def test_choose_on_val_names_a_model_the_results_do_not_have_in_one_line(tmp_path, capsys):
