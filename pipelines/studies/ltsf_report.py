@@ -141,16 +141,24 @@ def val_choice(rows: list[dict[str, Any]], candidates: list[str], horizon: int) 
     return _lowest(candidates, _val_means(_group(rows, "val/mse_scaled"), candidates, horizon))
 
 
+def _val_choices(rows: list[dict[str, Any]], candidates: list[str],
+                 horizons: list[int]) -> dict[int, tuple[list[float | None], str | None]]:
+    """Per horizon: each candidate's mean val MSE and the one :func:`val_choice` takes (val grouped once)."""
+    val = _group(rows, "val/mse_scaled")
+    out = {}
+    for h in horizons:
+        means = _val_means(val, candidates, h)
+        out[h] = (means, _lowest(candidates, means))
+    return out
+
+
 def val_choice_lines(rows: list[dict[str, Any]], candidates: list[str], horizons: list[int]) -> list[str]:
     """The ``summary.md`` table of a choice among ``candidates`` made on val alone, per horizon: each
     candidate's mean val MSE, the one chosen (:func:`val_choice`) and its test MSE."""
     if not candidates:
         return []
-    val, mse = _group(rows, "val/mse_scaled"), _group(rows, "test/mse_scaled")
-    body = []
-    for h in horizons:
-        means = _val_means(val, candidates, h)
-        chosen = _lowest(candidates, means)
+    mse, body = _group(rows, "test/mse_scaled"), []
+    for h, (means, chosen) in _val_choices(rows, candidates, horizons).items():
         test = _cell(mse[(chosen, h)]) if chosen and mse.get((chosen, h)) else "–"
         body.append([str(h), *("–" if m is None else f"{m:.4f}" for m in means), chosen or "–", test])
     cols = ["H", *(f"val MSE, {m}" for m in candidates), "chosen on val", "its test MSE"]
@@ -164,10 +172,8 @@ def chosen_row(rows: list[dict[str, Any]], candidates: list[str], horizons: list
     chooses (:func:`val_choice`), named in its cell; no row without candidates."""
     if not candidates:
         return []
-    cells = []
-    for h in horizons:
-        pick = val_choice(rows, candidates, h)
-        cells.append(f"{_cell(mse[(pick, h)])}: {pick}" if pick and mse.get((pick, h)) else "–")
+    cells = [f"{_cell(mse[(pick, h)])}: {pick}" if pick and mse.get((pick, h)) else "–"
+             for h, (_, pick) in _val_choices(rows, candidates, horizons).items()]
     return [[f"**chosen on val** (of {', '.join(candidates)})", *cells]]
 
 
