@@ -129,8 +129,10 @@ bench: $(STAMP) ## Throughput/memory vs x-transformers and hand SDPA -> bench_re
 # The long-horizon forecasting benchmark (docs/ltsf.md): DATA is your copy of any file of the family
 # (ETTh1.csv, weather.csv, …; none is shipped), run under its own protocol with one config per model.
 LTSF_CONFIGS ?= configs/ltsf/posenc.yaml configs/ltsf/forecaster_extrapolate.yaml configs/ltsf/patchtst_etth1.yaml configs/ltsf/dlinear.yaml
+# The mean of these configs' forecasts is one more model, named posenc+forecaster (docs/ltsf.md).
+LTSF_ENSEMBLE ?= posenc forecaster
 # The project's forecast, per horizon: the one of these models val prefers (docs/ltsf.md, "What val decides").
-LTSF_CHOOSE ?= posenc forecaster
+LTSF_CHOOSE ?= posenc forecaster posenc+forecaster
 # Worker processes training the configs' children at once (one torch thread each); the budget's 2 cores.
 LTSF_JOBS ?= 2
 .PHONY: benchmark-ltsf
@@ -138,5 +140,5 @@ benchmark-ltsf: $(STAMP) ## any LTSF file under its protocol (ETT rule or custom
 	@test -n "$(DATA)" || { echo "usage: make benchmark-ltsf DATA=path/to/ETTh1.csv|weather.csv [HORIZONS=\"96 192 336 720\"] [SEEDS=\"0 1 2\"]" >&2; exit 2; }
 	@$(PY) -c "import lightgbm, statsmodels" 2>/dev/null || $(PIP_INSTALL) -c requirements.lock -e ".[ltsf]" >/dev/null || true
 	$(PY) -m pipelines.studies.ltsf --data "$(DATA)" --horizons $(or $(HORIZONS),96 192 336 720) \
-	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --choose-on-val $(LTSF_CHOOSE) \
+	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --ensemble $(LTSF_ENSEMBLE) --choose-on-val $(LTSF_CHOOSE) \
 	  --jobs $(LTSF_JOBS) --threads 1 --out $(or $(OUT),docs/ltsf_results) $(ARGS)

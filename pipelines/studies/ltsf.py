@@ -19,8 +19,10 @@ the sweep runner (:func:`pipelines.eval.sweep.train_run`: the Lightning CLI on t
 windows, their choices made on val. ``--schemes`` swaps the encoding of the first config
 (``configs/posenc/<name>.yaml``) for an encoding table, ``--test-lookbacks`` also scores the trained
 models at longer lookbacks, ``--choose-on-val`` adds the choice among some of the models made on val
-alone (the Makefile's: the posenc default or the last-token Forecaster, per horizon), ``--jobs N``
-trains the configs' children in N worker processes while the baselines are fitted here (same rows).
+alone (the Makefile's: the posenc default, the last-token Forecaster or their mean, per horizon),
+``--ensemble`` adds the mean of some configs' forecasts as a model
+(:mod:`~pipelines.studies.ltsf_ensemble`), ``--jobs N`` trains the configs' children in N worker
+processes while the baselines are fitted here (same rows).
 
 One MLflow parent run, one nested child per model × horizon × seed (metrics with their unit in the
 name; tags ``posenc.ltsf.model``, ``.horizon``, ``.seed``, ``.complete`` and ``.chosen``, what was
@@ -46,6 +48,7 @@ from pipelines.children import MAX_JOBS, stop_pool, worker_pool
 from pipelines.console import configure
 from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
 from pipelines.studies.compare import scheme_file
+from pipelines.studies.ltsf_ensemble import ensemble_name, ensemble_row
 from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
 from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
 from pipelines.studies.ltsf_report import BASELINES, FIELDS, figures, summary_markdown
@@ -73,6 +76,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--choose-on-val", nargs="+", metavar="MODEL", default=[],
                    help="summary.md adds the choice among these models (config names or baselines) made "
                         "on val alone: per horizon, the lowest mean val MSE over seeds")
+    p.add_argument("--ensemble", nargs="*", metavar="MODEL", default=[],
+                   help="add the mean of these model configs' forecasts (names) as the model A+B, per "
+                        "horizon and seed; --choose-on-val can name it")
     p.add_argument("--max-epochs", type=int, default=None, help="override every config's train.max_epochs")
     p.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu", "auto"),
                    help="where the neural models train (default: cpu; gpu/auto use a GPU where there is one, "
@@ -106,6 +112,10 @@ def model_configs(args: argparse.Namespace) -> list[dict[str, Any]]:
     if len(set(names)) < len(names):
         raise PosencError(f"two model configs share a name: {' '.join(names)} "
                           "(set the LTSFProtocol callback's name: in one of them)")
+    if args.ensemble and (len(args.ensemble) < 2 or set(args.ensemble) - set(names)):
+        raise PosencError(f"--ensemble {' '.join(args.ensemble)}: needs two or more of this run's model "
+                          f"configs (their names: {' '.join(names) or 'none'})")
+    names += [ensemble_name(args.ensemble)] if args.ensemble else []
     absent = [m for m in args.choose_on_val if m not in names and m not in args.baselines]
     if absent:
         raise PosencError(f"--choose-on-val {' '.join(absent)}: not a model of this run "
@@ -283,6 +293,17 @@ def log_child(client: Any, parent: str, row: dict[str, Any], val_only: bool = Fa
     client.set_terminated(rid, "FINISHED")
 
 
+def combined(row: dict[str, Any], rows: list[dict[str, Any]], data: LTSFData,
+             args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``--ensemble`` row that ``row`` completes (its horizon and seed), if it completes one."""
+    key = (ensemble_name(args.ensemble), int(row["horizon"]), int(row["seed"]))
+    if row["model"] not in args.ensemble or any((r["model"], int(r["horizon"]), int(r["seed"])) == key
+                                                 for r in rows):  # --resume: the row is there already
+        return []
+    done = ensemble_row(args.ensemble, int(row["horizon"]), int(row["seed"]), [*rows, row], data, args)
+    return [done] if done else []
+
+
 def progress_line(row: dict[str, Any], val_only: bool) -> str:
     test = "" if val_only else f"test MSE {row['test/mse_scaled']:.4f} MAE {row['test/mae_scaled']:.4f}; "
     return (f"{row['model']} H={row['horizon']} seed={row['seed']}: {test}"
@@ -339,9 +360,12 @@ def run(argv: Sequence[str] | None = None) -> Path:
             client.set_tag(parent, f"posenc.ltsf.skipped.{job[0]}", row[:250])
             print(f"skipped {job[0]}: {row}", file=sys.stderr)
             continue
-        append_row(results, row, fields)
-        rows.append(row)
-        print(progress_line(row, args.val_only), file=sys.stderr, flush=True)
+        for done in (row, *combined(row, rows, data, args)):
+            append_row(results, done, fields)
+            rows.append(done)
+            if done is not row:  # the ensemble: a nested run as a baseline's
+                log_child(client, parent, done, args.val_only)
+            print(progress_line(done, args.val_only), file=sys.stderr, flush=True)
     summary = out / "summary.md"
     summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))
     files = [results, summary]

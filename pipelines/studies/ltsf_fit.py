@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from datamodules.timeseries.ltsf import scaled_errors
 from pipelines.eval.statistics import Estimate, estimate
 from pipelines.eval.sweep import config_key, train_run
+from pipelines.studies.ltsf_ensemble import prediction_dir, save_forecast
 from pipelines.studies.ltsf_models import PROTOCOL, forecast, longer_lookbacks, warm_start
 
 #: contiguous val blocks the spread of a trained model's gain over its warm start is read on (block_gain)
@@ -71,11 +72,15 @@ class LTSFProtocol(Callback):
         test: forecast the test windows (``False``: model selection, val only).
         test_lookbacks: also score the test targets from these longer lookbacks.
         val_blocks: contiguous val blocks the reported spread of the trained model's gain is read on.
+        predictions: a folder to save the reported model's val and test forecasts in (``val.npy``,
+            ``test.npy``: :func:`~pipelines.studies.ltsf_ensemble.save_forecast`), for ``--ensemble``.
     """
 
     def __init__(self, name: str | None = None, linear_warm_start: bool = False, test: bool = True,
-                 test_lookbacks: list[int] | None = None, val_blocks: int = VAL_BLOCKS) -> None:
+                 test_lookbacks: list[int] | None = None, val_blocks: int = VAL_BLOCKS,
+                 predictions: str | None = None) -> None:
         self.name, self.linear_warm_start, self.test = name, linear_warm_start, test
+        self.predictions = predictions
         self.val_blocks = int(val_blocks)
         self.start_errors: np.ndarray | None = None
         self.test_lookbacks = list(test_lookbacks or [])
@@ -108,9 +113,12 @@ class LTSFProtocol(Callback):
                                  f"over {gain.n} blocks")
             if start["val_at_start"] <= val["mse_scaled"]:
                 pl_module.load_state_dict(self.initial)
-                val = scaled_errors(forecast(pl_module, xv), yv)
+                pred = forecast(pl_module, xv)
+                val = scaled_errors(pred, yv)
                 start["kept"] = "warm start (no epoch beat it on val)"
                 self._save_kept(trainer, best)
+        if self.predictions:
+            save_forecast(self.predictions, "val", pred)
         metrics = {"val/mse_scaled": val["mse_scaled"], **self._test_metrics(pl_module, dm)}
         chosen = {"epochs_run": trainer.current_epoch, "best_epoch": state["epoch"], **start}
         self.result = {"metrics": metrics, "chosen": chosen}
@@ -135,7 +143,10 @@ class LTSFProtocol(Callback):
         if not self.test:
             return {}
         x, y = dm.data.windows("test", dm.lookback, dm.horizon)
-        test = scaled_errors(forecast(model, x), y)
+        pred = forecast(model, x)
+        if self.predictions:
+            save_forecast(self.predictions, "test", pred)
+        test = scaled_errors(pred, y)
         out = {"test/mse_scaled": test["mse_scaled"], "test/mae_scaled": test["mae_scaled"]}
         for n, pred in longer_lookbacks(model, dm.data, tuple(self.test_lookbacks), dm.lookback,
                                         dm.horizon).items():
@@ -156,19 +167,22 @@ def log_interval(data: dict[str, Any], default: int = 50) -> int:
 
 def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
                time_col: str = "date", protocol: str | None = None, test: bool = True,
-               test_lookbacks: tuple[int, ...] = (), accelerator: str = "cpu") -> dict:
+               test_lookbacks: tuple[int, ...] = (), accelerator: str = "cpu",
+               predictions: str | Path | None = None) -> dict:
     """A benchmark model config (:func:`~pipelines.studies.ltsf_models.load_model_config`: a CLI layer)
     completed with the protocol's overlay: the windows of ``data`` at ``lookback`` → ``horizon``
     (:class:`LTSFDataModule`), the best val epoch checkpointed before the layer's callbacks,
     :class:`LTSFProtocol` told the model's name, whether to forecast the test windows and the longer
     lookbacks; no Forecaster test pass, model registration or resume checkpoints. ``accelerator``:
     Lightning's (``cpu``, ``gpu``, ``auto``), one device, float32 either way; ``protocol``: the file's
-    split rule (``ett`` / ``custom``; ``None``: recognised from the file)."""
+    split rule (``ett`` / ``custom``; ``None``: recognised from the file); ``predictions``: the folder
+    the protocol saves the model's forecasts in (``--ensemble``)."""
     layer = config["layer"]
     given = (layer.get("data") or {}).get("init_args") or {}
     loader = {"batch_size": 128, "samples_per_epoch": None, **given}
     trainer = {"gradient_clip_val": None, **(layer.get("trainer") or {})}
-    told = {"name": config["name"], "test": test, "test_lookbacks": list(test_lookbacks)}
+    told = {"name": config["name"], "test": test, "test_lookbacks": list(test_lookbacks),
+            "predictions": None if predictions is None else str(predictions)}
     callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"monitor": "val/loss", "mode": "min", "save_top_k": 1}}]
     for c in trainer.pop("callbacks", []):
@@ -197,10 +211,13 @@ def train_child(config: dict[str, Any], horizon: int, seed: int, args: Any, pare
     :func:`~pipelines.eval.sweep.train_run` (always trained: ``--resume`` works from results.csv;
     the key is tagged); the :class:`~pipelines.eval.sweep.TrainedRun`."""
 
+    saved = config["name"] in (getattr(args, "ensemble", None) or [])  # a member: its forecasts are kept
+    predictions = prediction_dir(args.out, config["name"], horizon, seed) if saved else None
     overlay = cli_config(config, args.data, args.lookback, horizon, time_col=args.time_col,
                          protocol=getattr(args, "protocol", None),
                          test=not args.val_only, test_lookbacks=tuple(args.test_lookbacks),
-                         accelerator=args.accelerator)
+                         accelerator=args.accelerator,
+                         predictions=predictions)
     return train_run([], overlay, seed, experiment=args.experiment,
                      run_name=f"{config['name']}-H{horizon}-seed{seed}", parent_run_id=parent,
                      namespace=NAMESPACE, key=config_key([overlay]), tags=child_tags(config["name"], horizon),

@@ -103,7 +103,7 @@ def test_weather_loads_with_its_quirks():
 
 
 def makefile_list(name: str) -> list[str]:
-    """A list ``make benchmark-ltsf`` passes (``LTSF_CONFIGS``, ``LTSF_CHOOSE``), read from the Makefile."""
+    """A list ``make benchmark-ltsf`` passes (``LTSF_CONFIGS``, ``LTSF_ENSEMBLE``, …), from the Makefile."""
     text = (ROOT / "Makefile").read_text()
     found = re.search(rf"^{name} \?= (.+)$", text, flags=re.M)
     assert found, f"the Makefile defines no {name}"
@@ -124,10 +124,11 @@ def shipped_configs() -> list[str]:
 
 def documented_command(tmp_path: Path, data: Path, configs: list[str], *size: str,
                        jobs: str | None = None) -> subprocess.CompletedProcess:
-    """The command ``make benchmark-ltsf DATA=…`` runs (its baselines, configs, choice and workers;
+    """The command ``make benchmark-ltsf DATA=…`` runs (its baselines, configs, ensemble, choice, workers;
     ``jobs`` overrides the workers) at ``size``."""
     cmd = [sys.executable, "-m", "pipelines.studies.ltsf", "--data", str(data), "--configs", *configs,
-           "--choose-on-val", *makefile_list("LTSF_CHOOSE"), "--jobs", jobs or makefile_list("LTSF_JOBS")[0],
+           "--ensemble", *makefile_list("LTSF_ENSEMBLE"), "--choose-on-val", *makefile_list("LTSF_CHOOSE"),
+           "--jobs", jobs or makefile_list("LTSF_JOBS")[0],
            "--out", str(tmp_path / "out"), "--threads", "1", "--max-epochs", "1", *size]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "PYTHONPATH": str(ROOT)}
@@ -146,8 +147,10 @@ def test_documented_command_runs_every_shipped_config(tmp_path, which):
     assert done.returncode == 0, done.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "out" / "results.csv")
     names = {load_model_config(ROOT / c)["name"] for c in configs}
-    assert set(rows.model) == names | {"naive", "ridge"}
+    ensemble = "+".join(makefile_list("LTSF_ENSEMBLE"))
+    assert set(rows.model) == names | {"naive", "ridge", ensemble}
     assert rows["test/mse_scaled"].notna().all() and (rows.n_test_windows == 240 - 8 + 1).all()
+    assert not list((tmp_path / "out" / "predictions").rglob("*.npy"))  # the members' forecasts deleted
     assert "sentinel -9999 values kept" in done.stderr
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert f"## Chosen on val among {', '.join(makefile_list('LTSF_CHOOSE'))}" in summary
@@ -168,7 +171,7 @@ def test_workers_give_the_rows_of_one_process(tmp_path):
         rows = pd.read_csv(out / "out" / "results.csv").sort_values(["model", "horizon", "seed"])
         columns = ["model", "horizon", "seed", "test/mse_scaled", "val/mse_scaled"]
         tables.append(rows[columns].reset_index(drop=True))
-    assert len(tables[0]) == 2 * 2 * 2 + 2 * 2
+    assert len(tables[0]) == 2 * 2 * 2 + 2 * 2 + 2 * 2  # configs, baselines, the ensemble
     pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
 
 
@@ -178,7 +181,7 @@ def test_documented_command_on_the_real_files(tmp_path, path):
     done = documented_command(tmp_path, shared(path), makefile_configs(), "--horizons", "96", "--seeds", "0",
                               "--baselines", "naive")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 1 + len(makefile_configs())
+    assert len(pd.read_csv(tmp_path / "out" / "results.csv")) == 1 + len(makefile_configs()) + 1  # + ensemble
 
 
 def test_summary_prints_the_files_own_published_numbers():
