@@ -178,7 +178,7 @@ def make_commands(command: Command, root: Path = ROOT) -> tuple[int, list[tuple[
     done = subprocess.run(["make", "-n", "--no-print-directory", *command.argv[1:]], cwd=root, env=env,
                           capture_output=True, text=True, timeout=60)
     runs = []
-    for line in done.stdout.splitlines():
+    for line in done.stdout.replace("\\\n", " ").splitlines():  # a recipe's continued lines: one command
         words = _words(line.strip().lstrip("@")) or []
         for i, word in enumerate(words[:-2]):
             if word.endswith(("/python", "python3")) and words[i + 1] == "-m" \

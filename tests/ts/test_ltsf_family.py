@@ -25,6 +25,7 @@ from datamodules.timeseries.ltsf import (
 )
 from pipelines.studies.ltsf_models import load_model_config
 from posenc import PosencError
+from tests.docs_commands import Command, Snippet, make_commands
 from tests.helpers import shared_data, task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,15 +125,18 @@ def shipped_configs() -> list[str]:
 
 def documented_command(tmp_path: Path, data: Path, configs: list[str], *size: str,
                        jobs: str | None = None) -> subprocess.CompletedProcess:
-    """The command ``make benchmark-ltsf DATA=…`` runs (its baselines, configs, ensemble, choice, workers;
-    ``jobs`` overrides the workers) at ``size``."""
-    cmd = [sys.executable, "-m", "pipelines.studies.ltsf", "--data", str(data), "--configs", *configs,
-           "--ensemble", *makefile_list("LTSF_ENSEMBLE"), "--choose-on-val", *makefile_list("LTSF_CHOOSE"),
-           "--jobs", jobs or makefile_list("LTSF_JOBS")[0],
-           "--out", str(tmp_path / "out"), "--threads", "1", "--max-epochs", "1", *size]
+    """Run what ``make benchmark-ltsf DATA=…`` runs, read from ``make -n`` (its configs, baselines,
+    ensemble, choice and workers; ``configs`` and ``jobs`` set LTSF_CONFIGS and LTSF_JOBS), one epoch,
+    at ``size`` (passed as ``ARGS``, which the recipe puts last, so they win)."""
+    make = ("make", "benchmark-ltsf", f"DATA={data}", f"OUT={tmp_path / 'out'}",
+            f"LTSF_CONFIGS={' '.join(configs)}", f"ARGS={' '.join(['--max-epochs', '1', *size])}",
+            *([f"LTSF_JOBS={jobs}"] if jobs else []))
+    code, runs = make_commands(Command(Snippet(ROOT / "Makefile", 0, " ".join(make), True), make, False))
+    assert code == 0 and len(runs) == 1, f"make -n {' '.join(make[1:])}: exit {code}, {runs}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "PYTHONPATH": str(ROOT)}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    return subprocess.run([sys.executable, *runs[0][1:]], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=900)
 
 
 @pytest.mark.parametrize("which", ["makefile", pytest.param("all", marks=pytest.mark.slow)])
