@@ -13,7 +13,6 @@ seed at 720 is about 0.9 GB per model). Nothing is fitted: the weights are equal
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
+from pipelines.studies.ltsf_models import Timer
 
 SPLITS = ("val", "test")
 
@@ -64,23 +64,24 @@ def ensemble_row(members: Sequence[str], horizon: int, seed: int, rows: list[dic
     members' plus the combination's, the cost of the forecast run one model at a time."""
     mine = {r["model"]: r for r in rows if int(r["horizon"]) == horizon and int(r["seed"]) == seed}
     folders = [prediction_dir(args.out, m, horizon, seed) for m in members]
-    if any(m not in mine for m in members) or not all((f / "val.npy").is_file() for f in folders):
+    if any(m not in mine for m in members):
         return None
-    cpu, wall = time.process_time(), time.perf_counter()
-    nan = {"mse_scaled": float("nan"), "mae_scaled": float("nan")}
-    scores = {}
-    for split in SPLITS:
-        pred = mean_forecast(folders, split)
-        truth = data.windows(split, args.lookback, horizon)[1]  # (n, H, C)
-        scores[split] = nan if pred is None else scaled_errors(pred, truth)
-    for f in folders:
-        shutil.rmtree(f, ignore_errors=True)
+    scores = dict.fromkeys(SPLITS, {"mse_scaled": float("nan"), "mae_scaled": float("nan")})
+    with Timer() as took:
+        for split in SPLITS:
+            pred = mean_forecast(folders, split)
+            if pred is None and split == "val":
+                return None  # a member's forecasts are not saved yet
+            if pred is not None:  # (n, H, C), scored against the split's targets
+                scores[split] = scaled_errors(pred, data.windows(split, args.lookback, horizon)[1])
+        for f in folders:
+            shutil.rmtree(f, ignore_errors=True)
     row = {"model": ensemble_name(members), "horizon": horizon, "seed": seed,
            "n_test_windows": mine[members[0]]["n_test_windows"],
            "test/mse_scaled": scores["test"]["mse_scaled"], "test/mae_scaled": scores["test"]["mae_scaled"],
            "val/mse_scaled": scores["val"]["mse_scaled"],
-           "time/cpu_s": time.process_time() - cpu + sum(float(mine[m]["time/cpu_s"]) for m in members),
-           "time/wall_s": time.perf_counter() - wall + sum(float(mine[m]["time/wall_s"]) for m in members)}
+           "time/cpu_s": took.cpu_s + sum(float(mine[m]["time/cpu_s"]) for m in members),
+           "time/wall_s": took.wall_s + sum(float(mine[m]["time/wall_s"]) for m in members)}
     row.update({f"test/mse_scaled_L{n}": float("nan") for n in args.test_lookbacks})
     row["chosen"] = f"mean of {', '.join(members)} (equal weights)"
     return row
