@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 # Bytecode for what the entry points import, written once here (~45 CPU s): otherwise make test's two
 # workers both compile torch/Lightning/MLflow at once (~30 CPU s each), and so does the first make train.
-WARM_IMPORTS := import pipelines.train, pipelines.studies.compare, pipelines.inference.predict, \
+WARM_IMPORTS := import pipelines.train, pipelines.studies.compare.run, pipelines.inference.predict, \
   mlflow.store.tracking.sqlalchemy_store, matplotlib.pyplot
 
 install: $(STAMP) ## Create .venv and install torch, then the project (skipped when up to date)

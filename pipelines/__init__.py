@@ -27,13 +27,13 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from pipelines.inference import load_model  # noqa: E402
 from pipelines.tasks.base import TaskModule
-from pipelines.tasks.classify import ClassifyBaselines, KmerBaseline, SequenceClassifier
-from pipelines.tasks.forecast import Forecaster
-from pipelines.tasks.forecast_baselines import ForecastBaselines
-from pipelines.tasks.lm import DNALanguageModel
-from pipelines.tasks.markov import MarkovBaselines
-from pipelines.tasks.mlm import MaskedDNAModel
-from pipelines.tasks.segment import FrameSegmenter
+from pipelines.tasks.dna.classify import ClassifyBaselines, KmerBaseline, SequenceClassifier
+from pipelines.tasks.dna.lm import DNALanguageModel
+from pipelines.tasks.dna.markov import MarkovBaselines
+from pipelines.tasks.dna.mlm import MaskedDNAModel
+from pipelines.tasks.dna.segment import FrameSegmenter
+from pipelines.tasks.forecast.baselines import ForecastBaselines
+from pipelines.tasks.forecast.model import Forecaster
 from posenc.registry import trust_modules
 
 #: the packages this project's checkpoints, saved configs and registered models name (posenc itself

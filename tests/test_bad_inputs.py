@@ -157,7 +157,7 @@ CSV: dict[str, tuple[Case, list[str]]] = {
 def tiny_checkpoint(tmp: Path, task: str = "dna_lm", **override) -> Path:
     import torch
 
-    from pipelines.tasks.lm import DNALanguageModel
+    from pipelines.tasks.dna.lm import DNALanguageModel
 
     model = DNALanguageModel(net={"d_model": 16, "n_heads": 2, "n_layers": 1}, pe=None)
     hp = dict(model.hparams)

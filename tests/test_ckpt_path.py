@@ -1,6 +1,6 @@
 """``python -m pipelines.train test|validate --config C --ckpt_path P`` re-scores a trained checkpoint:
 the checkpoint's saved hyperparameters decide the model (its architecture over the config's), the
-config the data and the trainer (:mod:`pipelines.ckpt_config`). On main every task checkpoint was
+config the data and the trainer (:mod:`pipelines.cli.ckpt_config`). On main every task checkpoint was
 refused ("model.init_args.pe.init_args.base: unknown key"): Lightning parsed its hyperparameters
 against ``LightningModule``."""
 
@@ -120,8 +120,8 @@ def test_a_checkpoint_of_another_task_is_one_line_and_nothing_runs(tmp_path, cap
     assert code == 2
     line = one_error_line(capsys.readouterr().err)
     assert f"ckpt_path {ckpt}" in line
-    assert "pipelines.tasks.lm.DNALanguageModel ('dna_lm')" in line
-    assert "pipelines.tasks.mlm.MaskedDNAModel ('dna_mlm')" in line
+    assert "pipelines.tasks.dna.lm.DNALanguageModel ('dna_lm')" in line
+    assert "pipelines.tasks.dna.mlm.MaskedDNAModel ('dna_mlm')" in line
     assert runs(tmp_path)[1] == []  # refused while parsing: no MLflow run
 
 
@@ -196,8 +196,8 @@ def task_args(tmp: Path, task: str) -> list[str]:
     if task in ("forecaster", "patchtst", "dlinear"):
         csv = write_csv(tmp / "s.csv", seasonal_frame(480))
         model = {"forecaster": "pipelines.Forecaster",
-                 "patchtst": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster",
-                 "dlinear": "pipelines.tasks.forecast_linear.DLinearForecaster"}[task]
+                 "patchtst": "pipelines.tasks.forecast.patchtst.PatchTSTForecaster",
+                 "dlinear": "pipelines.tasks.forecast.linear.DLinearForecaster"}[task]
         return ["--config", str(ROOT / "configs/ts_forecast.yaml"), f"--model={model}", *ts_cli_args(csv),
                 "--model.init_args.output.linear_path=false"]  # the ridge path of the Forecaster
     fasta = write_fasta(tmp / "g.fa", {"chr1": random_bases(6000)})

@@ -19,7 +19,7 @@ from pipelines.studies.claims.bands import (
     layer_queries_keys,
     model_bands,
 )
-from pipelines.tasks.lm import DNALanguageModel
+from pipelines.tasks.dna.lm import DNALanguageModel
 from posenc import PeriodicRoPE, PosencError
 from tests.helpers import task, workdir_with_store
 

@@ -11,9 +11,9 @@ import torch
 from pipelines.studies.claims.controlled import position_r2
 from pipelines.studies.claims.phase import bits_by_position, bits_scaled, keys_rotated_at
 from pipelines.studies.claims.rbf import RBFFeatureScores
-from pipelines.tasks.classify import SequenceClassifier
-from pipelines.tasks.classify_causal import CausalSequenceClassifier
-from pipelines.tasks.lm import DNALanguageModel
+from pipelines.tasks.dna.classify import SequenceClassifier
+from pipelines.tasks.dna.classify_causal import CausalSequenceClassifier
+from pipelines.tasks.dna.lm import DNALanguageModel
 from tests.helpers import task
 
 

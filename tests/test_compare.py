@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pipelines.eval.extrapolation import TRAINED
-from pipelines.studies.compare_runs import ChildRun, TaskInfo
+from pipelines.studies.compare.runs import ChildRun, TaskInfo
 from tests.helpers import store_client, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,8 +41,8 @@ def t2_p(t: float) -> float:
 
 
 def test_statistics_of_a_comparison_against_hand_computed_values(tmp_path):
-    from pipelines.studies.compare_report import markdown, write_csvs
-    from pipelines.studies.compare_stats import compare
+    from pipelines.studies.compare.report import markdown, write_csvs
+    from pipelines.studies.compare.stats import compare
 
     cmp = compare(hand_children(), reference="A")
     a, b, c, d = cmp.rows
@@ -84,8 +84,8 @@ def test_statistics_of_a_comparison_against_hand_computed_values(tmp_path):
 
 
 def test_every_row_shows_its_paired_difference_from_nope(tmp_path):
-    from pipelines.studies.compare_report import markdown
-    from pipelines.studies.compare_stats import compare
+    from pipelines.studies.compare.report import markdown
+    from pipelines.studies.compare.stats import compare
 
     children = hand_children()
     for child in children:
@@ -103,7 +103,7 @@ def test_block_sums_round_trip_through_mlflow(tmp_path):
 
     from pipelines.eval.extrapolation import Extrapolation, LengthResult
     from pipelines.eval.report import write_tables
-    from pipelines.studies.compare_runs import _blocks
+    from pipelines.studies.compare.runs import _blocks
 
     blocks = np.array([[10.0, 5.0], [12.0, 6.0], [7.5, 4.0]])  # (K, 2) bits and bases per block
     result = Extrapolation("dna_lm", "bits_per_base", False, 10, "tokens", "position", "rope",
@@ -124,7 +124,7 @@ def test_block_sums_round_trip_through_mlflow(tmp_path):
 
 # ----------------------------------------------------------------------------- fair setups
 def test_comparison_overrides_give_learned_exactly_the_trained_positions():
-    from pipelines.studies.compare import overrides
+    from pipelines.studies.compare.run import overrides
 
     dna, ts = ROOT / "configs/compare_dna_lm.yaml", ROOT / "configs/compare_ts.yaml"
     assert overrides([str(dna)], "learned") == [ROOT / "configs/compare_dna_lm_learned.yaml"]
@@ -144,7 +144,7 @@ def test_comparison_overrides_give_learned_exactly_the_trained_positions():
 
 
 def test_child_key_ignores_summary_options_but_not_the_setup(tmp_path):
-    from pipelines.studies.compare_runs import child_key
+    from pipelines.studies.compare.runs import child_key
 
     def layer(name: str, **init_args) -> Path:
         cfg = {"data": {"init_args": {"seq_len": 64}}, "trainer": {"callbacks": [
@@ -202,7 +202,7 @@ def compared(tmp_path_factory):
     """Default seeds for alibi, rope and a scheme the task cannot build (6 tiny children), whose sweeps
     skip ``extrapolation.png`` (``POSENC_FIGURES=0``: ~1 CPU s each; test_extrapolation checks the
     figure); the comparison's own figures are drawn."""
-    from pipelines.studies.compare import main
+    from pipelines.studies.compare.run import main
 
     tmp = tmp_path_factory.mktemp("compare")
     tiny_overlay(tmp)
@@ -218,7 +218,7 @@ def compared(tmp_path_factory):
 @pytest.fixture(scope="module")
 def compared_again(compared):
     """Then rope again with 4 seeds, in the same store (one more child)."""
-    from pipelines.studies.compare import main
+    from pipelines.studies.compare.run import main
 
     with workdir_with_store(compared):
         main(compare_args(compared, "--schemes", "rope", "--seeds", "0", "1", "2", "3", "--out", "second"))
@@ -279,7 +279,7 @@ def test_more_seeds_train_only_the_new_ones(compared_again):
 
 
 def test_bad_options_fail_before_any_run(tmp_path, capsys):
-    from pipelines.studies.compare import main
+    from pipelines.studies.compare.run import main
 
     for argv, msg in (
         (["--schemes", "rope", "ropee"], "unknown scheme 'ropee'"),
@@ -300,7 +300,7 @@ def test_bad_options_fail_before_any_run(tmp_path, capsys):
 def test_children_with_block_sums_get_the_block_bootstrap_in_every_interval():
     import numpy as np
 
-    from pipelines.studies.compare_stats import compare
+    from pipelines.studies.compare.stats import compare
 
     children = hand_children()
     counts = np.array([3.0, 5.0, 2.0, 4.0])  # bases per block, the same test blocks for every child

@@ -115,7 +115,7 @@ def _gloo_worker(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
     from pipelines.tasks.distributed import EpochMeans, sum_tables, union
-    from pipelines.tasks.forecast_metrics import ForecastErrors, merge_ranks
+    from pipelines.tasks.forecast.metrics import ForecastErrors, merge_ranks
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

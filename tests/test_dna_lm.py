@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.tasks.markov import MarkovModel
+from pipelines.tasks.dna.markov import MarkovModel
 from tests.helpers import store_client, workdir_with_store, write_fasta
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipelines.tasks.lm import DNALanguageModel
+from pipelines.tasks.dna.lm import DNALanguageModel
 from tests.helpers import task
 
 

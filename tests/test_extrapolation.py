@@ -187,7 +187,7 @@ def test_callback_logs_one_metric_per_length_with_steps(rope_run):
     metrics, tags = run.data.metrics, run.data.tags
     # the trivial baseline (order-0 Markov) on the same test bases — the target bases of the windows,
     # not the first base of a span, which is context only — computed here independently
-    from pipelines.tasks.markov import MarkovModel
+    from pipelines.tasks.dna.markov import MarkovModel
 
     dm = cli.datamodule
     test = [codes[1:] for codes in dm.region_codes("test", dm.eval_span)]
@@ -215,7 +215,7 @@ def test_callback_logs_one_metric_per_length_with_steps(rope_run):
 def test_the_callbacks_block_sums_are_read_back_by_compare(rope_run):
     """blocks.csv of the after-fit sweep, as ``make compare`` reads it: per variant and length the
     per-block (bits, bases) whose ratio is the logged metric, and the trivial baseline's."""
-    from pipelines.studies.compare_runs import ChildRun, read_child
+    from pipelines.studies.compare.runs import ChildRun, read_child
 
     tmp, cli = rope_run
     child = read_child(store_client(tmp), ChildRun("rope", 0, cli.trainer.logger.run_id, "trained"))
@@ -265,7 +265,7 @@ def test_learned_pe_past_max_len_is_undefined_not_a_crash(tmp_path):
         "learned",
         "--model.init_args.pe.init_args.max_len=64",
         "--trainer.callbacks.init_args.factors=[1,2,4]",
-        "--trainer.callbacks+=pipelines.tasks.lm.SelectContext",
+        "--trainer.callbacks+=pipelines.tasks.dna.lm.SelectContext",
         "--data.init_args.eval_lengths=[32,64,128,256]",
         "--test_after_fit=true",
     )
@@ -322,7 +322,7 @@ def test_forecaster_sweep_over_lookbacks(tmp_path):
     from datamodules.config import Loader
     from datamodules.timeseries.config import Source, Windows
     from datamodules.timeseries.datamodule import TimeSeriesDataModule
-    from pipelines.tasks.forecast import Forecaster
+    from pipelines.tasks.forecast.model import Forecaster
 
     t = pd.date_range("2024-01-01", periods=1500, freq="h")
     y = np.sin(np.arange(1500) * 2 * np.pi / 24) + 0.1 * np.random.default_rng(0).normal(size=1500)
@@ -361,7 +361,7 @@ def test_masked_lm_sweep_matches_its_own_test_pass(tmp_path):
     import lightning as L
 
     from datamodules.dna.genome import MaskedDNADataModule
-    from pipelines.tasks.mlm import MaskedDNAModel
+    from pipelines.tasks.dna.mlm import MaskedDNAModel
 
     dm = flat_dm(MaskedDNADataModule,
         fasta=str(write_fasta(tmp_path / "g.fa", n=8000)),
@@ -409,7 +409,7 @@ def test_segmentation_sweep_scores_accuracy_and_its_majority_class_baseline(tmp_
     import lightning as L
 
     from datamodules import SegmentationDataModule
-    from pipelines.tasks.segment import FrameSegmenter
+    from pipelines.tasks.dna.segment import FrameSegmenter
     from tests.helpers import random_bases, write_gff
 
     fasta = write_fasta(tmp_path / "g.fa", {"r": random_bases(6000)})
@@ -439,7 +439,7 @@ def test_classification_sweep_scores_auroc_against_chance(tmp_path, monkeypatch)
     import lightning as L
 
     from datamodules import ClassificationDataModule
-    from pipelines.tasks.classify import SequenceClassifier
+    from pipelines.tasks.dna.classify import SequenceClassifier
     from tests.helpers import random_bases
 
     fasta = write_fasta(tmp_path / "s.fa", {f"s{i}": random_bases(30 + i, i) for i in range(24)})

@@ -12,7 +12,7 @@ import yaml
 from datamodules import DNADataModule, MaskedDNADataModule
 from pipelines import DNALanguageModel
 from pipelines.eval.extrapolation import evaluate
-from pipelines.tasks.markov import MarkovModel
+from pipelines.tasks.dna.markov import MarkovModel
 from tests.helpers import ROOT, flat_dm, task, write_fasta
 
 LENGTHS = [8, 16, 32]

@@ -54,7 +54,7 @@ def direct_bits(model: DNALanguageModel, loader) -> tuple[float, np.ndarray]:
 
 
 def test_val_sweep_scores_the_validation_windows_and_its_baseline_there(lm):
-    from pipelines.tasks.markov import MarkovModel
+    from pipelines.tasks.dna.markov import MarkovModel
 
     _, model, dm, _ = lm
     val = evaluate(model, dm, lengths=LENGTHS, variants=[], split="val")
@@ -77,7 +77,7 @@ def test_val_sweep_scores_the_validation_windows_and_its_baseline_there(lm):
 
 
 def test_val_reference_baselines_are_scored_on_the_validation_bases(lm):
-    from pipelines.tasks.markov import InterpolatedMarkov
+    from pipelines.tasks.dna.markov import InterpolatedMarkov
 
     _, model, dm, _ = lm
     val = evaluate(model, dm, lengths=LENGTHS, variants=[], split="val", baselines=True, max_batches=1)

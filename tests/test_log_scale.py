@@ -161,7 +161,7 @@ def test_bad_log_scale_len_is_one_line_error(bad):
 
 
 def test_task_option_reaches_every_layer_and_the_checkpoint():
-    from pipelines.tasks.lm import DNALanguageModel
+    from pipelines.tasks.dna.lm import DNALanguageModel
 
     m = task(DNALanguageModel, d_model=D, n_heads=H, n_layers=2, log_scale_len=32)
     assert [b.attn.log_scale_len for b in m.backbone.blocks] == [32, 32]

@@ -14,9 +14,9 @@ import torch
 
 from datamodules.legacy import legacy_keys
 from pipelines.tasks.base import CONFIG_VERSION
-from pipelines.tasks.forecast import Forecaster
-from pipelines.tasks.forecast_linear import DLinearForecaster
-from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
+from pipelines.tasks.forecast.linear import DLinearForecaster
+from pipelines.tasks.forecast.model import Forecaster
+from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
 from posenc import PosencError
 from tests.helpers import ROOT, run_cli_in, task, tiny_setup
 

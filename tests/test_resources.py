@@ -36,7 +36,7 @@ def _python(code: str, *args: str, cwd: Path | None = None, env: dict | None = N
 STEP_FN = """
 import json, sys, torch
 from pipelines.tasks.resources import Shape, attention_kind, training_bytes
-from pipelines.tasks.lm import DNALanguageModel
+from pipelines.tasks.dna.lm import DNALanguageModel
 
 def peak_rss():
     with open("/proc/self/status") as fh:
@@ -155,7 +155,7 @@ def test_a_fit_refused_through_its_batch_size(tmp_path):
 def _tiny_checkpoint(path: Path, **override) -> Path:
     import torch
 
-    from pipelines.tasks.lm import DNALanguageModel
+    from pipelines.tasks.dna.lm import DNALanguageModel
 
     model = task(DNALanguageModel, d_model=16, n_heads=2, n_layers=2, pe={"class_path": "posenc.RoPE"})
     hp = {**dict(model.hparams), **override}

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from pipelines.tasks.lm import DNALanguageModel
+from pipelines.tasks.dna.lm import DNALanguageModel
 from posenc import PosencError, RandomizedPositions, sample_positions
 from tests.helpers import ROOT, random_bases, task, workdir_with_store, write_fasta
 

@@ -81,7 +81,7 @@ def test_attention_options_from_a_config_reach_the_attention(tmp_path):
     and in effect: the encoder is marked for ``torch.compile`` and ALiBi on CPU leaves the Toeplitz view
     for the dense bias."""
     from pipelines.cli import make_cli
-    from pipelines.tasks.lm import DNALanguageModel
+    from pipelines.tasks.dna.lm import DNALanguageModel
 
     config = tiny_setup(tmp_path)
     layer = tmp_path / "attention.yaml"
@@ -106,7 +106,7 @@ def test_attention_options_from_a_config_reach_the_attention(tmp_path):
 
 
 def test_a_checkpoint_without_the_attention_group_gets_the_defaults():
-    from pipelines.tasks.lm import DNALanguageModel
+    from pipelines.tasks.dna.lm import DNALanguageModel
 
     old = {"d_model": 16, "n_heads": 2, "n_layers": 1, "pe": {"class_path": "posenc.RoPE"}}  # no group
     model = task(DNALanguageModel, **old)

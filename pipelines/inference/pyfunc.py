@@ -1,8 +1,8 @@
 """The MLflow pyfunc face of a registered posenc model (imported only when MLflow loads one).
 
 ``mlflow.pyfunc.load_model("models:/<name>/<version>")`` gives a pyfunc whose ``predict`` takes what
-the task's predictor takes (:mod:`pipelines.tasks.dna_predict`: a DataFrame with ``id``/``sequence``
-columns for DNA tasks; :mod:`pipelines.tasks.forecast_predict`: the time-series table for a
+the task's predictor takes (:mod:`pipelines.tasks.dna.predict`: a DataFrame with ``id``/``sequence``
+columns for DNA tasks; :mod:`pipelines.tasks.forecast.predict`: the time-series table for a
 forecaster); ``unwrap_python_model().model`` is the project's own LightningModule.
 ``pipelines.load_model`` reads the stored checkpoint directly instead.
 """

@@ -1,7 +1,7 @@
 """Calls a reviewer can sign: paired differences with intervals that cover the seeds *and* the test
 data, Holm–Bonferroni within an experiment, a power gate, and a guarded retained gain. Pure float64
 arithmetic (numpy/scipy) on arrays; the claims (:mod:`pipelines.studies.claims`) and ``make compare``
-(:mod:`pipelines.studies.compare_stats`) feed it.
+(:mod:`pipelines.studies.compare.stats`) feed it.
 
 * **Interval of a paired difference** ``a − b`` (:func:`paired`): the Student-t interval over the
   per-seed differences (each on the whole test region), and — where every arm has per-block sums of

@@ -7,11 +7,11 @@ its module is imported (name it in a config's ``model.class_path`` and the CLI i
 """
 
 from pipelines.tasks.base import TASKS, TaskAdapter, TaskModule
-from pipelines.tasks.classify import SequenceClassifier
-from pipelines.tasks.forecast import Forecaster
-from pipelines.tasks.lm import DNALanguageModel
-from pipelines.tasks.mlm import MaskedDNAModel
-from pipelines.tasks.segment import FrameSegmenter
+from pipelines.tasks.dna.classify import SequenceClassifier
+from pipelines.tasks.dna.lm import DNALanguageModel
+from pipelines.tasks.dna.mlm import MaskedDNAModel
+from pipelines.tasks.dna.segment import FrameSegmenter
+from pipelines.tasks.forecast.model import Forecaster
 from posenc import PosencError
 
 BUILTIN = (DNALanguageModel, MaskedDNAModel, FrameSegmenter, SequenceClassifier, Forecaster)

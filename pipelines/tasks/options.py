@@ -117,10 +117,10 @@ class ForecastOutput:
 
     Attributes:
         head: ``horizon``, ``query``, ``last`` or ``mean`` (see
-            :class:`~pipelines.tasks.forecast.Forecaster`).
+            :class:`~pipelines.tasks.forecast.model.Forecaster`).
         loss: training loss on the scaled targets, ``mse`` or ``mae``.
         linear_path: the Transformer added to a fixed same-inputs ridge, its weight chosen on the
-            validation windows (:mod:`pipelines.tasks.forecast_blend`); needs ``model.init_args.lookback``.
+            validation windows (:mod:`pipelines.tasks.forecast.blend`); needs ``model.init_args.lookback``.
         plot_examples: test windows drawn in ``forecast.png`` (0: no figure).
     """
 

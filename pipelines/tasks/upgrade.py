@@ -11,11 +11,11 @@ only:
   ``net.d_model``, the datamodule's ``lookback`` → ``windows.lookback``; :mod:`datamodules.legacy`),
   and class paths of modules that moved replaced by their new homes, before any is checked or imported.
 * 2 → 3: PatchTST's linear path of before, an ``nn.Linear`` (``lookback_linear.weight`` (H, L),
-  ``.bias`` (H,)), as the forecasters' one :class:`~pipelines.tasks.forecast_blend.LinearPath`
+  ``.bias`` (H,)), as the forecasters' one :class:`~pipelines.tasks.forecast.blend.LinearPath`
   (``linear.coef`` (L, H), ``linear.intercept`` (H,); its penalty unknown: NaN, i.e. fitted).
 * 3 → 4: weights under the names of before, renamed or dropped as each task declares
   (``TaskModule.old_weights``): a forecaster's query token and output layer of before
-  :class:`~pipelines.tasks.forecast_layers.ForecastTokens`, DLinear's unused weights of the zero-block
+  :class:`~pipelines.tasks.forecast.layers.ForecastTokens`, DLinear's unused weights of the zero-block
   Transformer it was once built on.
 
 A checkpoint of a newer version than this code is refused (one line).

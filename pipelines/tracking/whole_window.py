@@ -7,8 +7,8 @@ beside the Markov chain scored on the same windows, and sliding-window inference
   train`` logs it to its run as ``whole_windows.png`` (:func:`log_run_lengths`); ``make compare``
   draws it with bands over seeds per scheme.
 
-The keys read (logged by :class:`pipelines.tasks.lm.DNALanguageModel` and
-:class:`pipelines.tasks.markov.MarkovBaselines`): :data:`WHOLE`, :data:`CHAIN`, :data:`SLIDING` + length.
+The keys read (logged by :class:`pipelines.tasks.dna.lm.DNALanguageModel` and
+:class:`pipelines.tasks.dna.markov.MarkovBaselines`): :data:`WHOLE`, :data:`CHAIN`, :data:`SLIDING` + length.
 """
 
 from __future__ import annotations

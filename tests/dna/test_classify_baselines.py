@@ -40,7 +40,7 @@ def motif_sets(length: int = 48) -> dict[str, SampleSet]:
 
 @pytest.mark.slow
 def test_every_baseline_finds_a_planted_motif_and_nothing_in_shuffled_labels():
-    from pipelines.tasks.classify_baselines import fit_baselines, score_lengths
+    from pipelines.tasks.dna.classify_baselines import fit_baselines, score_lengths
 
     sets = motif_sets()
     planted = score_lengths(fit_baselines(sets, 32, 2, cnn_epochs=6), sets["test"], {32: 32, 48: 48}, 32)
@@ -54,7 +54,7 @@ def test_every_baseline_finds_a_planted_motif_and_nothing_in_shuffled_labels():
 def test_settings_are_chosen_on_validation_without_the_test_split():
     from sklearn.linear_model import LogisticRegression
 
-    from pipelines.tasks.classify_baselines import auroc, crops, fit_baselines, one_thread
+    from pipelines.tasks.dna.classify_baselines import auroc, crops, fit_baselines, one_thread
 
     sets = motif_sets(32)
     del sets["test"]  # fitting must not need it: a KeyError here would mean it reads the test split
@@ -74,7 +74,7 @@ def test_settings_are_chosen_on_validation_without_the_test_split():
 def test_the_cnn_trains_inside_inference_mode_as_after_a_lightning_test_loop():
     import torch
 
-    from pipelines.tasks.classify_baselines import crops, train_cnn
+    from pipelines.tasks.dna.classify_baselines import crops, train_cnn
 
     with torch.inference_mode():  # Lightning calls on_test_end inside it
         train, val = crops(motif_set(40, 16, 1), 16, 16), crops(motif_set(20, 16, 2), 16, 16)
@@ -85,7 +85,7 @@ def test_the_cnn_trains_inside_inference_mode_as_after_a_lightning_test_loop():
 def test_two_class_pwm_ranks_by_the_log_odds_of_positives_against_negatives():
     import torch
 
-    from pipelines.tasks.classify_baselines import PositionWeightMatrix, crops
+    from pipelines.tasks.dna.classify_baselines import PositionWeightMatrix, crops
 
     train, val = motif_set(60, 12, 4), motif_set(20, 12, 5)
     pwm = PositionWeightMatrix(grid=(0.5,)).fit(crops(train, 12, 12), crops(val, 12, 12), 2)
@@ -104,7 +104,13 @@ def test_two_class_pwm_ranks_by_the_log_odds_of_positives_against_negatives():
 def test_a_longer_crop_scores_as_its_best_window_and_a_shorter_one_is_centred():
     import torch
 
-    from pipelines.tasks.classify_baselines import OneHotLogistic, crops, one_thread, train_cnn, window_scores
+    from pipelines.tasks.dna.classify_baselines import (
+        OneHotLogistic,
+        crops,
+        one_thread,
+        train_cnn,
+        window_scores,
+    )
 
     train, val = motif_set(80, 16, 6), motif_set(40, 16, 7)
     x, _ = crops(motif_set(6, 40, 8, offset=3), 40, 16)  # (6, 4, 40): the motif far from the centre
@@ -126,7 +132,7 @@ def test_the_callback_logs_every_baseline_at_every_test_length_to_mlflow(tmp_pat
     from lightning.pytorch.loggers import MLFlowLogger
 
     from datamodules import ClassificationDataModule
-    from pipelines.tasks.classify import ClassifyBaselines
+    from pipelines.tasks.dna.classify import ClassifyBaselines
 
     sets = motif_sets(64)
     recs = {f"{n}{i}": "".join("ACGT"[c] for c in s.codes[a:b])
@@ -157,7 +163,7 @@ def test_the_callback_logs_every_baseline_at_every_test_length_to_mlflow(tmp_pat
 
 def test_the_shipped_config_adds_the_baselines_and_bad_settings_are_refused(tmp_path):
     from pipelines.cli import make_cli
-    from pipelines.tasks.classify import ClassifyBaselines
+    from pipelines.tasks.dna.classify import ClassifyBaselines
     from posenc import PosencError
 
     write_fasta(tmp_path / "s.fa", {f"s{i}": "ACGT" * 10 for i in range(12)})

@@ -205,7 +205,7 @@ def test_demo_windows_are_centred_on_planted_starts_and_read_on_the_gene_strand(
 
 
 def test_kmer_baseline_separates_classes_that_differ_in_composition(tmp_path):
-    from pipelines.tasks.classify import KmerBaseline
+    from pipelines.tasks.dna.classify import KmerBaseline
 
     rng = np.random.default_rng(0)
     recs = {f"s{i}": "".join(rng.choice(list("ACGT" if i % 2 else "AAAT"), size=100)) for i in range(60)}

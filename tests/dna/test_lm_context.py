@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pipelines.tasks.lm import DNALanguageModel, SelectContext
+from pipelines.tasks.dna.lm import DNALanguageModel, SelectContext
 from posenc import PosencError
 from tests.helpers import task
 

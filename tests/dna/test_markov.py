@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pipelines.tasks.markov import InterpolatedMarkov, MarkovModel
+from pipelines.tasks.dna.markov import InterpolatedMarkov, MarkovModel
 
 
 def markov_sequence(order: int, n: int, seed: int, sharpness: float = 0.3) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.tasks.segment import SegmentBaselines, label_scores
+from pipelines.tasks.dna.segment import SegmentBaselines, label_scores
 from tests.helpers import flat_dm, random_bases, write_fasta, write_gff
 
 

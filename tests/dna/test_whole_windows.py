@@ -52,7 +52,7 @@ def test_every_length_scores_the_same_bases_spread_over_the_test_region(dm):
 
 
 def test_the_chain_is_scored_per_length_on_the_models_windows(dm):
-    from pipelines.tasks.markov import InterpolatedMarkov, MarkovBaselines
+    from pipelines.tasks.dna.markov import InterpolatedMarkov, MarkovBaselines
 
     found = MarkovBaselines(max_order=3, progress=False).compute(dm)
     chain = InterpolatedMarkov(3).fit(dm.region_codes("train"))
@@ -77,7 +77,7 @@ def test_run(dm, tmp: Path, context: int | None, window: int | None = None) -> d
     import lightning as L
     from lightning.pytorch.loggers import MLFlowLogger
 
-    from pipelines.tasks.markov import MarkovBaselines
+    from pipelines.tasks.dna.markov import MarkovBaselines
 
     logger = MLFlowLogger("wholewin", tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
     trainer = L.Trainer(logger=logger, callbacks=[MarkovBaselines(max_order=2, progress=False)],
@@ -189,9 +189,9 @@ def test_make_train_prints_the_table_and_logs_the_figure(tmp_path, capfd):
 
 def test_compare_report_shows_the_chain_per_length_and_draws_the_whole_window_figure(tmp_path):
     from pipelines.eval.extrapolation import TRAINED
-    from pipelines.studies.compare_report import markdown, others, whole_window_figure
-    from pipelines.studies.compare_runs import ChildRun, TaskInfo
-    from pipelines.studies.compare_stats import compare
+    from pipelines.studies.compare.report import markdown, others, whole_window_figure
+    from pipelines.studies.compare.runs import ChildRun, TaskInfo
+    from pipelines.studies.compare.stats import compare
 
     info = TaskInfo("dna_lm", "bits_per_base", False, 128, [128, 256], "tokens", "position", "order-0 Markov")
     chain = {"markov0": 2.0, "markov_best": 1.938, "markov_best_L128": 1.9390, "markov_best_L256": 1.9384}

@@ -14,8 +14,8 @@ from torch import Tensor, nn
 
 from datamodules.dna.records import as_records
 from pipelines.tasks.base import TaskAdapter
-from pipelines.tasks.dna import DNATask
-from pipelines.tasks.dna_predict import dna_settings
+from pipelines.tasks.dna.base import DNATask
+from pipelines.tasks.dna.predict import dna_settings
 from pipelines.tasks.windows import run_windows
 
 C_CODE, G_CODE, N_CODE = 1, 2, 4  # datamodules.dna.fasta: A 0, C 1, G 2, T 3, N 4

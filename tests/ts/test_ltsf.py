@@ -115,7 +115,7 @@ def test_bad_file_says_what_is_wrong(tmp_path):
 
 
 def test_patchtst_layout():
-    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster, n_patches, strided_patches
+    from pipelines.tasks.forecast.patchtst import PatchTSTForecaster, n_patches, strided_patches
 
     assert n_patches(336, 16, 8) == 42 and n_patches(512, 16, 8) == 64
     seq = torch.arange(32.0)[None]  # (1, 32)
@@ -140,7 +140,7 @@ def write_tiny_ett(path: Path, n: int = 14400) -> Path:
 
 TINY_MODEL = """\
 model:
-  class_path: pipelines.tasks.forecast_patchtst.PatchTSTForecaster
+  class_path: pipelines.tasks.forecast.patchtst.PatchTSTForecaster
   init_args: {patch_len: 16, patch_stride: 8, d_model: 16, n_heads: 2, n_layers: 2, d_ff: 32,
               linear_path: true, lr: 0.001, pe: {class_path: posenc.Learned, init_args: {max_len: 8}}}
 data: {init_args: {batch_size: 64, samples_per_epoch: 64}}
@@ -148,7 +148,7 @@ trainer:
   max_epochs: 1
   callbacks:
     - {class_path: lightning.pytorch.callbacks.EarlyStopping, init_args: {monitor: val/loss, patience: 1}}
-    - {class_path: pipelines.studies.ltsf_fit.LTSFProtocol, init_args: {name: tiny}}
+    - {class_path: pipelines.studies.ltsf.fit.LTSFProtocol, init_args: {name: tiny}}
 """
 
 
@@ -234,7 +234,7 @@ def test_etth1_children_are_nested_runs_of_the_sweep_runner(tmp_path):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible here")),
 ])
 def test_benchmark_bad_input_is_one_line(tmp_path, capsys, extra, message):
-    from pipelines.studies.ltsf import main
+    from pipelines.studies.ltsf.run import main
 
     with pytest.raises(SystemExit) as exc:
         main(["--data", str(tmp_path / "x.csv"), "--out", str(tmp_path / "out"), *extra])
@@ -244,7 +244,7 @@ def test_benchmark_bad_input_is_one_line(tmp_path, capsys, extra, message):
 
 
 def test_baselines_on_the_protocols_windows():
-    from pipelines.studies.ltsf_models import ridge_run, seasonal_naive_run
+    from pipelines.studies.ltsf.models import ridge_run, seasonal_naive_run
 
     data = small_protocol()
     truth = data.windows("test", 48, 8)[1]
@@ -258,7 +258,7 @@ def test_baselines_on_the_protocols_windows():
 
 def test_lightgbm_forecasts_every_window_directly():
     pytest.importorskip("lightgbm", reason="lightgbm is not installed (the optional ltsf extra)")
-    from pipelines.studies.ltsf_trees import anchors, lightgbm_run
+    from pipelines.studies.ltsf.trees import anchors, lightgbm_run
 
     data = small_protocol()
     truth = data.windows("test", 336, 8)[1]
@@ -270,8 +270,8 @@ def test_lightgbm_forecasts_every_window_directly():
 
 
 def test_raw_linear_path_starts_as_the_ridge_baseline():
-    from pipelines.studies.ltsf_models import forecast, ridge_run, warm_start
-    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
+    from pipelines.studies.ltsf.models import forecast, ridge_run, warm_start
+    from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
 
     data = small_protocol()
     data.values = data.values + np.random.default_rng(0).normal(0, 0.1, data.values.shape)  # not exact
@@ -295,9 +295,9 @@ def test_a_patchtst_checkpoint_of_the_nn_linear_path_loads_and_forecasts_as_befo
     rounding on another (the fixture came from an Intel host; BLAS kernels round differently per CPU),
     and the two routes agree to the bit with each other."""
     from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
-    from pipelines.tasks.forecast import Forecaster
-    from pipelines.tasks.forecast_blend import LinearPath
-    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
+    from pipelines.tasks.forecast.blend import LinearPath
+    from pipelines.tasks.forecast.model import Forecaster
+    from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
 
     path = LEGACY_PATCHTST / f"patchtst_{mode}.ckpt"
     io = torch.load(LEGACY_PATCHTST / f"patchtst_{mode}_io.pt")
@@ -320,7 +320,7 @@ def test_a_patchtst_checkpoint_of_the_nn_linear_path_loads_and_forecasts_as_befo
 def test_the_per_channel_path_has_the_frozen_nn_linears_arithmetic(lookback, horizon, batch, channels):
     """Bit for bit as the frozen ``nn.Linear`` PatchTST trained with before (BLAS rounds other layouts of
     the same product differently, which would move trained numbers), on rows and on whole windows."""
-    from pipelines.tasks.forecast_blend import LinearPath
+    from pipelines.tasks.forecast.blend import LinearPath
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(lookback, horizon).requires_grad_(False)
@@ -338,9 +338,9 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from datamodules.timeseries.ltsf_data import LTSFDataModule
-    from pipelines.studies.ltsf_fit import LTSFProtocol
-    from pipelines.studies.ltsf_models import forecast
-    from pipelines.tasks.forecast_patchtst import PatchTSTForecaster
+    from pipelines.studies.ltsf.fit import LTSFProtocol
+    from pipelines.studies.ltsf.models import forecast
+    from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
 
     dm = LTSFDataModule(str(small_csv(tmp_path / "small.csv")), lookback=48, horizon=8,
                         borders=(600, 800, 1000), batch_size=32, samples_per_epoch=64)
@@ -369,7 +369,7 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
 
 
 def test_short_budget_epochs_log_every_epoch_without_lightnings_warning():
-    from pipelines.studies.ltsf_fit import log_interval
+    from pipelines.studies.ltsf.fit import log_interval
 
     assert log_interval({"samples_per_epoch": 2048, "batch_size": 128}) == 16  # the budget configs' epochs
     assert log_interval({"samples_per_epoch": 100, "batch_size": 128}) == 1
@@ -385,9 +385,9 @@ MODEL_CONFIGS = [p for p in sorted((ROOT / "configs" / "ltsf").glob("*.yaml"))
 def test_every_ltsf_config_loads_and_becomes_a_trainer_config(path):
     """Each shipped benchmark config loads, and becomes a CLI config on the accelerator asked for
     (``--accelerator``: cpu by default, gpu for the paper-budget runs), one device, its own budget."""
-    from pipelines.studies.ltsf import parse_args
-    from pipelines.studies.ltsf_fit import cli_config
-    from pipelines.studies.ltsf_models import load_model_config
+    from pipelines.studies.ltsf.fit import cli_config
+    from pipelines.studies.ltsf.models import load_model_config
+    from pipelines.studies.ltsf.run import parse_args
 
     config = load_model_config(path)
     assert parse_args(["--data", "x.csv", "--out", "o"]).accelerator == "cpu"
@@ -405,14 +405,14 @@ def test_every_ltsf_config_loads_and_becomes_a_trainer_config(path):
 
 def test_the_old_train_dialect_is_refused_naming_the_file_and_key(tmp_path):
     old = tmp_path / "old.yaml"
-    old.write_text("name: old\nmodel: {class_path: pipelines.tasks.forecast_linear.DLinearForecaster}\n"
+    old.write_text("name: old\nmodel: {class_path: pipelines.tasks.forecast.linear.DLinearForecaster}\n"
                    "train: {max_epochs: 1}\n")
-    from pipelines.studies.ltsf_models import load_model_config
+    from pipelines.studies.ltsf.models import load_model_config
 
     with pytest.raises(PosencError, match=r"old\.yaml: keys the benchmark sets or does not know: name, trai"):
         load_model_config(old)
     no_protocol = tmp_path / "bare.yaml"
-    no_protocol.write_text("model: {class_path: pipelines.tasks.forecast_linear.DLinearForecaster}\n")
+    no_protocol.write_text("model: {class_path: pipelines.tasks.forecast.linear.DLinearForecaster}\n")
     with pytest.raises(PosencError, match=r"bare\.yaml: trainer\.callbacks needs exactly one .*LTSFProtocol"):
         load_model_config(no_protocol)
 
@@ -436,7 +436,7 @@ def test_a_shipped_model_config_is_an_ordinary_training_layer(tmp_path):
 
 
 def test_choose_on_val_of_a_model_the_run_lacks_is_refused_before_anything_is_written(tmp_path):
-    from pipelines.studies.ltsf import model_configs, parse_args
+    from pipelines.studies.ltsf.run import model_configs, parse_args
 
     out = tmp_path / "out"
     posenc = str(ROOT / "configs/ltsf/posenc.yaml")

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datamodules.timeseries.ltsf import scaled_errors
-from pipelines.studies.ltsf_ensemble import ensemble_row, mean_forecast, prediction_dir, save_forecast
+from pipelines.studies.ltsf.ensemble import ensemble_row, mean_forecast, prediction_dir, save_forecast
 from posenc import PosencError
 from tests.helpers import small_protocol
 
@@ -94,7 +94,7 @@ def test_the_mean_is_never_worse_than_its_members_on_average(tmp_path_factory, s
 ])
 def test_an_ensemble_of_what_the_run_does_not_train_is_refused_before_anything_is_written(
         tmp_path, ensemble, match):
-    from pipelines.studies.ltsf import model_configs, parse_args
+    from pipelines.studies.ltsf.run import model_configs, parse_args
 
     out = tmp_path / "out"
     posenc = str(ROOT / "configs/ltsf/posenc.yaml")
@@ -106,7 +106,7 @@ def test_an_ensemble_of_what_the_run_does_not_train_is_refused_before_anything_i
 
 
 def test_choose_on_val_may_name_the_ensemble():
-    from pipelines.studies.ltsf import model_configs, parse_args
+    from pipelines.studies.ltsf.run import model_configs, parse_args
 
     configs = [str(ROOT / "configs/ltsf/posenc.yaml"), str(ROOT / "configs/ltsf/forecaster_extrapolate.yaml")]
     args = parse_args(["--data", "x.csv", "--out", "o", "--configs", *configs, "--ensemble", "posenc",

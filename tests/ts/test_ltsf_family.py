@@ -23,7 +23,7 @@ from datamodules.timeseries.ltsf import (
     read_ltsf,
     split_bounds,
 )
-from pipelines.studies.ltsf_models import load_model_config
+from pipelines.studies.ltsf.models import load_model_config
 from posenc import PosencError
 from tests.docs_commands import Command, Snippet, make_commands
 from tests.helpers import shared_data, task
@@ -79,7 +79,7 @@ def quirky_csv(path: Path, n: int = 1000) -> Path:
 
 
 def test_weather_like_file_keeps_and_reports_its_sentinels(tmp_path):
-    from pipelines.studies.ltsf import describe_data
+    from pipelines.studies.ltsf.run import describe_data
 
     data = read_ltsf(quirky_csv(tmp_path / "station.csv"))
     assert data.protocol == "custom" and data.bounds["test"] == (800, 1000)
@@ -189,7 +189,7 @@ def test_documented_command_on_the_real_files(tmp_path, path):
 
 
 def test_summary_prints_the_files_own_published_numbers():
-    from pipelines.studies.ltsf_report import published_for
+    from pipelines.studies.ltsf.report import published_for
 
     assert published_for("/x/weather.csv")["PatchTST/42 (paper)"][96] == 0.152
     assert published_for("ETTh1.csv")["DLinear (paper)"][720] == 0.472
@@ -199,7 +199,7 @@ def test_summary_prints_the_files_own_published_numbers():
 def test_dlinear_has_no_dummy_transformer_and_old_checkpoints_load():
     import torch
 
-    from pipelines.tasks.forecast_linear import DLinearForecaster
+    from pipelines.tasks.forecast.linear import DLinearForecaster
 
     model = task(DLinearForecaster, lookback=16, n_targets=2, horizon=4, plot_examples=0)
     assert model.backbone is None and model.pe is None
@@ -215,7 +215,7 @@ def test_dlinear_has_no_dummy_transformer_and_old_checkpoints_load():
 
 
 def test_weighted_ridge_equals_ridge_on_repeated_rows():
-    from pipelines.tasks.forecast_baselines import LinearBaseline
+    from pipelines.tasks.forecast.baselines import LinearBaseline
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(40, 5)), rng.normal(size=(40, 3, 1))

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines.studies.ltsf_report import lookback_lines, summary_markdown
+from pipelines.studies.ltsf.report import lookback_lines, summary_markdown
 
 
 def rows(model: str, at_train: list[float], at_512: list[float], naive: float = 0.5) -> list[dict]:
@@ -48,7 +48,7 @@ def test_no_section_without_longer_lookbacks_and_none_without_naive():
 
 
 def test_lookback_figure_is_drawn_only_with_longer_lookbacks(tmp_path):
-    from pipelines.studies.ltsf_report import lookback_figure
+    from pipelines.studies.ltsf.report import lookback_figure
 
     assert lookback_figure(rows("m", [0.4, 0.41], [0.45, 0.46]), 336, tmp_path / "a.png")
     assert (tmp_path / "a.png").stat().st_size > 0
@@ -70,7 +70,7 @@ def test_paired_differences_are_against_the_first_trained_config_not_a_seeded_ba
 
 
 def test_paired_figure_is_drawn_only_when_a_model_pairs_with_the_reference(tmp_path):
-    from pipelines.studies.ltsf_report import figures
+    from pipelines.studies.ltsf.report import figures
 
     table = [{"model": m, "horizon": str(h), "seed": str(seed), "test/mse_scaled": str(0.2 + 0.01 * seed + d)}
              for h in (96, 336) for seed in range(3) for m, d in (("posenc", 0.0), ("posenc-rope", 0.003))]
@@ -81,7 +81,7 @@ def test_paired_figure_is_drawn_only_when_a_model_pairs_with_the_reference(tmp_p
 
 
 def test_the_val_choice_takes_the_lowest_mean_val_mse_and_reports_that_models_test():
-    from pipelines.studies.ltsf_report import val_choice, val_choice_lines
+    from pipelines.studies.ltsf.report import val_choice, val_choice_lines
 
     val = {("a", 96): (0.50, 0.52), ("b", 96): (0.49, 0.51),
            ("a", 192): (0.60, 0.60), ("b", 192): (0.61, 0.60)}
@@ -97,7 +97,7 @@ def test_the_val_choice_takes_the_lowest_mean_val_mse_and_reports_that_models_te
     assert val_choice_lines(table, [], [96]) == []
     from types import SimpleNamespace
 
-    from pipelines.studies.ltsf_report import summary_markdown
+    from pipelines.studies.ltsf.report import summary_markdown
 
     args = SimpleNamespace(data="x.csv", lookback=336, seeds=[0, 1], choose_on_val=["a", "b"])
     first = summary_markdown(table, args, []).split("## Test MSE (scaled)")[1].splitlines()[4]
@@ -108,7 +108,7 @@ def test_the_val_choice_takes_the_lowest_mean_val_mse_and_reports_that_models_te
 
 
 def test_choose_on_val_names_a_model_the_results_do_not_have_in_one_line(tmp_path, capsys):
-    from pipelines.studies.ltsf_report import main
+    from pipelines.studies.ltsf.report import main
 
     results = tmp_path / "results.csv"
     results.write_text("model,horizon,seed,test/mse_scaled,val/mse_scaled\nposenc,96,0,0.2,0.4\n")

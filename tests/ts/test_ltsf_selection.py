@@ -12,7 +12,7 @@ from tests.helpers import small_csv, small_protocol
 
 
 def test_block_gain_tells_a_gain_everywhere_from_one_on_a_few_weeks():
-    from pipelines.studies.ltsf_fit import block_gain
+    from pipelines.studies.ltsf.fit import block_gain
 
     rng = np.random.default_rng(0)
     start = 1.0 + 0.05 * rng.random(1000)  # the warm start's per-window MSE, in time order
@@ -28,7 +28,7 @@ def test_block_gain_tells_a_gain_everywhere_from_one_on_a_few_weeks():
 
 
 def test_block_gain_is_scale_free_so_one_stormy_block_does_not_decide():
-    from pipelines.studies.ltsf_fit import block_gain
+    from pipelines.studies.ltsf.fit import block_gain
 
     start = np.ones(1000)
     start[300:400] = 50.0  # a stormy stretch: its MSE is 50 times the rest
@@ -39,7 +39,7 @@ def test_block_gain_is_scale_free_so_one_stormy_block_does_not_decide():
 
 
 def test_block_gain_refuses_errors_of_different_windows():
-    from pipelines.studies.ltsf_fit import block_gain
+    from pipelines.studies.ltsf.fit import block_gain
 
     with pytest.raises(ValueError, match="one shape"):
         block_gain(np.ones(10), np.ones(9))
@@ -62,8 +62,8 @@ def test_val_stride_thins_the_early_stopping_loader_only(tmp_path):
 
 
 def test_ridge_baseline_chooses_its_penalty_on_val_from_the_wide_grid():
-    from pipelines.studies.ltsf_models import LTSF_ALPHA_BOUNDS, LTSF_ALPHAS, ridge_run
-    from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, ridge_on_val
+    from pipelines.studies.ltsf.models import LTSF_ALPHA_BOUNDS, LTSF_ALPHAS, ridge_run
+    from pipelines.tasks.forecast.baselines import RIDGE_ALPHAS, ridge_on_val
 
     assert LTSF_ALPHAS[0] == min(RIDGE_ALPHAS) and LTSF_ALPHAS[-1] == 1e6
     assert all(b == pytest.approx(10 * a) for a, b in zip(LTSF_ALPHAS, LTSF_ALPHAS[1:], strict=False))
@@ -83,8 +83,8 @@ def test_ridge_baseline_chooses_its_penalty_on_val_from_the_wide_grid():
 def test_the_penalty_grid_grows_past_the_edge_val_picks_until_it_picks_inside(target):
     """Val error |log10 α − log10 target|: an interior target is the grid's own choice (nothing else
     tried), one past an edge is reached a decade at a time, one past the bounds stops at the bound."""
-    from pipelines.studies.ltsf_models import LTSF_ALPHA_BOUNDS, LTSF_ALPHAS
-    from pipelines.tasks.forecast_baselines import LinearBaseline, ridge_on_val
+    from pipelines.studies.ltsf.models import LTSF_ALPHA_BOUNDS, LTSF_ALPHAS
+    from pipelines.tasks.forecast.baselines import LinearBaseline, ridge_on_val
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(200, 12)), rng.normal(size=(200, 3, 1))

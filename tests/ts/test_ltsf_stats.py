@@ -1,4 +1,4 @@
-"""The Holt-Winters ETS baseline (pipelines.studies.ltsf_stats): its recursions against statsmodels'
+"""The Holt-Winters ETS baseline (pipelines.studies.ltsf.stats): its recursions against statsmodels'
 own forecasts, rolling origin without refit, and its wiring into the LTSF benchmark."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from datamodules.timeseries.ltsf import scale_protocol, scaled_errors
-from pipelines.studies import ltsf_stats
-from pipelines.studies.ltsf_models import missing_package
+from pipelines.studies.ltsf import stats as ltsf_stats
+from pipelines.studies.ltsf.models import missing_package
 from tests.helpers import ROOT, migrated_store, runs
 
 needs_statsmodels = pytest.mark.skipif(missing_package("statsmodels") is not None,
@@ -130,7 +130,7 @@ def test_pick_takes_each_channels_parameters_from_its_form():
 
 @needs_statsmodels
 def test_ets_scores_the_windows_the_other_baselines_score():
-    from pipelines.studies.ltsf import baseline_runner, parse_args, row_for
+    from pipelines.studies.ltsf.run import baseline_runner, parse_args, row_for
 
     data = small_protocol()
     args = parse_args(["--data", "x.csv", "--out", "o", "--lookback", "48", "--horizons", "8"])
@@ -144,7 +144,7 @@ def test_ets_scores_the_windows_the_other_baselines_score():
 
 @needs_statsmodels
 def test_ets_beats_seasonal_naive_on_a_noisy_daily_cycle():
-    from pipelines.studies.ltsf_models import seasonal_naive_run
+    from pipelines.studies.ltsf.models import seasonal_naive_run
 
     data = small_protocol()
     truth = data.windows("test", 48, 12)[1]
@@ -158,7 +158,7 @@ SMALL_RUN = ("--lookback", "32", "--horizons", "8", "--seeds", "0")
 
 
 def test_absent_statsmodels_makes_the_runner_a_reason(monkeypatch):
-    from pipelines.studies.ltsf import baseline_runner
+    from pipelines.studies.ltsf.run import baseline_runner
 
     assert baseline_runner("ets") is ltsf_stats.ets_run or missing_package("statsmodels") is not None
     monkeypatch.setitem(sys.modules, "statsmodels", None)  # `import statsmodels` raises ImportError
@@ -168,7 +168,7 @@ def test_absent_statsmodels_makes_the_runner_a_reason(monkeypatch):
 
 @pytest.mark.slow
 def test_absent_statsmodels_is_skipped_with_a_logged_reason(tmp_path, monkeypatch, capsys):
-    from pipelines.studies.ltsf import run
+    from pipelines.studies.ltsf.run import run
 
     monkeypatch.setitem(sys.modules, "statsmodels", None)  # `import statsmodels` raises ImportError
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{migrated_store(tmp_path / 'mlflow.db')}")

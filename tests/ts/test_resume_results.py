@@ -36,7 +36,7 @@ MSE = "row 2 (line 3), column 'test/mse_scaled'"
      "row 2 (line 3), column 'chosen' starts like a spreadsheet"),
 ])
 def test_a_bad_results_csv_is_one_line_before_any_job(tmp_path, capsys, bad, message):
-    from pipelines.studies.ltsf import main
+    from pipelines.studies.ltsf.run import main
 
     data = ett(tmp_path / "ett.csv")
     (tmp_path / "out").mkdir()

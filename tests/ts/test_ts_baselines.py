@@ -10,7 +10,7 @@ import yaml
 
 from datamodules.timeseries.calendar import calendar_cycles
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
-from pipelines.tasks.forecast_baselines import ForecastBaselines
+from pipelines.tasks.forecast.baselines import ForecastBaselines
 from tests.helpers import ROOT, dm_kwargs, write_csv
 
 

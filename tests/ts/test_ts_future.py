@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
-from pipelines.tasks.forecast import Forecaster
-from pipelines.tasks.forecast_baselines import ForecastBaselines, LinearBaseline
-from pipelines.tasks.forecast_linear import DLinearForecaster, moving_average
+from pipelines.tasks.forecast.baselines import ForecastBaselines, LinearBaseline
+from pipelines.tasks.forecast.linear import DLinearForecaster, moving_average
+from pipelines.tasks.forecast.model import Forecaster
 from posenc import PosencError, PositionOutOfRange
 from tests.helpers import dm_kwargs, seasonal_frame, task, write_csv
 
@@ -233,7 +233,7 @@ def test_dlinear_is_an_affine_map_of_the_lookback_that_the_ridge_fits_in_closed_
 
 
 def test_a_series_selected_from_a_long_table_gets_an_input_example_its_model_accepts(tmp_path):
-    from pipelines.tasks.forecast_predict import example_table
+    from pipelines.tasks.forecast.predict import example_table
 
     a, b = seasonal_frame(seed=0), seasonal_frame(seed=1)
     long = pd.concat([a.assign(site="A"), b.assign(site="B")], ignore_index=True)

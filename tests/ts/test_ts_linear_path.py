@@ -15,9 +15,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.eval.extrapolation import evaluate
 from pipelines.studies import ts_defaults
-from pipelines.tasks.forecast import Forecaster
-from pipelines.tasks.forecast_baselines import ForecastBaselines
-from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
+from pipelines.tasks.forecast.baselines import ForecastBaselines
+from pipelines.tasks.forecast.blend import BLEND_GRID, LinearPath, blend_tag
+from pipelines.tasks.forecast.model import Forecaster
 from posenc import PosencError
 from tests.helpers import dm_kwargs, seasonal_frame, task, write_csv
 

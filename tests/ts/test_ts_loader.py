@@ -188,7 +188,7 @@ def test_periods_calendar_gives_the_cycles_of_the_step(tmp_path, freq, patch_len
 
 def test_row_order_series_forecasts_from_a_table_without_a_time_column(tmp_path):
     from pipelines import Forecaster
-    from pipelines.tasks.forecast_predict import example_table
+    from pipelines.tasks.forecast.predict import example_table
 
     df = seasonal_frame().drop(columns="when")
     dm = TimeSeriesDataModule(**dm_kwargs(write_csv(tmp_path / "s.csv", df), time_col=None,

@@ -9,18 +9,18 @@ import torch
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
 from pipelines.eval.extrapolation import evaluate
 from pipelines.tasks.base import log_by_length
-from pipelines.tasks.forecast import Forecaster, RevIN, patch_positions, patchify, with_periods
-from pipelines.tasks.forecast_baselines import (
+from pipelines.tasks.forecast.baselines import (
     ForecastBaselines,
     LinearBaseline,
     masked_errors,
     seasonal_naive,
 )
-from pipelines.tasks.forecast_metrics import (
+from pipelines.tasks.forecast.metrics import (
     ForecastErrors,
     forecast_figure,
     lookback_table,
 )
+from pipelines.tasks.forecast.model import Forecaster, RevIN, patch_positions, patchify, with_periods
 from posenc import PeriodicRoPE, PosencError
 from tests.helpers import dm_kwargs, task
 

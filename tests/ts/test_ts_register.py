@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
-from pipelines.tasks.forecast import Forecaster
+from pipelines.tasks.forecast.model import Forecaster
 from tests.helpers import dm_kwargs, seasonal_frame, store_client, task, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]

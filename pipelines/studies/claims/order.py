@@ -35,7 +35,7 @@ def swap_change(module, dm, max_batches: int | None = 4) -> float:
 
 
 #: overrides that train the order task's classifier with a causal mask
-CAUSAL = {"model": {"class_path": "pipelines.tasks.classify_causal.CausalSequenceClassifier"}}
+CAUSAL = {"model": {"class_path": "pipelines.tasks.dna.classify_causal.CausalSequenceClassifier"}}
 
 
 class OrderTask(Experiment):

@@ -19,8 +19,8 @@ from datamodules.dna.genome_cache import default_genome, load_genome
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import scheme_spec
 from pipelines.studies.tables import md_table
-from pipelines.tasks.lm import DNALanguageModel
-from pipelines.tasks.mlm import MaskedDNAModel
+from pipelines.tasks.dna.lm import DNALanguageModel
+from pipelines.tasks.dna.mlm import MaskedDNAModel
 
 
 def real_windows(n: int, length: int, seed: int) -> torch.Tensor:

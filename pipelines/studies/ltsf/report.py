@@ -346,12 +346,12 @@ def figures(rows: list[dict[str, Any]], out: Path, data: Any, lookback: int) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m pipelines.studies.ltsf_report --results A.csv [B.csv …] --out DIR``: one ``results.csv``,
+    """``python -m pipelines.studies.ltsf.report --results A.csv [B.csv …] --out DIR``: one ``results.csv``,
     ``summary.md`` and the figures (:func:`figures`) from the results of several benchmark runs (e.g.
     horizons or seeds run as separate commands); a row repeated (same model, horizon, seed) keeps its
     last copy."""
 
-    p = argparse.ArgumentParser(prog="python -m pipelines.studies.ltsf_report", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m pipelines.studies.ltsf.report", description=main.__doc__)
     p.add_argument("--results", nargs="+", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--data", default="ETTh1.csv", help="the data's name, for the title")

@@ -1,10 +1,10 @@
 """DLinear: the linear forecaster a practitioner would try first, trained by the Forecaster's loop.
 
-It is a model of its own (``model.class_path: pipelines.tasks.forecast_linear.DLinearForecaster``),
+It is a model of its own (``model.class_path: pipelines.tasks.forecast.linear.DLinearForecaster``),
 trained as an ordinary run, and not also a baseline trained beside every Forecaster run: without
 RevIN, both of its layers and the moving average are linear in the lookback, so a DLinear is one
 affine map of a channel's lookback to its horizon, and every such map is a DLinear (both layers
-given its weights). The ridge ``baseline/linear_ar`` (:mod:`pipelines.tasks.forecast_baselines`),
+given its weights). The ridge ``baseline/linear_ar`` (:mod:`pipelines.tasks.forecast.baselines`),
 logged beside every run, fits that function class in closed form on the same windows (for several
 target channels, a class that holds DLinear's channel-shared maps), its penalty chosen on the
 validation windows.
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.config import as_group
-from pipelines.tasks.forecast import Forecaster
+from pipelines.tasks.forecast.model import Forecaster
 from pipelines.tasks.options import ForecastOutput, SeriesInput
 from posenc import PosencError, PositionOutOfRange
 
@@ -37,7 +37,7 @@ class DLinearForecaster(Forecaster):
     and each part is mapped to the horizon by its own linear layer (lookback → horizon, shared by
     the channels); the forecast is their sum. Targets only: no covariates or known-future inputs.
 
-    A :class:`~pipelines.tasks.forecast.Forecaster` in everything but the network: the same data,
+    A :class:`~pipelines.tasks.forecast.model.Forecaster` in everything but the network: the same data,
     loss, AdamW + warm-up/cosine schedule, checkpointing on ``val/loss``, test metrics at every
     lookback (a longer lookback is cut to its last ``lookback`` steps; a shorter one is undefined)
     and inference. Run it with ``configs/ltsf/dlinear.yaml``.

@@ -1,4 +1,4 @@
-"""Sequence classification with a causal encoder: :class:`~pipelines.tasks.classify.SequenceClassifier`
+"""Sequence classification with a causal encoder: :class:`~pipelines.tasks.dna.classify.SequenceClassifier`
 with each position attending only to itself and earlier ones (then mean-pooled as before).
 
 Under a causal mask a symmetric bias such as ALiBi's −m·|i − j| sees direction (only earlier keys
@@ -8,7 +8,7 @@ it beside the bidirectional classifier (claim 1, and NoPE learning position from
 
 from __future__ import annotations
 
-from pipelines.tasks.classify import SequenceClassifier
+from pipelines.tasks.dna.classify import SequenceClassifier
 
 
 class CausalSequenceClassifier(SequenceClassifier):

@@ -14,9 +14,9 @@ from torch import Tensor, nn
 
 from pipelines.tasks.base import TaskAdapter, log_by_length, positions
 from pipelines.tasks.distributed import EpochMeans, sum_tables, union
-from pipelines.tasks.dna import DNATask
-from pipelines.tasks.dna_predict import predict_lm
-from pipelines.tasks.markov import MarkovBaselines, MarkovModel
+from pipelines.tasks.dna.base import DNATask
+from pipelines.tasks.dna.markov import MarkovBaselines, MarkovModel
+from pipelines.tasks.dna.predict import predict_lm
 from posenc import PosencError, PositionOutOfRange
 from posenc.positions import RandomizedPositions
 

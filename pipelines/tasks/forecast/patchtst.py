@@ -6,7 +6,7 @@ Nie et al. (ICLR 2023), "A Time Series is Worth 64 Words": every channel is its 
 ``padding_patch='end'``), each patch linearly embedded, encoded by a Transformer and the outputs of
 all patches flattened into one linear map to the horizon (its "flatten head").
 
-Only the tokenisation and the head differ from :class:`~pipelines.tasks.forecast.Forecaster`: the
+Only the tokenisation and the head differ from :class:`~pipelines.tasks.forecast.model.Forecaster`: the
 Transformer (the project's pre-LN encoder with any posenc scheme), RevIN, loss, optimiser and
 validation are the Forecaster's. The flatten head ties the model to its training lookback: another
 lookback is refused with :class:`~posenc.PositionOutOfRange`.
@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.config import as_group
-from pipelines.tasks.forecast import Forecaster
-from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS
+from pipelines.tasks.forecast.baselines import RIDGE_ALPHAS
+from pipelines.tasks.forecast.model import Forecaster
 from pipelines.tasks.options import ForecastOutput, SeriesInput
 from posenc import PosencError, PositionOutOfRange
 
@@ -70,7 +70,7 @@ class PatchTSTForecaster(Forecaster):
         patch_len: steps per patch P (16 in the paper).
         patch_stride: steps between patch starts S (8 in the paper).
         head_dropout: dropout before the flatten head (0 for ETTh1 in the paper's scripts).
-        linear_path: add the Forecaster's linear path (:class:`~pipelines.tasks.forecast_blend.LinearPath`,
+        linear_path: add the Forecaster's linear path (:class:`~pipelines.tasks.forecast.blend.LinearPath`,
             per channel: a fixed ridge from the lookback to the horizon) to the forecast, the flatten
             head starting at 0, so the untrained model *is* that ridge and the Transformer learns
             what it misses. Not in the paper. Fitted before training (:meth:`fit_linear_path`, on an

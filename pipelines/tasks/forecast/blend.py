@@ -2,15 +2,15 @@
 windows.
 
 :class:`LinearPath` is a fixed linear map from the lookback to the horizon, set from a ridge fit
-(:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`, the one that chooses the penalty on the
-validation windows). The :class:`~pipelines.tasks.forecast.Forecaster` reads it multivariate and
-:class:`~pipelines.tasks.forecast_patchtst.PatchTSTForecaster` per channel (:meth:`LinearPath.fit_windows`).
+(:func:`~pipelines.tasks.forecast.baselines.ridge_on_val`, the one that chooses the penalty on the
+validation windows). The :class:`~pipelines.tasks.forecast.model.Forecaster` reads it multivariate and
+:class:`~pipelines.tasks.forecast.patchtst.PatchTSTForecaster` per channel (:meth:`LinearPath.fit_windows`).
 
 With the Forecaster's ``model.linear_path: true`` the forecast is
 ``ridge(x, cov, fut) + w · transformer(x, cov, fut)``:
 
 - the ridge part's coefficients are set before training from the same-inputs ridge of
-  :class:`~pipelines.tasks.forecast_baselines.ForecastBaselines` (same training windows, penalty
+  :class:`~pipelines.tasks.forecast.baselines.ForecastBaselines` (same training windows, penalty
   chosen on the validation windows) and then held fixed — so with ``w = 0`` the model *is* the
   ``baseline/linear`` ridge the run is compared with;
 - the Transformer learns the ridge's residual (its output layer starts at zero, so training starts
@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from pipelines.tasks.base import mlflow_loggers
-from pipelines.tasks.forecast_baselines import RIDGE_ALPHAS, ForecastBaselines, LinearBaseline, ridge_on_val
+from pipelines.tasks.forecast.baselines import RIDGE_ALPHAS, ForecastBaselines, LinearBaseline, ridge_on_val
 from posenc import PosencError, PositionOutOfRange
 
 #: the Transformer part's weights tried on the validation windows
@@ -106,7 +106,7 @@ class LinearPath(nn.Module):
         return bool(self.alpha != 0)
 
     def set_ridge(self, ridge: LinearBaseline, alpha: float) -> None:
-        """Take a fitted :class:`~pipelines.tasks.forecast_baselines.LinearBaseline`'s coefficients
+        """Take a fitted :class:`~pipelines.tasks.forecast.baselines.LinearBaseline`'s coefficients
         (``coef`` (D, out), ``intercept`` (out,)) and its penalty."""
         if tuple(ridge.coef.shape) != tuple(self.coef.shape):
             raise PosencError(f"model.linear_path: the ridge has {ridge.coef.shape[0]} inputs, the model "
@@ -117,7 +117,7 @@ class LinearPath(nn.Module):
 
     def fit(self, dm: Any, baselines: Any, future: bool) -> None:
         """Set the coefficients from ``baselines.same_inputs_ridge(dm, future)`` (a
-        :class:`~pipelines.tasks.forecast_baselines.ForecastBaselines`)."""
+        :class:`~pipelines.tasks.forecast.baselines.ForecastBaselines`)."""
         if getattr(dm, "lookback", None) != self.lookback:
             raise PosencError(f"model.linear_path: the model's lookback {self.lookback} differs from the "
                               f"datamodule's {getattr(dm, 'lookback', None)}")

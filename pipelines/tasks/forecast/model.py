@@ -11,23 +11,23 @@ from torch import Tensor, nn
 from datamodules.config import as_group
 from pipelines.tasks.base import TaskAdapter, TaskModule, log_by_length
 from pipelines.tasks.distributed import EpochMeans
-from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive_errors
-from pipelines.tasks.forecast_blend import BLEND_GRID, LinearPath, blend_tag
-from pipelines.tasks.forecast_layers import (  # noqa: F401 - patchify … with_periods re-exported
+from pipelines.tasks.forecast.baselines import ForecastBaselines, seasonal_naive_errors
+from pipelines.tasks.forecast.blend import BLEND_GRID, LinearPath, blend_tag
+from pipelines.tasks.forecast.layers import (  # noqa: F401 - patchify … with_periods re-exported
     ForecastTokens,
     RevIN,
     patch_positions,
     patchify,
     with_periods,
 )
-from pipelines.tasks.forecast_metrics import (
+from pipelines.tasks.forecast.metrics import (
     ForecastErrors,
     ForecastReport,
     log_test_metrics,
     merge_ranks,
     to_original,
 )
-from pipelines.tasks.forecast_predict import describe_series, example_table, predict_forecast
+from pipelines.tasks.forecast.predict import describe_series, example_table, predict_forecast
 from pipelines.tasks.options import ForecastOutput, SeriesInput
 from pipelines.tasks.upgrade import upgrade_checkpoint
 from posenc import PosencError, PositionOutOfRange
@@ -82,7 +82,7 @@ class Forecaster(TaskModule):
     appended to every channel's steps); otherwise one token holds all channels.
 
     Head (works for any lookback, so longer lookbacks can be evaluated with the same weights; see
-    :class:`~pipelines.tasks.forecast_layers.ForecastTokens`): ``horizon`` appends one token per
+    :class:`~pipelines.tasks.forecast.layers.ForecastTokens`): ``horizon`` appends one token per
     horizon patch at the positions after the lookback, each carrying that patch's known-future
     inputs, and reads each patch's forecast from its own token; ``query`` appends one learned
     forecast token and maps its output to the whole horizon; ``last`` reads the last lookback
@@ -111,7 +111,7 @@ class Forecaster(TaskModule):
             (``mse`` or ``mae`` on the scaled targets), the linear path (the Transformer, its output
             layer starting at zero and trained on the residual, added to a fixed copy of the
             same-inputs ridge with its weight chosen on the validation windows — the ridge alone when
-            it does not help (logged); see :mod:`pipelines.tasks.forecast_blend`; needs
+            it does not help (logged); see :mod:`pipelines.tasks.forecast.blend`; needs
             ``lookback``) and the test windows drawn in ``forecast.png``
             (:class:`~pipelines.tasks.options.ForecastOutput`).
         n_future: known-future inputs per horizon step F (linked; 0: none).

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
-from pipelines.studies.ltsf_models import Result, Timer, _from_channels, channel_rows
+from pipelines.studies.ltsf.models import Result, Timer, _from_channels, channel_rows
 
 RECENT, BLOCKS, ANCHORS = 24, 24, 24
 #: the smallest window std a window is divided by (scaled units: a tenth of the channel's train std),

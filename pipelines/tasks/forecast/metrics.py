@@ -2,13 +2,13 @@
 
 The lookback is the length question for forecasting: a model trained with lookback L is scored on
 the *same* test target windows with lookbacks L, 2L, 4L, 8L (the datamodule's ``eval_lookbacks``).
-Inside ``trainer.test``, :class:`~pipelines.tasks.forecast.Forecaster` accumulates one
+Inside ``trainer.test``, :class:`~pipelines.tasks.forecast.model.Forecaster` accumulates one
 :class:`ForecastErrors` per lookback (``None`` where the scheme is undefined at that length, e.g. a
 learned table shorter than the lookback) and logs them as every task logs its test lengths
 (:func:`~pipelines.tasks.base.log_by_length`); its
 :class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts. Without
 a trainer, the length sweep (:func:`pipelines.eval.extrapolation.evaluate`, through
-:class:`~pipelines.tasks.forecast.ForecastAdapter`) scores the same windows at every lookback.
+:class:`~pipelines.tasks.forecast.model.ForecastAdapter`) scores the same windows at every lookback.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from pipelines.tasks.base import mlflow_loggers
 from pipelines.tasks.distributed import gather, sum_tables, union, world_size
-from pipelines.tasks.forecast_baselines import ForecastBaselines, seasonal_naive
+from pipelines.tasks.forecast.baselines import ForecastBaselines, seasonal_naive
 
 
 @dataclass

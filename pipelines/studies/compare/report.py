@@ -12,7 +12,7 @@ import numpy as np
 from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.report import binned
 from pipelines.eval.statistics import Estimate, min_effect
-from pipelines.studies.compare_stats import NOPE, Comparison, Row
+from pipelines.studies.compare.stats import NOPE, Comparison, Row
 from pipelines.studies.tables import md_lines
 from pipelines.studies.verdicts import POWER_MIN, PairedStat, Retained
 from pipelines.tracking.whole_window import length_figure

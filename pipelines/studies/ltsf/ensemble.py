@@ -2,7 +2,7 @@
 
 Forecast combination (Bates & Granger 1969; the simple mean is the combination the M-competitions
 found hard to beat): two models that err in different places average to one that errs less than
-either on most files. With ``--ensemble A B`` each member's :class:`~pipelines.studies.ltsf_fit.LTSFProtocol`
+either on most files. With ``--ensemble A B`` each member's :class:`~pipelines.studies.ltsf.fit.LTSFProtocol`
 saves its val and test forecasts (float32 ``.npy``, the reported model's: best val epoch or warm
 start) under ``--out/predictions/<model>-H<h>-seed<s>/``. Once every member of a horizon and seed
 has its row, the benchmark scores the mean of their forecasts on the same windows, adds it as the row
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
-from pipelines.studies.ltsf_models import Timer
+from pipelines.studies.ltsf.models import Timer
 
 SPLITS = ("val", "test")
 

@@ -1,5 +1,5 @@
 """The models of the LTSF benchmark (:mod:`pipelines.studies.ltsf`): the model configs, the pieces the
-neural models' training uses around the Lightning loop (:mod:`pipelines.studies.ltsf_fit` trains them
+neural models' training uses around the Lightning loop (:mod:`pipelines.studies.ltsf.fit` trains them
 through the sweep runner: the closed-form warm start, forecasting every window) and the baselines
 fitted on the same windows.
 
@@ -22,8 +22,8 @@ import yaml
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
 from datamodules.timeseries.windows import gather_windows
-from pipelines.tasks.forecast_baselines import ridge_on_val, seasonal_naive
-from pipelines.tasks.forecast_blend import channel_rows
+from pipelines.tasks.forecast.baselines import ridge_on_val, seasonal_naive
+from pipelines.tasks.forecast.blend import channel_rows
 from posenc import PosencError
 
 
@@ -52,13 +52,13 @@ class Timer:
 
 
 # ----------------------------------------------------------------------------- neural (see ltsf_fit)
-PROTOCOL = "pipelines.studies.ltsf_fit.LTSFProtocol"  # the callback every model config carries
+PROTOCOL = "pipelines.studies.ltsf.fit.LTSFProtocol"  # the callback every model config carries
 #: The ridge penalties the benchmark's linear models try on val, decades 0.1 … 10⁶. The files have
 #: 10⁵–10⁶ training rows (windows × channels), and on Weather val chose the largest of the
 #: 0.1 … 1000 grid for both the ridge baseline and the warm start: an edge is not a choice.
 LTSF_ALPHAS = tuple(10.0**k for k in range(-1, 7))
 #: How far past an end of :data:`LTSF_ALPHAS` val may take the penalty, a decade at a time
-#: (:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`): the 0.1 … 10⁶ grid still bound on
+#: (:func:`~pipelines.tasks.forecast.baselines.ridge_on_val`): the 0.1 … 10⁶ grid still bound on
 #: ETTh1 at 96 (0.1) and on Weather at 720 (10⁶).
 LTSF_ALPHA_BOUNDS = (1e-4, 1e9)
 LAYER_KEYS = {"model", "data", "trainer", "test_after_fit", "register"}  # what a model config may set
@@ -77,8 +77,8 @@ def missing_package(package: str) -> str | None:
 
 def load_model_config(path: str | Path) -> dict[str, Any]:
     """A benchmark model config: an ordinary CLI layer (``model``; ``data.init_args`` batch_size and
-    samples_per_epoch; ``trainer`` with its callbacks, :class:`~pipelines.studies.ltsf_fit.LTSFProtocol`
-    among them, whose ``name`` labels the model's rows) that :func:`~pipelines.studies.ltsf_fit.cli_config`
+    samples_per_epoch; ``trainer`` with its callbacks, :class:`~pipelines.studies.ltsf.fit.LTSFProtocol`
+    among them, whose ``name`` labels the model's rows) that :func:`~pipelines.studies.ltsf.fit.cli_config`
     completes with the protocol's overlay. ``{"name", "model", "layer"}``; a clear error naming the file
     and key when something is missing or unknown."""
     file = Path(path)
@@ -139,7 +139,7 @@ def longer_lookbacks(model: Any, data: LTSFData, lookbacks: tuple[int, ...], loo
 
 def warm_start(model: Any, data: LTSFData, lookback: int, horizon: int) -> dict[str, Any]:
     """Fit the model's linear path in closed form before training
-    (:meth:`~pipelines.tasks.forecast_patchtst.PatchTSTForecaster.fit_linear_path`: ridge from each
+    (:meth:`~pipelines.tasks.forecast.patchtst.PatchTSTForecaster.fit_linear_path`: ridge from each
     channel's lookback to its horizon on every train window, the penalty the best of
     :data:`LTSF_ALPHAS` on val, past its ends as far as :data:`LTSF_ALPHA_BOUNDS`)."""
     if getattr(model, "linear", None) is None:
@@ -178,7 +178,7 @@ def _from_channels(rows: np.ndarray, c: int) -> np.ndarray:
 def ridge_run(data: LTSFData, lookback: int, horizon: int, seed: int) -> Result:
     """Ridge from a channel's lookback to its horizon (the model's inputs), shared by every channel
     and fitted on every train window; the penalty the best of :data:`LTSF_ALPHAS` on val, past its
-    ends as far as :data:`LTSF_ALPHA_BOUNDS` (:func:`~pipelines.tasks.forecast_baselines.ridge_on_val`)."""
+    ends as far as :data:`LTSF_ALPHA_BOUNDS` (:func:`~pipelines.tasks.forecast.baselines.ridge_on_val`)."""
     c = data.n_channels
     with Timer() as clock:
         (xt, yt), (xv, yv), (xs, _) = (data.windows(s, lookback, horizon) for s in ("train", "val", "test"))

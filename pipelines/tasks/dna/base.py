@@ -11,7 +11,7 @@ from pipelines.tasks.base import TaskModule
 
 class DNATask(TaskModule):
     """A task over k-mer tokens of DNA records: ``predict`` takes sequences (a string, records, a
-    DataFrame with ``sequence``, or a FASTA/GenBank path; see :mod:`pipelines.tasks.dna_predict`)."""
+    DataFrame with ``sequence``, or a FASTA/GenBank path; see :mod:`pipelines.tasks.dna.predict`)."""
 
     predict_input: ClassVar[str] = "sequences"
 

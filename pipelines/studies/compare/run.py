@@ -43,8 +43,8 @@ from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.lengths import DEFAULT_FACTORS, check_factors
 from pipelines.eval.sweep import TrainingFailed, train_run
-from pipelines.studies.compare_report import figure, markdown, whole_window_figure, write_csvs
-from pipelines.studies.compare_runs import (
+from pipelines.studies.compare.report import figure, markdown, whole_window_figure, write_csvs
+from pipelines.studies.compare.runs import (
     NAMESPACE,
     TAGS,
     ChildRun,
@@ -52,13 +52,13 @@ from pipelines.studies.compare_runs import (
     read_child,
     untrained_positions,
 )
-from pipelines.studies.compare_stats import Comparison, compare
+from pipelines.studies.compare.stats import Comparison, compare
 from pipelines.tracking.store import experiment_id, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_SEEDS = (0, 1, 2)
 
 

@@ -1,5 +1,5 @@
 """Baselines a practitioner would fit for DNA sequence classification, on the classifier's own crops
-and split (Lightning-free; :class:`pipelines.tasks.classify.ClassifyBaselines` logs them beside a run).
+and split (Lightning-free; :class:`pipelines.tasks.dna.classify.ClassifyBaselines` logs them beside a run).
 
 Three fixed-length window scorers, each fitted on the train split at the training length (``L0`` bases,
 the centre crop the Transformer is trained on) with its one setting chosen on the validation split only:

@@ -19,7 +19,7 @@ from torchmetrics.aggregation import MeanMetric
 
 from pipelines.tasks.base import log_by_length
 from pipelines.tasks.distributed import EpochMeans, union
-from pipelines.tasks.dna import DNATask
+from pipelines.tasks.dna.base import DNATask
 from posenc import PositionOutOfRange
 
 LN2 = 0.6931471805599453

@@ -13,8 +13,8 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from datamodules.dna.annotation import LABEL_NAMES, N_LABELS, call_genes, frame_labels, genes_to_cds
 from pipelines.tasks.base import TaskAdapter
-from pipelines.tasks.dna_predict import predict_segment
-from pipelines.tasks.per_length import PerLengthTest, token_positions
+from pipelines.tasks.dna.per_length import PerLengthTest, token_positions
+from pipelines.tasks.dna.predict import predict_segment
 
 
 class SegmentAdapter(TaskAdapter):

@@ -2,7 +2,7 @@
 length over seeds; the paired difference from the reference scheme, Holm-adjusted over every call of
 the table; the paired difference from NoPE (scheme ``none``) at every length; the gain over the
 trivial baseline at L₀ and its power; the guarded retained gain and the extrapolation ratio on it.
-Pure arithmetic on the children read from MLflow (:mod:`pipelines.studies.compare_runs`); the numbers
+Pure arithmetic on the children read from MLflow (:mod:`pipelines.studies.compare.runs`); the numbers
 come from :mod:`pipelines.eval.statistics` and :mod:`pipelines.studies.verdicts` (per-block sums of the
 test region, where the children logged them, add a block bootstrap to every interval)."""
 
@@ -16,7 +16,7 @@ from pipelines.eval.extrapolation import TRAINED
 from pipelines.eval.lengths import extrapolation_ratio
 from pipelines.eval.statistics import LEVEL, Estimate, estimate
 from pipelines.studies.bootstrap import Arm
-from pipelines.studies.compare_runs import ChildRun, TaskInfo
+from pipelines.studies.compare.runs import ChildRun, TaskInfo
 from pipelines.studies.verdicts import (
     Call,
     PairedStat,

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
-from pipelines.studies.ltsf_models import Result, Timer
+from pipelines.studies.ltsf.models import Result, Timer
 
 #: the default seasonal period, a day of hours; the benchmark passes a day in the file's rows
 #: (``LTSFData.period``: 24 hourly, 96 every 15 min, 144 every 10 min), as seasonal naive does

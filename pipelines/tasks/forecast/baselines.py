@@ -11,7 +11,7 @@ What a practitioner would use instead of the Transformer, given the same data:
   (``fut``: calendar features, ``data.future_cols``) when the model gets them — to the whole horizon
   (a direct multi-step linear model).
 - ``linear_ar``: the same ridge from the lookback's targets only (autoregressive).
-  DLinear (:mod:`pipelines.tasks.forecast_linear`) is this function class, an affine map of the
+  DLinear (:mod:`pipelines.tasks.forecast.linear`) is this function class, an affine map of the
   lookback's targets, trained by gradient descent; the ridge is its closed-form fit.
 
 Both ridges are fitted on training windows, their penalty chosen on the validation windows (as the

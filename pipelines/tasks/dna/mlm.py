@@ -10,9 +10,9 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from datamodules.dna.tokenize import IGNORE_INDEX
-from pipelines.tasks.dna_predict import predict_mlm
-from pipelines.tasks.lm import LMAdapter
-from pipelines.tasks.per_length import LN2, NatsToBits, PerLengthTest, token_positions
+from pipelines.tasks.dna.lm import LMAdapter
+from pipelines.tasks.dna.per_length import LN2, NatsToBits, PerLengthTest, token_positions
+from pipelines.tasks.dna.predict import predict_mlm
 
 
 class MLMAdapter(LMAdapter):

@@ -16,9 +16,9 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.base import TaskAdapter, baseline_datamodule
-from pipelines.tasks.classify_baselines import auroc, fit_baselines, score_lengths
-from pipelines.tasks.dna_predict import predict_classify
-from pipelines.tasks.per_length import PerLengthTest, token_positions
+from pipelines.tasks.dna.classify_baselines import auroc, fit_baselines, score_lengths
+from pipelines.tasks.dna.per_length import PerLengthTest, token_positions
+from pipelines.tasks.dna.predict import predict_classify
 from posenc import PosencError
 
 
@@ -167,7 +167,7 @@ class KmerBaseline(L.Callback):
 
 class ClassifyBaselines(L.Callback):
     """After testing, fit the baselines a practitioner would pick on the classifier's own crops and split
-    (:mod:`pipelines.tasks.classify_baselines`: one-hot logistic regression, position weight matrix, the
+    (:mod:`pipelines.tasks.dna.classify_baselines`: one-hot logistic regression, position weight matrix, the
     Genomic Benchmarks CNN), each at the training length on train with its setting chosen on validation,
     and score them on the test sequences at every test length, a longer crop read as the maximum over
     its training-length windows. Logged: ``baseline/<name>_auroc_L<n>`` (name ``onehot_lr``, ``pwm``,

@@ -24,8 +24,8 @@ from datamodules.legacy import SAFE_LOADER, translate_cli
 from datamodules.progress import interactive, progress_enabled
 from datamodules.scrub import scrub_logged_params
 from pipelines.children import die_with_parent
-from pipelines.ckpt_config import checkpoint_model, weights_mismatch
-from pipelines.config_errors import user_error
+from pipelines.cli.ckpt_config import checkpoint_model, weights_mismatch
+from pipelines.cli.config_errors import user_error
 from pipelines.console import LineProgressBar, configure, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.inference.registry import RegisterModel
@@ -190,7 +190,7 @@ class PosencCLI(LightningCLI):
 
     def _parse_task_ckpt(self, sub: str, ckpt: dict[str, Any], source: str) -> bool:
         """Parse a task checkpoint's hyperparameters over the config as the model section, given as
-        ``{class_path, init_args}`` of its task (:mod:`pipelines.ckpt_config`: what the checkpoint
+        ``{class_path, init_args}`` of its task (:mod:`pipelines.cli.ckpt_config`: what the checkpoint
         decides, what the config does); ``False``: no task on either side, left to Lightning."""
         class_path = str(getattr(self.config[sub].get("model"), "class_path", None))
         model = checkpoint_model(ckpt, model_class(class_path), class_path, source)

@@ -15,13 +15,13 @@ rule of Weather and the rest (0.7 / 0.1 / 0.2 of the rows); a train-only scaler,
 columns in and out, every test window scored; MSE and MAE on the scaled data (``test/mse_scaled``,
 ``test/mae_scaled``). Each model config (``configs/ltsf/*.yaml``) is trained per horizon and seed by
 the sweep runner (:func:`pipelines.eval.sweep.train_run`: the Lightning CLI on the config
-:mod:`pipelines.studies.ltsf_fit` makes of it), early-stopped on val; baselines are fitted on the same
+:mod:`pipelines.studies.ltsf.fit` makes of it), early-stopped on val; baselines are fitted on the same
 windows, their choices made on val. ``--schemes`` swaps the encoding of the first config
 (``configs/posenc/<name>.yaml``) for an encoding table, ``--test-lookbacks`` also scores the trained
 models at longer lookbacks, ``--choose-on-val`` adds the choice among some of the models made on val
 alone (the Makefile's: the posenc default, the last-token Forecaster or their mean, per horizon),
 ``--ensemble`` adds the mean of some configs' forecasts as a model
-(:mod:`~pipelines.studies.ltsf_ensemble`), ``--jobs N`` trains the configs' children in N worker
+(:mod:`~pipelines.studies.ltsf.ensemble`), ``--jobs N`` trains the configs' children in N worker
 processes while the baselines are fitted here (same rows).
 
 One MLflow parent run, one nested child per model × horizon × seed (metrics with their unit in the
@@ -46,12 +46,14 @@ import torch
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
 from pipelines.children import MAX_JOBS, stop_pool, worker_pool
 from pipelines.console import configure
-from pipelines.studies import ltsf_models, ltsf_stats, ltsf_trees
-from pipelines.studies.compare import scheme_file
-from pipelines.studies.ltsf_ensemble import ensemble_name, ensemble_row
-from pipelines.studies.ltsf_fit import NAMESPACE, child_tags, train_child
-from pipelines.studies.ltsf_models import Result, load_model_config, with_encoding
-from pipelines.studies.ltsf_report import BASELINES, FIELDS, figures, summary_markdown
+from pipelines.studies.compare.run import scheme_file
+from pipelines.studies.ltsf import models as ltsf_models
+from pipelines.studies.ltsf import stats as ltsf_stats
+from pipelines.studies.ltsf import trees as ltsf_trees
+from pipelines.studies.ltsf.ensemble import ensemble_name, ensemble_row
+from pipelines.studies.ltsf.fit import NAMESPACE, child_tags, train_child
+from pipelines.studies.ltsf.models import Result, load_model_config, with_encoding
+from pipelines.studies.ltsf.report import BASELINES, FIELDS, figures, summary_markdown
 from pipelines.studies.results_table import read_results
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError

@@ -22,8 +22,8 @@ from lightning.pytorch.callbacks import Callback
 from datamodules.timeseries.ltsf import scaled_errors
 from pipelines.eval.statistics import Estimate, estimate
 from pipelines.eval.sweep import config_key, train_run
-from pipelines.studies.ltsf_ensemble import prediction_dir, save_forecast
-from pipelines.studies.ltsf_models import PROTOCOL, forecast, longer_lookbacks, warm_start
+from pipelines.studies.ltsf.ensemble import prediction_dir, save_forecast
+from pipelines.studies.ltsf.models import PROTOCOL, forecast, longer_lookbacks, warm_start
 
 #: contiguous val blocks the spread of a trained model's gain over its warm start is read on (block_gain)
 VAL_BLOCKS = 10
@@ -56,7 +56,7 @@ class LTSFProtocol(Callback):
 
     Before training (``setup``, so the frozen path is outside the optimiser): with
     ``linear_warm_start`` the model's linear path is ridge in closed form on every train window
-    (:func:`~pipelines.studies.ltsf_models.warm_start`) and its val MSE is noted. After training
+    (:func:`~pipelines.studies.ltsf.models.warm_start`) and its val MSE is noted. After training
     (``on_fit_end``): the best val epoch's weights are loaded, and replaced by the warm start when no
     epoch beat it on val (the kept start checkpointed as ``warm_start.ckpt``, the run's best
     checkpoint; how the gain spreads over ``val_blocks`` blocks of val, :func:`block_gain`, is
@@ -73,7 +73,7 @@ class LTSFProtocol(Callback):
         test_lookbacks: also score the test targets from these longer lookbacks.
         val_blocks: contiguous val blocks the reported spread of the trained model's gain is read on.
         predictions: a folder to save the reported model's val and test forecasts in (``val.npy``,
-            ``test.npy``: :func:`~pipelines.studies.ltsf_ensemble.save_forecast`), for ``--ensemble``.
+            ``test.npy``: :func:`~pipelines.studies.ltsf.ensemble.save_forecast`), for ``--ensemble``.
     """
 
     def __init__(self, name: str | None = None, linear_warm_start: bool = False, test: bool = True,
@@ -169,7 +169,7 @@ def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon:
                time_col: str = "date", protocol: str | None = None, test: bool = True,
                test_lookbacks: tuple[int, ...] = (), accelerator: str = "cpu",
                predictions: str | Path | None = None) -> dict:
-    """A benchmark model config (:func:`~pipelines.studies.ltsf_models.load_model_config`: a CLI layer)
+    """A benchmark model config (:func:`~pipelines.studies.ltsf.models.load_model_config`: a CLI layer)
     completed with the protocol's overlay: the windows of ``data`` at ``lookback`` → ``horizon``
     (:class:`LTSFDataModule`), the best val epoch checkpointed before the layer's callbacks,
     :class:`LTSFProtocol` told the model's name, whether to forecast the test windows and the longer
