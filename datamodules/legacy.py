@@ -45,27 +45,48 @@ MOVED: tuple[tuple[str, str], ...] = (
     ("pipelines.eval.whole_window", "pipelines.tracking.whole_window"),
     ("pipelines.eval.compare_child", "pipelines.eval.sweep_child"),
     ("pipelines.bench", "pipelines.studies.bench"),
+    # issue 55: families as folders. A module that became a package keeps its name, so only the classes
+    # it defined move (by whole class path); its siblings move by module.
+    *((f"pipelines.tasks.forecast.{name}", f"pipelines.tasks.forecast.model.{name}")
+      for name in ("Forecaster", "ForecastAdapter")),
+    *((f"pipelines.tasks.forecast_{name}", f"pipelines.tasks.forecast.{name}") for name in (
+        "baselines", "blend", "layers", "linear", "metrics", "patchtst", "predict")),
+    ("pipelines.tasks.dna.DNATask", "pipelines.tasks.dna.base.DNATask"),
+    ("pipelines.tasks.dna_predict", "pipelines.tasks.dna.predict"),
+    *((f"pipelines.tasks.{name}", f"pipelines.tasks.dna.{name}") for name in (
+        "lm", "mlm", "markov", "segment", "classify", "classify_baselines", "classify_causal", "per_length")),
+    *((f"pipelines.studies.ltsf_{name}", f"pipelines.studies.ltsf.{name}") for name in (
+        "ensemble", "fit", "models", "report", "stats", "trees")),
+    *((f"pipelines.studies.compare_{name}", f"pipelines.studies.compare.{name}") for name in (
+        "report", "runs", "stats")),
+    ("pipelines.ckpt_config", "pipelines.cli.ckpt_config"),
+    ("pipelines.config_errors", "pipelines.cli.config_errors"),
 )
 #: classes folded into another: old class path → (the class it reads as, init args the new one does not take).
 #: ``DLinearBaselines`` trained a DLinear inside a callback; DLinear is now a run of its own
 #: (configs/ltsf/dlinear.yaml), so a config naming it keeps the callback's other baselines.
 FOLDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "pipelines.tasks.forecast_linear.DLinearBaselines": (
-        "pipelines.tasks.forecast_baselines.ForecastBaselines", ("epochs", "lr")),
+        "pipelines.tasks.forecast.baselines.ForecastBaselines", ("epochs", "lr")),
 }
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
 
 
 def moved(class_path: Any) -> Any:
     """``class_path`` with a moved module's prefix replaced by its new home (by whole dotted components:
-    ``pipelines.benchmark`` is not under ``pipelines.bench``); anything else as it is. Nothing is imported."""
+    ``pipelines.benchmark`` is not under ``pipelines.bench``), again until nothing moves (a module that moved
+    twice); anything else as it is. Nothing is imported."""
     if not isinstance(class_path, str) or not _DOTTED.fullmatch(class_path):
         return class_path
     if class_path in FOLDED:
         return FOLDED[class_path][0]
-    for old, new in MOVED:
-        if class_path == old or class_path.startswith(old + "."):
-            return new + class_path[len(old):]
+    for _ in MOVED:  # moved twice: pipelines.eval.ltsf_fit → studies.ltsf_fit → studies.ltsf.fit
+        for old, new in MOVED:
+            if class_path == old or class_path.startswith(old + "."):
+                class_path = new + class_path[len(old):]
+                break
+        else:
+            return class_path
     return class_path
 
 

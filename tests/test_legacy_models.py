@@ -9,6 +9,8 @@ absolute root rewritten, as a user moving a store to another folder would.
 from __future__ import annotations
 
 import gzip
+import importlib
+import inspect
 import shutil
 import sqlite3
 from pathlib import Path
@@ -17,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from datamodules.legacy import moved, translate_cli
+from datamodules.legacy import MOVED, moved, translate_cli
 from pipelines import DNALanguageModel, load_model
 from pipelines.inference.loading import read_checkpoint
 from pipelines.tasks.base import CONFIG_VERSION
@@ -208,13 +210,57 @@ def test_moved_class_paths_are_read_at_their_new_home_without_importing_anything
                         "pipelines.inference.pyfunc.Anything"]
 
 
+def resolve(path: str) -> object:
+    """The module or class a dotted path names (imported)."""
+    try:
+        return importlib.import_module(path)
+    except ModuleNotFoundError:
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+def test_every_moved_path_resolves_to_its_new_class():
+    """Each entry of :data:`MOVED`, read through the one translation (:func:`moved`), lands on code that
+    exists: a moved module on its new module, every class defined there under the old path on that very
+    class; a moved class path on the class. And a path already at its new home stays where it is."""
+    for old, _ in MOVED:
+        target = resolve(moved(old))
+        if inspect.isclass(target):
+            assert moved(old).rpartition(".")[2] == old.rpartition(".")[2], old
+            assert moved(moved(old)) == moved(old)
+            continue
+        for name, cls in vars(target).items():
+            if not inspect.isclass(cls) or cls.__module__ != target.__name__:
+                continue
+            assert resolve(moved(f"{old}.{name}")) is cls, (old, name)
+            assert moved(f"{target.__name__}.{name}") == f"{target.__name__}.{name}"  # the new path stays
+
+
+def test_the_family_folders_keep_old_class_paths():
+    """The class paths configs and checkpoints named before the families became folders (issue 55),
+    one of them moved twice."""
+    from pipelines import DNALanguageModel, Forecaster
+    from pipelines.studies.ltsf.fit import LTSFProtocol
+    from pipelines.tasks.dna.base import DNATask
+    from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
+
+    assert resolve(moved("pipelines.tasks.forecast.Forecaster")) is Forecaster
+    assert resolve(moved("pipelines.tasks.forecast_patchtst.PatchTSTForecaster")) is PatchTSTForecaster
+    assert resolve(moved("pipelines.tasks.lm.DNALanguageModel")) is DNALanguageModel
+    assert resolve(moved("pipelines.tasks.dna.DNATask")) is DNATask
+    assert resolve(moved("pipelines.studies.ltsf_fit.LTSFProtocol")) is LTSFProtocol
+    assert resolve(moved("pipelines.eval.ltsf_fit.LTSFProtocol")) is LTSFProtocol
+    assert moved("pipelines.tasks.forecast.baselines.ForecastBaselines") == (
+        "pipelines.tasks.forecast.baselines.ForecastBaselines")  # the new sibling is no old class path
+
+
 def test_a_config_naming_the_retired_dlinear_baselines_parses_as_forecast_baselines(tmp_path):
     """Configs saved before DLinear left the ts_forecast callback name ``DLinearBaselines`` (with its
     ``epochs``/``lr``): they parse, reading it as ``ForecastBaselines`` with its other settings kept."""
     import yaml
 
     from pipelines.cli import make_cli
-    from pipelines.tasks.forecast_baselines import ForecastBaselines
+    from pipelines.tasks.forecast.baselines import ForecastBaselines
     from tests.helpers import workdir_with_store
 
     doc = yaml.safe_load((Path(__file__).parents[1] / "configs" / "ts_forecast.yaml").read_text())
