@@ -173,10 +173,10 @@ class TaskModule(L.LightningModule):
             self.posenc_inference: dict[str, Any] = {}
             return
         encoding = build_encoding(pe, n.d_model, n.n_heads)
-        self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, n.d_ff, n.dropout,
-                                    causal=self.causal, scale_embedding=n.scale_embedding,
+        self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, d_ff=n.d_ff,
+                                    dropout=n.dropout, causal=self.causal, scale_embedding=n.scale_embedding,
                                     log_scale_len=n.log_scale_len, embedding_dropout=n.embedding_dropout,
-                                    window=n.attention_window, **asdict(attention))
+                                    window=n.attention_window, settings=attention)
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:

@@ -18,7 +18,7 @@ import sys
 import torch
 
 from posenc import build_encoding
-from posenc.nn import Transformer
+from posenc.nn import AttentionSettings, Transformer
 
 SCHEMES = ("posenc.ALiBi", "posenc.T5Bias")
 SHAPES = ((8, 1024), (2, 4096), (1, 16384))  # (batch, tokens)
@@ -29,7 +29,8 @@ def time_step(scheme: str, batch: int, length: int, flex: bool) -> tuple[float, 
     torch.manual_seed(0)
     pe = build_encoding({"class_path": scheme}, 128, 8).cuda().requires_grad_(False)
     # long_threshold 0: Flex at every length; 10**9: the dense bias through SDPA at every length
-    m = Transformer(128, 8, 4, pe, causal=True, flex=flex, long_threshold=0 if flex else 10**9).cuda()
+    m = Transformer(128, 8, 4, pe, causal=True,
+                    settings=AttentionSettings(flex=flex, long_threshold=0 if flex else 10**9)).cuda()
     x = torch.randn(batch, length, 128, device="cuda")  # (B, T, C)
     pos = torch.arange(length, device="cuda")  # (T,)
 
