@@ -12,12 +12,11 @@ import yaml
 from datamodules.legacy import translate_cli
 from datamodules.legacy_rope import scaling_args, upgrade_rope_specs
 from pipelines import DNALanguageModel, load_model
-from pipelines.cli import make_cli
 from pipelines.inference.loading import read_checkpoint
 from pipelines.tasks.options import Net
 from posenc import PeriodicRoPE, PosencError, RoPE, RopeScaling, build_encoding
 from posenc.rope_scaling import as_scaling
-from tests.helpers import tiny_setup, workdir_with_store, write_fasta
+from tests.helpers import run_cli_in, tiny_setup, write_fasta
 
 #: flat init args of before → today's ``scaling`` (what the old code read of them, nothing else)
 CASES = [
@@ -66,22 +65,23 @@ def test_rotary_specs_are_found_anywhere_in_a_document_and_nothing_else_changes(
     assert isinstance(pe, PeriodicRoPE) and pe.scaling == RopeScaling("linear", factor=2.0)
 
 
-def test_old_config_and_flat_overrides_parse_to_the_value(tmp_path):
+def test_old_config_and_flat_overrides_parse_to_the_value(tmp_path, capsys):
     """A config of before (the old configs/posenc/rope_yarn.yaml) and flat overrides on the command line,
-    through the real CLI: the overrides land in the value's fields."""
+    through the real CLI's parser: the overrides land in the value's fields (instantiating the scheme from
+    today's configs is tests/posenc/test_scheme_configs.py's)."""
     tiny_setup(tmp_path)
     old = {"model": {"init_args": {"pe": {"class_path": "posenc.RoPE", "init_args": {
         "base": 10000.0, "layout": "interleaved", "scaling": "yarn", "scale_factor": 8.0, "train_len": 128,
         "beta_fast": 32.0, "beta_slow": 1.0}}}}}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
     flat = ["--model.init_args.pe.init_args.scale_factor=4", "--model.init_args.pe.init_args.beta_slow=2"]
-    args = ["--config", str(tmp_path / "tiny.yaml"), "--config", str(tmp_path / "old.yaml"), *flat,
-            "--trainer.logger=false"]
-    assert translate_cli(args)[-3:-1] == ["--model.init_args.pe.init_args.scaling.factor=4",
-                                          "--model.init_args.pe.init_args.scaling.beta_slow=2"]
-    with workdir_with_store(tmp_path):
-        cli = make_cli(args, run=False)
-    assert cli.model.pe.scaling == RopeScaling("yarn", factor=4.0, train_len=128, beta_slow=2.0)
+    args = ["--config", str(tmp_path / "tiny.yaml"), "--config", str(tmp_path / "old.yaml"), *flat]
+    assert translate_cli(args)[-2:] == ["--model.init_args.pe.init_args.scaling.factor=4",
+                                        "--model.init_args.pe.init_args.scaling.beta_slow=2"]
+    code, _ = run_cli_in(tmp_path, ["fit", *args, "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["pe"]["init_args"]["scaling"]
+    assert code == 0
+    assert RopeScaling(**printed) == RopeScaling("yarn", factor=4.0, train_len=128, beta_slow=2.0)
 
 
 def test_a_yarn_checkpoint_of_before_loads_and_predicts_as_the_new(tmp_path):
