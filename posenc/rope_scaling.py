@@ -137,12 +137,13 @@ class RopeScaling:
                               "scaling key")
         kind = p.pop("rope_type", p.pop("type", "default"))
         kind = {"default": "none", "dynamic": "dynamic_ntk"}.get(kind, kind)
-        if "original_max_position_embeddings" in p:
-            p["train_len"] = p.pop("original_max_position_embeddings")
-        elif kind in ("dynamic_ntk", "yarn", "longrope", "llama3") and max_position_embeddings:
-            p["train_len"] = max_position_embeddings
-        if p.get("factor") is None and kind in ("yarn", "longrope") and max_position_embeddings:
-            p["factor"] = max_position_embeddings / p["train_len"]
+        original = p.pop("original_max_position_embeddings", None)
+        if kind == "dynamic_ntk" or (original is None and kind in ("yarn", "longrope", "llama3")):
+            original = max_position_embeddings  # what HF reads there (dynamic: always the model's)
+        if original is not None:
+            p["train_len"] = original
+        if p.get("factor") is None and kind in ("yarn", "longrope") and max_position_embeddings and original:
+            p["factor"] = max_position_embeddings / original
         return cls.from_mapping({"type": kind, **{k: v for k, v in p.items() if v is not None}})
 
 
