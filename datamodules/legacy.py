@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from datamodules.config import as_mapping, groups_of
+from datamodules.legacy_rope import rope_overrides, upgrade_rope_specs
 
 #: (old module, new module) of the modules that moved; a class path under an old one is read as the new
 MOVED: tuple[tuple[str, str], ...] = (
@@ -208,9 +209,25 @@ def translate_config(doc: Any, cls: type, section: str = "data") -> Any:
 
 def translate_cli(args: list[str], resolve_model: Any = None) -> list[str]:
     """Command-line arguments with every old spelling replaced, before they are parsed: moved class
-    paths (:func:`move_args`), then flat datamodule and model settings (:func:`translate_args`;
-    ``resolve_model``: class path → task class or ``None``)."""
-    return translate_args(translate_args(move_args(args)), "model", resolve_model)
+    paths (:func:`move_args`), flat datamodule and model settings (:func:`translate_args`;
+    ``resolve_model``: class path → task class or ``None``), then rotary schemes' flat scaling
+    arguments (:func:`rope_args`)."""
+    return rope_args(translate_args(translate_args(move_args(args)), "model", resolve_model))
+
+
+def rope_args(args: list[str]) -> list[str]:
+    """``args`` with every ``--config`` document's rotary specs and the flat rotary overrides in
+    today's spelling (:mod:`datamodules.legacy_rope`)."""
+    out, docs = [], []
+    for i, arg in enumerate(args):
+        flag = arg.startswith("--config=")
+        if not flag and not (i > 0 and args[i - 1] == "--config"):
+            out.append(arg)
+            continue
+        value = _rewrite_config(arg.split("=", 1)[1] if flag else arg, upgrade_rope_specs)
+        docs.append(_load_config(value))
+        out.append("--config=" + value if flag else value)
+    return rope_overrides(out, docs)
 
 
 def move_args(args: list[str]) -> list[str]:

@@ -27,6 +27,7 @@ from posenc.periods import periods_from_data
 from posenc.positions import RandomizedPositions, sample_positions
 from posenc.registry import all_schemes, build_encoding, scheme_table
 from posenc.relative import DeBERTa, ShawRelative, TransformerXL
+from posenc.rope_scaling import RopeScaling, register_scaling
 from posenc.rotary import RoPE, apply_rotation, rope_angles, rope_inv_freq
 from posenc.rotary_variants import PeriodicRoPE, XPos
 from posenc.spectral import (

@@ -16,6 +16,7 @@ The base class itself is "no positional encoding" (NoPE): every hook leaves its 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -153,8 +154,10 @@ class PositionalEncoding(nn.Module, metaclass=_RecordsInit):
             )
 
     def spec(self) -> dict[str, Any]:
-        """The scheme as a primitive ``{class_path, init_args}`` dict (what a YAML config says)."""
-        return {"class_path": public_class_path(type(self)), "init_args": dict(self._init_args)}
+        """The scheme as a primitive ``{class_path, init_args}`` dict (what a YAML config says); a
+        dataclass argument (RoPE's ``scaling``) as the mapping of its fields."""
+        args = {k: primitive(v) for k, v in self._init_args.items()}
+        return {"class_path": public_class_path(type(self)), "init_args": args}
 
     def extra_repr(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in getattr(self, "_init_args", {}).items())
@@ -170,6 +173,15 @@ def public_class_path(cls: type) -> str:
     if PUBLIC.get(cls.__name__) is cls:
         return f"posenc.{cls.__name__}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def primitive(value: Any) -> Any:
+    """A dataclass instance as the mapping of its fields, tuples in it as lists (what YAML and
+    ``torch.load(weights_only=True)`` read back); any other value as it is."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    return {f.name: list(v) if isinstance(v := primitive(getattr(value, f.name)), tuple) else v
+            for f in dataclasses.fields(value)}
 
 
 def check_max_len(scheme: str, max_len: Any) -> int:

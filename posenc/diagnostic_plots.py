@@ -163,8 +163,9 @@ def write_all(pe: PositionalEncoding, out: Path, length: int = 512, train_len: i
               periods: Sequence[float] | None = None) -> list[Path]:
     """Every figure that applies to ``pe``, into ``out``; returns the paths written."""
     name, out, written = type(pe).__name__, Path(out), []
-    if getattr(pe, "scaling", "none") != "none":  # e.g. "RoPE (yarn ×8)"
-        name += f" ({pe.scaling} ×{pe.scale_factor:g})"
+    scaling = getattr(pe, "scaling", None)
+    if scaling is not None and scaling.type != "none":  # e.g. "RoPE (yarn ×8)"
+        name += f" ({scaling.type} ×{scaling.factor:g})"
     if pe.max_len is not None:
         length = min(length, pe.max_len)
     pos = torch.arange(length)
@@ -185,7 +186,7 @@ def write_all(pe: PositionalEncoding, out: Path, length: int = 512, train_len: i
         written.append(plot_bands(per, pinned, train_len, f"{name}: rotary bands", out / "bands.png"))
         shown = list(periods or per[pinned].tolist() or [3.0, 10.5])
         rope = dg.rotary_part(pe)
-        ladder = rope_inv_freq(rope.head_dim, rope.base).numpy()  # (Dh/2,) the unpinned RoPE bands
+        ladder = rope_inv_freq(rope.rotary_dim, rope.base).numpy()  # (n_pairs,) the unpinned RoPE bands
         written.append(plot_phase_mismatch(2 * np.pi / per, shown, 40, 100 * train_len,
                                            f"{name}: q/k phase mismatch", out / "phase_mismatch.png", ladder))
     bias = dg.bias_vs_distance(pe, min(length // 2, 4 * train_len))

@@ -1,6 +1,7 @@
 """RoPE variants: frequencies pinned to known periods (PeriodicRoPE) and exponential decay (XPos).
 
-Both inherit every option of :class:`~posenc.rotary.RoPE`, inference-time scaling included.
+Both take RoPE's options (``base``, ``layout`` and the one ``scaling`` value: inference-time scaling
+and partial rotation) and pass them to :class:`~posenc.rotary.RoPE` unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from torch import Tensor
 
 from posenc._numerics import TWO_PI, log_offset, offset_frequencies, work_dtype
 from posenc.base import PosencError, SchemeMeta, as_batched
-from posenc.rotary import Layout, RoPE, Scaling, pair_to_features, position_bounds, rope_inv_freq
+from posenc.rope_scaling import RopeScaling
+from posenc.rotary import Layout, RoPE, pair_to_features, position_bounds, rope_inv_freq
 
 # ------------------------------------------------------------------------------ PeriodicRoPE math
 
@@ -76,8 +78,7 @@ class PeriodicRoPE(RoPE):
         periods: periods in positions, each ≥ 2 (see :func:`posenc.periods_from_data`).
         learnable: learn every pair's frequency, as ω·e^δ with δ a parameter starting at 0 (the
             periods are then only the initial values).
-        base, layout, scaling, scale_factor, train_len, beta_fast, beta_slow, truncate: as
-            :class:`RoPE`.
+        base, layout, scaling: as :class:`RoPE`.
     """
 
     meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("rotate",))
@@ -91,19 +92,11 @@ class PeriodicRoPE(RoPE):
         learnable: bool = False,
         base: float = 10000.0,
         layout: Layout = "interleaved",
-        scaling: Scaling = "none",
-        scale_factor: float = 1.0,
-        train_len: int | None = None,
-        beta_fast: float = 32.0,
-        beta_slow: float = 1.0,
-        truncate: bool = True,
+        scaling: RopeScaling | None = None,
     ) -> None:
-        super().__init__(
-            d_model, n_heads, base=base, layout=layout, scaling=scaling, scale_factor=scale_factor,
-            train_len=train_len, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate,
-        )
-        self.periods = check_periods(periods, self.head_dim // 2)
-        freqs, self.pinned_index = periodic_frequencies(self.head_dim, base, self.periods)
+        super().__init__(d_model, n_heads, base=base, layout=layout, scaling=scaling)
+        self.periods = check_periods(periods, self.n_pairs)
+        freqs, self.pinned_index = periodic_frequencies(self.rotary_dim, base, self.periods)
         self.learned_frequencies = bool(learnable)
         self._fixed_freqs = freqs  # (Dh/2,) float64, CPU: the pinned periods exactly
         if self.learned_frequencies:
@@ -115,9 +108,9 @@ class PeriodicRoPE(RoPE):
         return self._fixed_freqs
 
     def pinned(self) -> Tensor:
-        mask = torch.zeros(self.head_dim // 2, dtype=torch.bool)
+        mask = torch.zeros(self.n_pairs, dtype=torch.bool)
         mask[self.pinned_index] = True
-        return mask  # (Dh/2,)
+        return mask  # (n_pairs,)
 
 
 # ------------------------------------------------------------------------------ XPos math
@@ -153,8 +146,7 @@ class XPos(RoPE):
     Args:
         gamma: the γ in ζ_i (0.4 in the paper).
         scale_base: B (512 in the paper).
-        base, layout, scaling, scale_factor, train_len, beta_fast, beta_slow, truncate: as
-            :class:`RoPE`.
+        base, layout, scaling: as :class:`RoPE`.
     """
 
     meta: ClassVar[SchemeMeta] = SchemeMeta(acts_on=("rotate",))
@@ -169,23 +161,15 @@ class XPos(RoPE):
         scale_base: float = 512.0,
         base: float = 10000.0,
         layout: Layout = "interleaved",
-        scaling: Scaling = "none",
-        scale_factor: float = 1.0,
-        train_len: int | None = None,
-        beta_fast: float = 32.0,
-        beta_slow: float = 1.0,
-        truncate: bool = True,
+        scaling: RopeScaling | None = None,
     ) -> None:
-        super().__init__(
-            d_model, n_heads, base=base, layout=layout, scaling=scaling, scale_factor=scale_factor,
-            train_len=train_len, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate,
-        )
+        super().__init__(d_model, n_heads, base=base, layout=layout, scaling=scaling)
         if not gamma > 0:
             raise PosencError(f"XPos gamma must be > 0, got {gamma}")
         if not scale_base > 0:
             raise PosencError(f"XPos scale_base must be > 0, got {scale_base}")
         self.gamma, self.scale_base = gamma, scale_base
-        self.zeta = xpos_zeta(self.head_dim, gamma)  # (Dh/2,) float64, CPU
+        self.zeta = xpos_zeta(self.rotary_dim, gamma)  # (n_pairs,) float64, CPU
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         q, k = super().rotate(q, k, q_pos, k_pos)  # (B, H, T, Dh) each
@@ -200,11 +184,13 @@ class XPos(RoPE):
         return self._decay(q, q_pos, centre, 1.0), self._decay(k, k_pos, centre, -1.0)
 
     def _decay(self, x: Tensor, pos: Tensor, centre: Tensor, sign: float) -> Tensor:
-        """Multiply ``x`` (B, H, T, Dh) by ζ^(±(pos − centre)/B) pairwise."""
+        """Multiply the rotated features of ``x`` (B, H, T, Dh) by ζ^(±(pos − centre)/B) pairwise."""
         dtype = torch.float64 if pos.dtype == torch.float64 else torch.float32
+        r = self.rotary_dim
         with torch.autocast(device_type=pos.device.type, enabled=False):
             p = as_batched(pos).to(work_dtype(pos.device)) - centre[:, None].to(pos.device)  # (B', T)
             zeta = self.zeta.to(device=pos.device, dtype=p.dtype)
-            log_s = sign * xpos_log_scale(p, zeta, self.scale_base)  # (B', 1, T, Dh/2)
-            scale = pair_to_features(log_s.exp().to(dtype), self.layout)  # (B', 1, T, Dh)
-            return (x.to(dtype) * scale).to(x.dtype)  # (B, H, T, Dh)
+            log_s = sign * xpos_log_scale(p, zeta, self.scale_base)  # (B', 1, T, r/2)
+            scale = pair_to_features(log_s.exp().to(dtype), self.layout)  # (B', 1, T, r)
+            decayed = (x[..., :r].to(dtype) * scale).to(x.dtype)  # (B, H, T, r)
+        return decayed if r == x.shape[-1] else torch.cat((decayed, x[..., r:]), dim=-1)  # (B, H, T, Dh)

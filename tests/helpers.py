@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from datamodules.timeseries.ltsf import scale_protocol
+from posenc.nn import AttentionSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 D, H = 16, 2  # the tiny model's width and heads
@@ -326,8 +327,10 @@ def readable_png(path: Path) -> None:
 
 # ------------------------------------------------------- attention paths against a dense reference
 ATTN_T = 40  # blocked runs split these rows into blocks of 16, 16 and 8
-DENSE = {"long_threshold": 10**9, "toeplitz": False, "clipped": False}
-BLOCKED = {"long_threshold": 8, "block_elements": 1, "toeplitz": False, "clipped": False}  # 16 rows per block
+# Transformer keywords: the attention settings of each path family
+DENSE = {"settings": AttentionSettings(long_threshold=10**9, toeplitz=False, clipped=False)}
+BLOCKED = {"settings": AttentionSettings(long_threshold=8, block_elements=1, toeplitz=False,  # 16 rows
+                                         clipped=False)}
 TOEPLITZ = {}  # the default (CPU): translation-invariant biases as a table view, Shaw's far keys fused
 
 

@@ -11,7 +11,7 @@ import torch
 import posenc.nn.attention as attention
 import posenc.nn.flex as flex_kernel
 import posenc.nn.share as share
-from posenc.nn import Transformer
+from posenc.nn import AttentionSettings, Transformer
 from posenc.nn.attention import AttentionCall, route
 from tests.helpers import ATTN_T as T
 from tests.helpers import (
@@ -29,6 +29,8 @@ from tests.helpers import (
 
 BIASED, OTHERS = biased_schemes(), other_schemes()
 LAYERS = 2
+
+EARLY = AttentionSettings(long_threshold=8)  # the blocked or Flex paths from 9 keys
 
 
 def counting(monkeypatch, module, name: str) -> list:
@@ -87,7 +89,7 @@ def test_flex_failure_is_kept_on_that_layer_and_the_scheme_is_left_alone(monkeyp
     state_before = set(pe.__dict__)
     x, pos, kpm = attention_inputs(padded=True)
     x = x.float()
-    attn, other = (Transformer(D, 1, 1, pe, long_threshold=8).blocks[0].attn for _ in range(2))
+    attn, other = (Transformer(D, 1, 1, pe, settings=EARLY).blocks[0].attn for _ in range(2))
     settings = attn.settings  # Flex from 9 keys
     with torch.no_grad():
         ctx = AttentionCall(pos, pe, kpm, settings=settings, flex_ok=attn.flex_ok)
@@ -110,8 +112,8 @@ def test_heads_under_flex_minimum_never_take_the_flex_path():
     cuda = torch.device("cuda")  # only route()'s argument: nothing runs on it
     alibi = next(c for c in BIASED if c.__name__ == "ALiBi")
     pos = torch.arange(T)
-    small = Transformer(D, 2, 1, scheme(alibi, heads=2), long_threshold=8).blocks[0].attn  # Dh 8
-    wide = Transformer(D, 1, 1, scheme(alibi, heads=1), long_threshold=8).blocks[0].attn  # Dh 16
+    small = Transformer(D, 2, 1, scheme(alibi, heads=2), settings=EARLY).blocks[0].attn  # Dh 8
+    wide = Transformer(D, 1, 1, scheme(alibi, heads=1), settings=EARLY).blocks[0].attn  # Dh 16
     assert not small.flex_ok and wide.flex_ok
     with torch.no_grad():
         call = lambda a: AttentionCall(pos, a.pe, settings=a.settings, flex_ok=a.flex_ok)  # noqa: E731

@@ -88,7 +88,7 @@ def test_blocked_path_never_builds_a_full_bias(cls):
         return out
 
     pe.bias = spy
-    m = Transformer(D, H, 2, pe, long_threshold=8, block_elements=1, toeplitz=False, clipped=False).eval()
+    m = Transformer(D, H, 2, pe, **BLOCKED).eval()
     with torch.no_grad():
         m(torch.randn(1, 100, D), torch.arange(100))
     assert shapes and all(s[-2] <= 16 and s[-1] == 100 for s in shapes)
@@ -156,7 +156,7 @@ def test_bf16_autocast_keeps_angles_float32_and_tracks_float32():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert pe.angles(pos).dtype == torch.float32
     for cls in (BIASED[0], OTHERS[1]):
-        m = Transformer(D, H, 2, scheme(cls), long_threshold=16).eval()
+        m = Transformer(D, H, 2, scheme(cls), settings=AttentionSettings(long_threshold=16)).eval()
         x = torch.randn(2, 64, D)
         ref = m(x, pos)
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -181,6 +181,21 @@ def test_toeplitz_table_gradient_under_bf16_autocast_tracks_float32():
     assert (got - ref).norm() < 0.1 * ref.norm()  # bf16 rounding, not a lost or misplaced sum
 
 
+def test_transformer_takes_its_attention_settings_as_one_value():
+    """Every layer gets the one ``settings`` value; a flat setting of before names its new place, and the
+    arguments after the encoding are keywords."""
+    settings, pe = AttentionSettings(long_threshold=8, toeplitz=False), PositionalEncoding(D, H)
+    m = Transformer(D, H, 2, pe, d_ff=24, causal=True, settings=settings)
+    assert all(b.attn.settings is settings and b.attn.causal for b in m.blocks)
+    assert m.blocks[0].mlp[0].out_features == 24
+    with pytest.raises(TypeError, match=r"settings=AttentionSettings\(long_threshold=8, compile=True\)"):
+        Transformer(D, H, 2, pe, long_threshold=8, compile=True)
+    with pytest.raises(TypeError, match=r"unknown keyword\(s\) \['heads'\]"):
+        Transformer(D, H, 2, pe, heads=3)
+    with pytest.raises(TypeError, match="positional"):
+        Transformer(D, H, 2, pe, 24)
+
+
 def test_length_bucket():
     assert [length_bucket(n) for n in (1, 16, 17, 100, 512, 513, 4096, 5000)] == [
         16, 16, 20, 112, 512, 640, 4096, 5120]
@@ -191,7 +206,7 @@ def test_length_bucket():
 def test_compile_switch_leaves_state_dict_and_pickle_alone():
     pe = scheme(BIASED[0])
     a = Transformer(D, H, 2, pe)
-    b = Transformer(D, H, 2, pe, compile=True)
+    b = Transformer(D, H, 2, pe, settings=AttentionSettings(compile=True))
     assert a.state_dict().keys() == b.state_dict().keys()
     pickle.loads(pickle.dumps(b))
 
@@ -202,7 +217,7 @@ def test_compiled_model_matches_eager(name):
     pe = build_encoding(SCHEME_SPECS[name], D, H)
     torch.manual_seed(0)
     m = Transformer(D, H, 2, pe, causal=True).eval()
-    c = Transformer(D, H, 2, pe, causal=True, compile=True).eval()
+    c = Transformer(D, H, 2, pe, causal=True, settings=AttentionSettings(compile=True)).eval()
     c.load_state_dict(m.state_dict())
     for length in (37, 40):  # same bucket: one compilation
         x = torch.randn(2, length, D)
@@ -220,7 +235,8 @@ def test_flex_attention_matches_dense_on_cuda(cls, causal):
     pe = scheme(cls, heads=2, d_model=WIDE).cuda()
     x, pos, kpm = attention_inputs(padded=True, width=WIDE)
     x, pos, kpm = x.float().cuda(), pos.cuda(), kpm.cuda()
-    m = Transformer(WIDE, 2, 2, pe, causal=causal, long_threshold=8).cuda().eval()  # Flex from 9 keys
+    m = Transformer(WIDE, 2, 2, pe, causal=causal,
+                    settings=AttentionSettings(long_threshold=8)).cuda().eval()  # Flex from 9 keys
     attn = m.blocks[0].attn
     with torch.no_grad():
         ctx = AttentionCall(pos, pe, kpm, causal, settings=attn.settings, flex_ok=attn.flex_ok)
@@ -242,8 +258,9 @@ def test_flex_trains_under_bf16_autocast_like_sdpa():
     outs, grads = [], []
     for flex in (True, False):
         torch.manual_seed(0)
-        m = Transformer(WIDE, 2, 2, scheme(alibi, heads=2, d_model=WIDE), causal=True, flex=flex,
-                        long_threshold=8).cuda().train()  # Flex (or blocked SDPA) from 9 keys
+        early = AttentionSettings(flex=flex, long_threshold=8)  # Flex (or blocked SDPA) from 9 keys
+        pe = scheme(alibi, heads=2, d_model=WIDE)
+        m = Transformer(WIDE, 2, 2, pe, causal=True, settings=early).cuda().train()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             y = m(x, pos, kpm)
         y.float()[~kpm].square().mean().backward()

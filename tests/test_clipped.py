@@ -71,7 +71,8 @@ def test_model_matches_dense_reference_and_explicit_gradients(T, causal, monkeyp
     x = torch.randn(2, T, D, generator=g, dtype=torch.float64)
     pos = torch.arange(T) + 7
     seen = paths_taken(monkeypatch)
-    fast, slow = model(pe, causal).train(), model(pe, causal, clipped=False).train()
+    fast = model(pe, causal).train()
+    slow = model(pe, causal, settings=AttentionSettings(clipped=False)).train()
     attn = fast.blocks[0].attn
     ref = reference_attention(attn, x, pos, pe, None, causal)
     torch.testing.assert_close(attn(x, pos), ref, rtol=1e-9, atol=1e-10)
@@ -119,7 +120,7 @@ def test_float32_and_bf16_autocast_track_float64():
     pe = scheme(ShawRelative)
     m = Transformer(D, H, 2, pe).eval()
     x, pos = torch.randn(2, 80, D), torch.arange(80)
-    ref = Transformer(D, H, 2, pe, clipped=False).eval()
+    ref = Transformer(D, H, 2, pe, settings=AttentionSettings(clipped=False)).eval()
     ref.load_state_dict(m.state_dict())
     with torch.no_grad():
         want = ref(x, pos)

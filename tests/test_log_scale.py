@@ -149,8 +149,9 @@ def test_causal_long_call_takes_the_blocked_path(monkeypatch):
     monkeypatch.setattr(attention, "choose_path", spy)
     pe = scheme(next(c for c in SCHEMES if c.__name__ == "ALiBi"))
     with torch.no_grad():
-        Transformer(D, H, 1, pe, causal=True, long_threshold=16, log_scale_len=L0)(torch.randn(1, T, D),
-                                                                                  torch.arange(T))
+        early = AttentionSettings(long_threshold=16)
+        m = Transformer(D, H, 1, pe, causal=True, settings=early, log_scale_len=L0)
+        m(torch.randn(1, T, D), torch.arange(T))
     assert chosen == ["sdpa-blocked"]
 
 

@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from posenc import all_schemes
-from posenc.nn import Transformer
+from posenc.nn import AttentionSettings, Transformer
 from tests.helpers import D, H, scheme
 
 STUDY = ("PositionalEncoding", "RoPE", "PeriodicRoPE", "ALiBi", "Kerple", "FIRE", "T5Bias", "GaussianPrior")
@@ -44,7 +44,8 @@ def schemes() -> list:
 
 @pytest.mark.parametrize("cls", schemes(), ids=lambda c: c.__name__)
 def test_no_square_tensor_past_the_long_threshold(cls):
-    model = Transformer(D, H, 2, scheme(cls), causal=True, long_threshold=256, block_elements=1 << 10).eval()
+    model = Transformer(D, H, 2, scheme(cls), causal=True,
+                        settings=AttentionSettings(long_threshold=256, block_elements=1 << 10)).eval()
     x = torch.randn(1, T, D)  # (B, T, D)
     probe = LargestOutput()
     with torch.no_grad(), probe:

@@ -49,6 +49,15 @@ def test_wheel_holds_posenc_alone_and_needs_only_torch_and_numpy(wheel):
     assert shipped == here  # every module of the library, nothing else
 
 
+def test_wheel_carries_the_license_its_metadata_names(wheel):
+    with zipfile.ZipFile(wheel) as zf:
+        info = next(n.split("/")[0] for n in zf.namelist() if n.split("/")[0].endswith(".dist-info"))
+        meta = zf.read(f"{info}/METADATA").decode().splitlines()
+        text = zf.read(f"{info}/licenses/LICENSE").decode()
+    assert "License-Expression: MIT" in meta and "License-File: LICENSE" in meta
+    assert text == (ROOT / "LICENSE").read_text() and text.startswith("MIT License")
+
+
 def test_wheel_installs_alone_and_runs_the_readme_snippet(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)

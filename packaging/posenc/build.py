@@ -26,9 +26,12 @@ def root_version() -> str:
 
 
 def stage(into: Path) -> None:
-    """Copy posenc/ (without caches), this README and the pyproject with the root version into ``into``."""
+    """Copy posenc/ (without caches), this README, the repository's LICENSE (the MIT text the metadata
+    names, shipped in the wheel's ``.dist-info/licenses/``) and the pyproject with the root version into
+    ``into``."""
     shutil.copytree(ROOT / "posenc", into / "posenc", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(HERE / "README.md", into / "README.md")
+    shutil.copy(ROOT / "LICENSE", into / "LICENSE")
     text = (HERE / "pyproject.toml").read_text()
     text = re.sub(r'^version = "[^"]*"', f'version = "{root_version()}"', text, count=1, flags=re.MULTILINE)
     (into / "pyproject.toml").write_text(text)

@@ -62,9 +62,10 @@ from pipelines.eval.splits import SPLIT_WORDS, check_split, split_loaders, with_
 from pipelines.eval.statistics import point_guard, retained_gain, retained_ratio
 from pipelines.tasks.base import TaskAdapter
 from posenc import PosencError, PositionalEncoding, PositionOutOfRange, RoPE, build_encoding
+from posenc.rope_scaling import SCALINGS
 
 TRAINED = "trained"  # the scheme exactly as trained
-#: inference-time RoPE variants → the ``scaling`` option of :class:`posenc.RoPE` they use
+#: inference-time RoPE variants → the scaling type (:data:`posenc.rope_scaling.SCALINGS`) they use
 ROPE_VARIANTS: dict[str, str] = {"pi": "linear", "ntk": "ntk", "dynamic_ntk": "dynamic_ntk", "yarn": "yarn"}
 WINDOW = "window"  # the same weights with a local attention window of the training length
 LOG_SCALE = "logscale"  # the same weights with the log-length attention temperature of L0
@@ -198,15 +199,18 @@ class Extrapolation:
 
 # ----------------------------------------------------------------------------- the sweep
 def rope_variant_specs(pe: PositionalEncoding, scale: float, train_positions: int) -> dict[str, dict]:
-    """``{variant: encoding spec}`` of the inference-time scalings of a RoPE-family scheme (else {})."""
+    """``{variant: encoding spec}`` of the inference-time scalings of a RoPE-family scheme (else {}):
+    its scaling replaced, its partial rotation kept."""
     if not isinstance(pe, RoPE):
         return {}
     spec = pe.spec()
     out = {}
-    for name, scaling in ROPE_VARIANTS.items():
-        factor = 1.0 if scaling == "dynamic_ntk" else max(1.0, scale)  # dynamic NTK scales itself
-        args = {**spec["init_args"], "scaling": scaling, "scale_factor": factor, "train_len": train_positions}
-        out[name] = {"class_path": spec["class_path"], "init_args": args}
+    for name, kind in ROPE_VARIANTS.items():
+        factor = 1.0 if kind == "dynamic_ntk" else max(1.0, scale)  # dynamic NTK scales itself
+        scaling = {"type": kind, "factor": factor, "partial_rotary_factor": pe.scaling.partial_rotary_factor}
+        if "train_len" in SCALINGS[kind].reads:
+            scaling["train_len"] = train_positions
+        out[name] = {"class_path": spec["class_path"], "init_args": {**spec["init_args"], "scaling": scaling}}
     return out
 
 

@@ -36,7 +36,7 @@ from posenc.registry import EncodingFactory
 
 #: the spelling of the settings this code writes into checkpoints (``checkpoint["config_version"]``);
 #: older checkpoints are upgraded where they are read (:mod:`pipelines.tasks.upgrade`)
-CONFIG_VERSION = 4
+CONFIG_VERSION = 5
 
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
 #: looks tasks up after importing the built-in ones).
@@ -173,10 +173,10 @@ class TaskModule(L.LightningModule):
             self.posenc_inference: dict[str, Any] = {}
             return
         encoding = build_encoding(pe, n.d_model, n.n_heads)
-        self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, n.d_ff, n.dropout,
-                                    causal=self.causal, scale_embedding=n.scale_embedding,
+        self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, d_ff=n.d_ff,
+                                    dropout=n.dropout, causal=self.causal, scale_embedding=n.scale_embedding,
                                     log_scale_len=n.log_scale_len, embedding_dropout=n.embedding_dropout,
-                                    window=n.attention_window, **asdict(attention))
+                                    window=n.attention_window, settings=attention)
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:

@@ -17,6 +17,9 @@ only:
   (``TaskModule.old_weights``): a forecaster's query token and output layer of before
   :class:`~pipelines.tasks.forecast.layers.ForecastTokens`, DLinear's unused weights of the zero-block
   Transformer it was once built on.
+* 4 → 5: a rotary encoding's flat scaling arguments (``scaling: yarn``, ``scale_factor``, ``train_len``,
+  β, ``truncate``) as one ``scaling`` mapping (:class:`~posenc.rope_scaling.RopeScaling`;
+  :mod:`datamodules.legacy_rope`), Compose's children included.
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -28,6 +31,7 @@ from typing import Any
 import torch
 
 from datamodules.legacy import move_class_paths, moved, project_class, regroup
+from datamodules.legacy_rope import upgrade_rope_specs
 from pipelines.tasks.base import CONFIG_VERSION, TASKS
 from posenc import PosencError
 
@@ -80,8 +84,14 @@ def _renamed(key: str, old: dict[str, str | None]) -> str | None:
     return key
 
 
+def _rope_scaling(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 → 5: rotary encodings' flat scaling arguments as today's ``scaling`` value."""
+    hp = ckpt.get("hyper_parameters")
+    return {**ckpt, "hyper_parameters": upgrade_rope_specs(hp)} if isinstance(hp, dict) else ckpt
+
+
 #: version → the step that upgrades a checkpoint of that version to the next
-STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names}
+STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names, 4: _rope_scaling}
 
 
 def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:

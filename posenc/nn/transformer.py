@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import fields
 
 import torch
 import torch.nn.functional as F
@@ -69,26 +70,25 @@ class Transformer(nn.Module):
         pe: the positional encoding, built for (d_model, n_heads); one instance shared by all layers.
         d_ff: MLP width (default 4·D).
         dropout: dropout in attention, MLP and on the embedding sum.
-        embedding_dropout: dropout on the embedding sum alone (default: ``dropout``); with
-            ``dropout=0`` it is the "Dropout(√d·E(token) + PE(p))" of the embedding options.
         causal: forbid attention to later positions.
         scale_embedding: multiply token embeddings by √D before the encoding is added.
-        compile: run the encoder through ``torch.compile``; inputs are padded (masked keys) to
-            :func:`length_bucket` lengths so new lengths rarely recompile. Schemes with a ``conv``
-            hook see the padding, so for them lengths are not padded (``dynamic`` shapes instead).
-        long_threshold: lengths above this use the query-blocked attention for biased schemes.
-        block_elements: bias elements per query block on the blocked path (sets memory per block).
-        flex: use FlexAttention for position-only biases on CUDA.
-        toeplitz: on CPU, read translation-invariant biases as a strided view of one distance
-            table (:mod:`posenc.nn.toeplitz`) instead of a dense or blocked mask.
-        clipped: on CPU, run clipped relative schemes (Shaw) through the fused kernel for keys
-            beyond the clipping distance (:mod:`posenc.nn.clipped`) instead of explicit weights.
+        embedding_dropout: dropout on the embedding sum alone (default: ``dropout``); with
+            ``dropout=0`` it is the "Dropout(√d·E(token) + PE(p))" of the embedding options.
         log_scale_len: L0 of the log-length attention temperature (:mod:`posenc.nn.temperature`):
             a query attending n > L0 keys has its logits multiplied by log n / log L0 in every layer;
             ``None``: off.
         window: local attention window w of every layer (:mod:`posenc.nn.attention`): query i attends
             only keys with |i − j| < w; ``None``: all keys. Assigning ``transformer.window`` changes it in
             every layer (e.g. set to the training length for inference on longer inputs).
+        settings: how the attention runs (:class:`~posenc.nn.AttentionSettings`: the blocked-path
+            threshold and block size, FlexAttention, the Toeplitz view, the clipped kernel, and
+            ``compile``, which runs the encoder through ``torch.compile`` with inputs padded (masked
+            keys) to :func:`length_bucket` lengths so new lengths rarely recompile; schemes with a
+            ``conv`` hook see the padding, so for them lengths are not padded, ``dynamic`` shapes
+            instead). Every setting gives the same result.
+
+    The six settings were flat keywords before (``long_threshold=``, ``compile=``…); passing one names
+    its new place instead of failing on an unknown keyword.
     """
 
     def __init__(
@@ -97,28 +97,25 @@ class Transformer(nn.Module):
         n_heads: int,
         n_layers: int,
         pe: PositionalEncoding,
+        *,
         d_ff: int | None = None,
         dropout: float = 0.0,
         causal: bool = False,
         scale_embedding: bool = False,
-        *,
-        compile: bool = False,  # noqa: A002 - the config key users write
-        long_threshold: int = 4096,
-        block_elements: int = 1 << 25,
-        flex: bool = True,
-        toeplitz: bool = True,
-        clipped: bool = True,
-        log_scale_len: int | None = None,
         embedding_dropout: float | None = None,
+        log_scale_len: int | None = None,
         window: int | None = None,
+        settings: AttentionSettings = AttentionSettings(),  # noqa: B008 - frozen: a shared default is safe
+        **moved: object,
     ) -> None:
         super().__init__()
+        if moved:
+            raise TypeError(_moved_message(moved))
         if d_model % n_heads:
             raise PosencError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.pe = pe
         self.causal = causal
         self.scale = math.sqrt(d_model) if scale_embedding else 1.0
-        settings = AttentionSettings(long_threshold, block_elements, flex, toeplitz, clipped, compile)
         self.use_compile = settings.compile
         self.drop = nn.Dropout(dropout if embedding_dropout is None else embedding_dropout)
         self.blocks = nn.ModuleList(
@@ -199,6 +196,16 @@ class Transformer(nn.Module):
         state.pop("_compiled", None)  # a compiled function does not pickle; rebuilt on first use
         state.pop("_mask_cache", None)
         return state
+
+
+def _moved_message(given: dict[str, object]) -> str:
+    """The message for keywords ``Transformer`` does not take: the settings' new place, or the names."""
+    known = {f.name for f in fields(AttentionSettings)}
+    settings = ", ".join(f"{k}={v!r}" for k, v in given.items() if k in known)
+    other = sorted(set(given) - known)
+    if other:
+        return f"Transformer got unknown keyword(s) {other}"
+    return f"Transformer: the attention settings are one argument now: settings=AttentionSettings({settings})"
 
 
 _LAYER_PE = re.compile(r"blocks\.\d+\.attn\.pe\.")

@@ -68,7 +68,7 @@ def test_band_periods_mark_pins_and_follow_scaling():
     per, pinned = dg.band_periods(PeriodicRoPE(D, H, periods=[3.0, 10.5]))
     assert sorted(per[pinned].tolist()) == pytest.approx([3.0, 10.5], abs=1e-12)
     plain, _ = dg.band_periods(RoPE(D, H))
-    scaled, none = dg.band_periods(RoPE(D, H, scaling="linear", scale_factor=4.0))
+    scaled, none = dg.band_periods(RoPE(D, H, scaling={"type": "linear", "factor": 4.0}))
     assert np.allclose(scaled, 4 * plain) and not none.any()
     with pytest.raises(dg.PosencError, match="no rotary bands"):
         dg.band_periods(ALiBi(D, H))

@@ -1,53 +1,50 @@
 """posenc against the implementations practitioners already run, on identical inputs.
 
-Peers: Hugging Face transformers (rope init functions, Llama's half-split rotation, BLOOM's ALiBi,
-T5's buckets and bias), rotary-embedding-torch (interleaved rotation, xPos) and x-transformers
-(ALiBi). Each test skips, naming the package, when its peer is not installed (they are in the
-``dev`` extra). Frequencies the peers form in float32 are compared to float32 rounding (a few ulp);
-rotations given the same frequencies are compared in float64.
+Peers: Hugging Face transformers (every rope init function and knob posenc has, Llama's half-split
+rotation, Phi's partial rotation) and rotary-embedding-torch (interleaved rotation, xPos); the bias
+peers (BLOOM's and x-transformers' ALiBi, T5) are in ``test_peers_bias.py``. Each test skips, naming
+the package, when its peer is not installed (they are in the ``dev`` extra). Frequencies the peers
+form in float32 are compared to float32 rounding (a few ulp); rotations given the same frequencies
+are compared in float64.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from posenc import ALiBi, RoPE, T5Bias, XPos
-from posenc.bias import alibi_slopes
-from posenc.learned_bias import t5_relative_bucket
-from posenc.nn import Attention
-
-ULP32 = 6e-8  # float32 unit roundoff: 2^-24
-
-
-def need(module: str):
-    """The peer ``module``, or a skip naming it."""
-    return pytest.importorskip(module, reason=f"peer package {module.split('.')[0]} is not installed")
+from posenc import PeriodicRoPE, RoPE, RopeScaling, XPos
+from tests.posenc.peers import close32, e2e, need, peer_attention
 
 
 # ------------------------------------------------------------------------------ HF rope init
 def hf_rope(head_dim: int, train_len: int, params: dict, seq_len: int | None = None):
-    """(inv_freq, attention factor) from HF's ``ROPE_INIT_FUNCTIONS`` for a Llama config."""
+    """(inv_freq, attention factor) from HF's ``ROPE_INIT_FUNCTIONS`` for a Llama config whose
+    ``max_position_embeddings`` is ``train_len`` (what HF's ``dynamic`` type reads as L₀); the
+    ``default`` type from Phi's rotary embedding (Llama's ignores ``partial_rotary_factor``)."""
     need("transformers")
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.phi.modeling_phi import PhiRotaryEmbedding
 
     config = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim,
                          max_position_embeddings=train_len, rope_parameters=dict(params))
-    inv_freq, factor = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu", seq_len=seq_len)
+    if params["rope_type"] == "default":
+        inv_freq, factor = PhiRotaryEmbedding.compute_default_rope_parameters(config)
+    else:
+        inv_freq, factor = ROPE_INIT_FUNCTIONS[params["rope_type"]](config, "cpu", seq_len=seq_len)
     return inv_freq.double(), float(factor)
 
 
-def close32(ours: torch.Tensor, peer: torch.Tensor, ulps: float = 8.0) -> None:
-    """Equal to float32 rounding: the peer forms these in float32 (a pow, a divide, a mix: a few ulp
-    each; ≤ 5 ulp measured for BLOOM's slopes and HF's PI), posenc in float64."""
-    torch.testing.assert_close(ours.double(), peer.double(), rtol=ulps * ULP32, atol=0.0)
+def ours(cls, head_dim: int, train_len: int, params: dict, heads: int = 2, **kw):
+    """``cls`` (a rotary scheme) built from the same HF parameters (:meth:`RopeScaling.from_hf`)."""
+    scaling = RopeScaling.from_hf({k: v for k, v in params.items() if k != "rope_theta"}, train_len)
+    return cls(heads * head_dim, heads, base=params.get("rope_theta", 10000.0), scaling=scaling, **kw)
 
 
-def yarn_params(s: float, train_len: int) -> dict:
-    return {"rope_type": "yarn", "rope_theta": 10000.0, "factor": s,
-            "original_max_position_embeddings": train_len}
+def yarn_params(s: float, train_len: int, base: float = 10000.0, **knobs) -> dict:
+    return {"rope_type": "yarn", "rope_theta": base, "factor": s,
+            "original_max_position_embeddings": train_len, **knobs}
 
 
 GRID = [(64, 10000.0, 2048), (128, 10000.0, 4096), (128, 500000.0, 8192), (32, 10000.0, 512)]
@@ -56,8 +53,9 @@ GRID = [(64, 10000.0, 2048), (128, 10000.0, 4096), (128, 500000.0, 8192), (32, 1
 @pytest.mark.parametrize(("dh", "base", "train_len"), GRID)
 @pytest.mark.parametrize("s", [2.0, 4.0, 8.0, 3.5])
 def test_position_interpolation_matches_hf(dh, base, train_len, s):
-    peer, _ = hf_rope(dh, train_len, {"rope_type": "linear", "rope_theta": base, "factor": s})
-    close32(RoPE(2 * dh, 2, base=base, scaling="linear", scale_factor=s).scaled_frequencies(), peer)
+    params = {"rope_type": "linear", "rope_theta": base, "factor": s}
+    peer, _ = hf_rope(dh, train_len, params)
+    close32(ours(RoPE, dh, train_len, params).scaled_frequencies(), peer)
 
 
 @pytest.mark.parametrize(("dh", "base", "train_len"), GRID)
@@ -66,7 +64,8 @@ def test_ntk_matches_hf_dynamic_at_the_span_that_gives_its_scale(dh, base, train
     """HF has no static NTK; its dynamic NTK with factor 1 at seq_len = s·L₀ has base·s^(d/(d−2))."""
     peer, _ = hf_rope(dh, train_len, {"rope_type": "dynamic", "rope_theta": base, "factor": 1.0},
                       seq_len=int(s * train_len))
-    close32(RoPE(2 * dh, 2, base=base, scaling="ntk", scale_factor=s).scaled_frequencies(), peer, 8.0)
+    pe = RoPE(2 * dh, 2, base=base, scaling=RopeScaling("ntk", factor=s))
+    close32(pe.scaled_frequencies(), peer, 8.0)
 
 
 @pytest.mark.parametrize(("dh", "base", "train_len"), GRID)
@@ -74,9 +73,9 @@ def test_ntk_matches_hf_dynamic_at_the_span_that_gives_its_scale(dh, base, train
 @pytest.mark.parametrize("ratio", [0.5, 1.0, 1.5, 4.0])
 def test_dynamic_ntk_matches_hf(dh, base, train_len, a, ratio):
     span = int(ratio * train_len)
-    peer, _ = hf_rope(dh, train_len, {"rope_type": "dynamic", "rope_theta": base, "factor": a}, seq_len=span)
-    pe = RoPE(2 * dh, 2, base=base, scaling="dynamic_ntk", scale_factor=a, train_len=train_len)
-    close32(pe.scaled_frequencies(torch.tensor([float(span)]))[0], peer, 8.0)
+    params = {"rope_type": "dynamic", "rope_theta": base, "factor": a}
+    peer, _ = hf_rope(dh, train_len, params, seq_len=span)
+    close32(ours(RoPE, dh, train_len, params).scaled_frequencies(torch.tensor([float(span)]))[0], peer, 8.0)
 
 
 @pytest.mark.parametrize(("dh", "base", "train_len"), GRID)
@@ -84,20 +83,129 @@ def test_dynamic_ntk_matches_hf(dh, base, train_len, a, ratio):
 @pytest.mark.parametrize("truncate", [True, False])
 def test_yarn_matches_hf(dh, base, train_len, s, truncate):
     """Frequencies to float32 rounding and the attention factor (on q and on k) exactly."""
-    params = {"rope_type": "yarn", "rope_theta": base, "factor": s,
-              "original_max_position_embeddings": train_len, "truncate": truncate}
+    params = yarn_params(s, train_len, base, truncate=truncate)
     peer, factor = hf_rope(dh, train_len, params)
-    pe = RoPE(2 * dh, 2, base=base, scaling="yarn", scale_factor=s, train_len=train_len, truncate=truncate)
+    pe = ours(RoPE, dh, train_len, params)
     # truncate=False: HF rounds the fractional ramp (i − low)/(high − low) to float32 before mixing
     # (measured over this grid: ≤ 5 ulp truncated, ≤ 15.4 ulp not)
     close32(pe.scaled_frequencies(), peer, 8.0 if truncate else 16.0)
     assert pe.attention_factor() == pytest.approx(factor, rel=1e-15)
 
 
+#: β pairs: the default, two others, and β_fast = β_slow (Kimi K2 ships 1 and 1; HF accepts equal β)
+BETAS = [(32.0, 1.0), (16.0, 2.0), (64.0, 0.5), (1.0, 1.0), (8.0, 8.0)]
+
+
+@pytest.mark.parametrize(("dh", "base", "train_len"), GRID[::2])
+@pytest.mark.parametrize(("fast", "slow"), BETAS)
+@pytest.mark.parametrize("truncate", [True, False])
+def test_yarn_betas_match_hf(dh, base, train_len, fast, slow, truncate):
+    params = yarn_params(8.0, train_len, base, beta_fast=fast, beta_slow=slow, truncate=truncate)
+    peer, _ = hf_rope(dh, train_len, params)
+    got = ours(RoPE, dh, train_len, params).scaled_frequencies()
+    close32(got, peer, 8.0 if truncate else 16.0)
+    default, _ = hf_rope(dh, train_len, yarn_params(8.0, train_len, base, truncate=truncate))
+    assert (fast, slow) == (32.0, 1.0) or not torch.allclose(got, default, rtol=1e-3)  # β is read
+
+
+#: the attention-factor knobs: DeepSeek-V2's (s 40, mscale = mscale_all_dim = 0.707: the factor is 1,
+#: where 0.1·ln 40 + 1 = 1.369 on q and k would make the logits 1.87× HF's), unequal ones, and one outright
+KNOBS = [{"factor": 40.0, "mscale": 0.707, "mscale_all_dim": 0.707},
+         {"factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.5},
+         {"factor": 16.0, "attention_factor": 1.25},
+         {"factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}]
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()))
+def test_yarn_attention_factor_knobs_match_hf(knobs):
+    params = yarn_params(train_len=4096, base=10000.0, s=knobs["factor"], **{k: v for k, v in knobs.items()
+                                                                              if k != "factor"})
+    peer, factor = hf_rope(64, 4096, params)
+    pe = ours(RoPE, 64, 4096, params)
+    close32(pe.scaled_frequencies(), peer)
+    assert pe.attention_factor() == pytest.approx(factor, rel=1e-15)
+    assert pe.attention_factor() != pytest.approx(ours(RoPE, 64, 4096, yarn_params(knobs["factor"], 4096))
+                                                  .attention_factor())  # the knob changes it
+
+
+#: (head_dim, base, train_len, factor, low_freq_factor, high_freq_factor): Llama 3.1's own, and two small
+LLAMA3 = [(128, 500000.0, 8192, 8.0, 1.0, 4.0), (64, 10000.0, 512, 2.0, 2.0, 8.0),
+          (16, 10000.0, 64, 4.0, 1.0, 4.0)]
+
+
+@pytest.mark.parametrize(("dh", "base", "train_len", "s", "low", "high"), LLAMA3)
+def test_llama3_matches_hf(dh, base, train_len, s, low, high):
+    params = {"rope_type": "llama3", "rope_theta": base, "factor": s, "low_freq_factor": low,
+              "high_freq_factor": high, "original_max_position_embeddings": train_len}
+    peer, factor = hf_rope(dh, train_len, params)
+    pe = ours(RoPE, dh, train_len, params)
+    close32(pe.scaled_frequencies(), peer)
+    assert pe.attention_factor() == factor == 1.0
+    ladder = pe.frequencies()
+    assert (peer < ladder * (1 - 1e-6)).any() and (peer == ladder.float().double()).any()  # scaled and kept
+
+
+def longrope_params(dh: int, train_len: int, s: float, seed: int = 0, **knobs) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    short = (1.0 + 0.2 * torch.rand(dh // 2, generator=g, dtype=torch.float64)).tolist()
+    long = (1.0 + s * torch.rand(dh // 2, generator=g, dtype=torch.float64)).tolist()
+    return {"rope_type": "longrope", "rope_theta": 10000.0, "factor": s, "short_factor": short,
+            "long_factor": long, "original_max_position_embeddings": train_len, **knobs}
+
+
+@pytest.mark.parametrize(("dh", "train_len", "s"), [(32, 256, 16.0), (96, 4096, 32.0), (16, 64, 1.0)])
+@pytest.mark.parametrize("ratio", [0.5, 1.0, 1.5, 8.0])
+def test_longrope_matches_hf_below_and_above_the_training_length(dh, train_len, s, ratio):
+    params = longrope_params(dh, train_len, s)
+    span = int(ratio * train_len)
+    peer, factor = hf_rope(dh, train_len, params, seq_len=span)
+    pe = ours(RoPE, dh, train_len, params)
+    close32(pe.scaled_frequencies(torch.tensor([float(span)]))[0], peer)
+    assert pe.attention_factor() == pytest.approx(factor, rel=1e-15)
+    given = ours(RoPE, dh, train_len, longrope_params(dh, train_len, s, attention_factor=0.9))
+    assert given.attention_factor() == hf_rope(dh, train_len, longrope_params(dh, train_len, s,
+                                                                              attention_factor=0.9))[1]
+
+
+#: partial rotation under every type that reads frequencies: (HF params, seq_len)
+PARTIAL = [({"rope_type": "default"}, None), ({"rope_type": "linear", "factor": 4.0}, None),
+           ({"rope_type": "dynamic", "factor": 2.0}, 3000), (yarn_params(8.0, 1024), None),
+           ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+             "original_max_position_embeddings": 1024}, None)]
+
+
+@pytest.mark.parametrize(("params", "seq_len"), PARTIAL, ids=[p["rope_type"] for p, _ in PARTIAL])
+@pytest.mark.parametrize("fraction", [0.5, 0.25])
+def test_partial_rotary_matches_hf(params, seq_len, fraction):
+    params = {"rope_theta": 10000.0, **params, "partial_rotary_factor": fraction}
+    peer, factor = hf_rope(64, 1024, params, seq_len=seq_len)
+    pe = ours(RoPE, 64, 1024, params)
+    assert pe.rotary_dim == int(64 * fraction)
+    span = None if seq_len is None else torch.tensor([float(seq_len)])
+    got = pe.scaled_frequencies(span)
+    close32(got[0] if got.dim() == 2 else got, peer)
+    assert pe.attention_factor() == pytest.approx(factor, rel=1e-15)
+
+
+@pytest.mark.parametrize("cls", [RoPE, PeriodicRoPE, XPos])
+@pytest.mark.parametrize("truncate", [True, False])
+def test_truncate_matches_hf_on_every_rotary_scheme(cls, truncate):
+    """Every scheme that takes the scaling value reads ``truncate`` as HF does (PeriodicRoPE: on the
+    pairs it does not pin); at d = 64, L₀ = 2048, s = 8 the two settings differ on the ramp's ends."""
+    params = yarn_params(8.0, 2048, truncate=truncate)
+    peer, factor = hf_rope(64, 2048, params)
+    pe = ours(cls, 64, 2048, params)
+    free = ~pe.pinned()
+    close32(pe.scaled_frequencies()[free], peer[free], 8.0 if truncate else 16.0)
+    assert pe.attention_factor() == pytest.approx(factor, rel=1e-15)
+    other, _ = hf_rope(64, 2048, yarn_params(8.0, 2048, truncate=not truncate))
+    assert not torch.allclose(peer, other, rtol=1e-4)  # so the check above tells the two apart
+
+
 def test_yarn_paper_variant_is_not_what_hf_runs():
     """The paper-equation ramp (the old default) differs from HF by far more than rounding."""
     peer, _ = hf_rope(64, 2048, yarn_params(4.0, 2048))
-    paper = RoPE(128, 2, scaling="yarn_paper", scale_factor=4.0, train_len=2048).scaled_frequencies()
+    paper = RoPE(128, 2, scaling=RopeScaling("yarn_paper", factor=4.0, train_len=2048)).scaled_frequencies()
     assert (paper / peer - 1).abs().max() > 0.4
 
 
@@ -156,141 +264,29 @@ def test_xpos_logits_match_rotary_embedding_torch():
     torch.testing.assert_close(ours, peer, rtol=0, atol=2e-5 * peer.abs().max().item())
 
 
-# ------------------------------------------------------------------------------ ALiBi and T5
-@pytest.mark.parametrize("heads", range(1, 49))
-def test_alibi_slopes_match_bloom_and_x_transformers(heads):
-    xt = need("x_transformers.x_transformers")
-    ours = alibi_slopes(heads)  # float64
-    peer = torch.tensor(xt.AlibiPositionalBias._get_slopes(heads), dtype=torch.float64)
-    torch.testing.assert_close(ours, peer, rtol=1e-14, atol=0)
-    need("transformers")
-    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
-
-    bloom = build_alibi_tensor(torch.ones(1, 2), heads, torch.float32)[:, 0, 1]  # slope × key position 1
-    close32(ours, bloom)
-
-
-def test_alibi_bias_matches_x_transformers():
-    xt = need("x_transformers.x_transformers")
-    T, heads = 50, 12
-    q = torch.zeros(1, heads, T, 4)
-    pos = torch.arange(T)
-    peer = xt.AlibiPositionalBias(heads=heads)(T, T)  # (H, T, T)
-    torch.testing.assert_close(ALiBi(4 * heads, heads).bias(q, pos, pos)[0], peer, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize(("bidirectional", "buckets", "max_distance"),
-                         [(True, 32, 128), (False, 32, 128), (True, 64, 256), (False, 16, 64)])
-def test_t5_buckets_match_hf_on_4001_distances(bidirectional, buckets, max_distance):
-    need("transformers")
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    rel = torch.arange(-2000, 2001)
-    peer = T5Attention._relative_position_bucket(rel, bidirectional, buckets, max_distance)
-    ours = t5_relative_bucket(rel, bidirectional=bidirectional, num_buckets=buckets,
-                              max_distance=max_distance)
-    assert int((ours != peer).sum()) == 0
-
-
-def hf_t5_bias(pe: T5Bias, T: int, decoder: bool = False) -> torch.Tensor:
-    """HF ``T5Attention.compute_bias`` with posenc's table copied in: (1, H, T, T)."""
-    need("transformers")
-    from transformers import T5Config
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    config = T5Config(d_model=pe.d_model, num_heads=pe.n_heads, d_kv=pe.d_model // pe.n_heads,
-                      relative_attention_num_buckets=pe.num_buckets,
-                      relative_attention_max_distance=pe.max_distance, is_decoder=decoder)
-    peer = T5Attention(config, has_relative_attention_bias=True)
-    peer.relative_attention_bias.weight.data.copy_(pe.table.data)
-    with torch.no_grad():
-        return peer.compute_bias(T, T)
-
-
-@pytest.mark.parametrize("bidirectional", [True, False])
-def test_t5_bias_matches_hf_compute_bias(bidirectional):
-    torch.manual_seed(0)
-    pe = T5Bias(32, 4, bidirectional=bidirectional, max_distance=64)
-    T = 200
-    pos = torch.arange(T)
-    with torch.no_grad():
-        ours = pe.bias(torch.zeros(1, 4, T, 8), pos, pos)
-    torch.testing.assert_close(ours, hf_t5_bias(pe, T, decoder=not bidirectional), rtol=0, atol=0)
-
-
 # ------------------------------------------------------------------------------ end to end
-def peer_attention(attn: Attention, x, rotate=None, bias=None, causal: bool = False):
-    """``attn``'s projections around the peer's rotation or bias and ``F.scaled_dot_product_attention``."""
-    B, T, C = x.shape
-    H = attn.n_heads
-    q, k, v = attn.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, Dh)
-    if rotate is not None:
-        q, k = rotate(q, k)
-    mask = bias
-    if causal:
-        future = torch.ones(T, T, dtype=torch.bool).triu(1)
-        blocked = torch.zeros(T, T).masked_fill(future, float("-inf"))  # (T, T)
-        mask = blocked if mask is None else mask + blocked
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, Dh)
-    return attn.out(y.transpose(1, 2).reshape(B, T, C))
+#: HF settings run end to end (d 64, 4 heads, L₀ 32): the attention output through HF's rotation
+E2E = {"none": {"rope_type": "default", "rope_theta": 10000.0}, "yarn": yarn_params(4.0, 32),
+       "deepseek_v2": yarn_params(40.0, 32, mscale=0.707, mscale_all_dim=0.707),
+       "kimi_k2": yarn_params(32.0, 32, beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0),
+       "partial_yarn": {**yarn_params(4.0, 32), "partial_rotary_factor": 0.5},
+       "llama3": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}
 
 
-def e2e(pe, causal: bool = False, T: int = 96):
-    torch.manual_seed(0)
-    attn = Attention(64, 4, pe=pe, causal=causal).eval()
-    x = torch.randn(2, T, 64)
-    with torch.no_grad():
-        return attn, x, attn(x, torch.arange(T))
-
-
-@pytest.mark.parametrize("scaling", ["none", "yarn"])
-def test_attention_with_rope_matches_hf_rotation_and_sdpa(scaling):
-    kw = {"scaling": "yarn", "scale_factor": 4.0, "train_len": 32} if scaling == "yarn" else {}
-    attn, x, ours = e2e(RoPE(64, 4, layout="half", **kw))
-    plain = {"rope_type": "linear", "rope_theta": 10000.0, "factor": 1.0}  # HF's default ladder
-    params = yarn_params(4.0, 32) if scaling == "yarn" else plain
+@pytest.mark.parametrize("name", E2E)
+def test_attention_with_rope_matches_hf_rotation_and_sdpa(name):
+    """HF applies its factor to cos and sin, and a partial rotation to the first features alone (Phi)."""
+    params = E2E[name]
+    attn, x, got = e2e(ours(RoPE, 16, 32, params, heads=4, layout="half"))
     inv_freq, factor = hf_rope(16, 32, params)
     pos = torch.arange(x.shape[1], dtype=torch.float64)
+    r = 2 * inv_freq.numel()  # the rotated features
 
     def rotate(q, k):
-        qq, kk = hf_rotate(q.double(), k.double(), pos, inv_freq.float().double(), factor)
-        return qq.float(), kk.float()
+        qq, kk = hf_rotate(q[..., :r].double(), k[..., :r].double(), pos, inv_freq.float().double(), factor)
+        return torch.cat((qq.float(), q[..., r:]), -1), torch.cat((kk.float(), k[..., r:]), -1)
 
     with torch.no_grad():
         peer = peer_attention(attn, x, rotate=rotate)
-    torch.testing.assert_close(ours, peer, rtol=0, atol=1e-6)
-
-
-def test_causal_attention_with_alibi_matches_bloom_bias_and_sdpa():
-    """BLOOM adds m·j per key; under the causal mask that is −m(i − j) plus a per-row constant."""
-    need("transformers")
-    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
-
-    attn, x, ours = e2e(ALiBi(64, 4), causal=True)
-    T = x.shape[1]
-    bias = build_alibi_tensor(torch.ones(1, T), 4, torch.float32)[:, None]  # (H, 1, 1, T)
-    with torch.no_grad():
-        peer = peer_attention(attn, x, bias=bias.permute(1, 0, 2, 3), causal=True)  # (1, H, 1, T)
-    torch.testing.assert_close(ours, peer, rtol=0, atol=1e-6)
-
-
-def test_attention_with_alibi_matches_x_transformers_bias_and_sdpa():
-    xt = need("x_transformers.x_transformers")
-    attn, x, ours = e2e(ALiBi(64, 4))
-    T = x.shape[1]
-    with torch.no_grad():
-        peer = peer_attention(attn, x, bias=xt.AlibiPositionalBias(heads=4)(T, T)[None])
-    torch.testing.assert_close(ours, peer, rtol=0, atol=1e-6)
-
-
-def test_attention_with_t5_bias_matches_hf_bias_and_sdpa():
-    torch.manual_seed(1)
-    pe = T5Bias(64, 4)
-    with torch.no_grad():
-        pe.table.normal_(0.0, 1.0)  # a bias large enough to matter
-    attn, x, ours = e2e(pe)
-    with torch.no_grad():
-        peer = peer_attention(attn, x, bias=hf_t5_bias(pe, x.shape[1]))
-    torch.testing.assert_close(ours, peer, rtol=0, atol=1e-6)
-    assert not torch.allclose(ours, e2e(None)[2], atol=1e-3)  # the bias changed the output
-
+    torch.testing.assert_close(got, peer, rtol=0, atol=1e-6)

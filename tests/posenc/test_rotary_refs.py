@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc import PeriodicRoPE, PosencError, RoPE, XPos
+from posenc import PeriodicRoPE, PosencError, RoPE, RopeScaling, XPos
 from posenc.nn.transformer import Transformer
 
 D, H = 16, 2
@@ -185,8 +185,8 @@ def yarn_index_gammas(train_len: int, dh: int = DH, base: float = 10000.0, fast:
 def test_yarn_ramps_over_the_pair_index_not_the_rotation_count():
     """The case of issue 41: d = 64, s = 4, L₀ = 2048. Pairs 9–20 differ between the two ramps; pair 15
     is ×0.60 with the index ramp (what Hugging Face and the authors' code run), ×0.33 with the paper's."""
-    pe = RoPE(128, 2, scaling="yarn", scale_factor=4.0, train_len=2048)
-    paper = RoPE(128, 2, scaling="yarn_paper", scale_factor=4.0, train_len=2048)
+    pe = RoPE(128, 2, scaling=RopeScaling("yarn", factor=4.0, train_len=2048))
+    paper = RoPE(128, 2, scaling=RopeScaling("yarn_paper", factor=4.0, train_len=2048))
     base = [10000.0 ** (-2 * i / 64) for i in range(32)]
     got = [a / b for a, b in zip(pe.scaled_frequencies().tolist(), base, strict=True)]
     old = [a / b for a, b in zip(paper.scaled_frequencies().tolist(), base, strict=True)]
@@ -199,7 +199,7 @@ def test_yarn_ramps_over_the_pair_index_not_the_rotation_count():
 
 @pytest.mark.parametrize("kind", ["linear", "ntk", "yarn", "yarn_paper"])
 def test_static_scalings_match_their_papers(kind):
-    pe = RoPE(D, H, scaling=kind, scale_factor=4.0, train_len=32)
+    pe = RoPE(D, H, scaling=RopeScaling(kind, factor=4.0, train_len=32 if "yarn" in kind else None))
     q, k = qk(len(POS))
     factor = (0.1 * math.log(4.0) + 1.0) ** 2 if "yarn" in kind else 1.0  # YaRN temperature 1/t
     ref = logits_ref(q, k, POS, scaled_freqs(kind, 4.0), "interleaved", factor)
@@ -208,7 +208,7 @@ def test_static_scalings_match_their_papers(kind):
 
 @pytest.mark.parametrize("length", [16, 32, 100])
 def test_dynamic_ntk_matches_reference_and_is_exact_within_train_len(length):
-    pe = RoPE(D, H, scaling="dynamic_ntk", train_len=32)
+    pe = RoPE(D, H, scaling=RopeScaling("dynamic_ntk", train_len=32))
     q, k = qk(length)
     pos = [float(p) for p in range(length)]
     ref = logits_ref(q, k, pos, scaled_freqs("dynamic_ntk", 1.0, span=length), "interleaved")
@@ -219,9 +219,9 @@ def test_dynamic_ntk_matches_reference_and_is_exact_within_train_len(length):
 
 def test_scaling_options_are_checked():
     with pytest.raises(PosencError, match="train_len"):
-        RoPE(D, H, scaling="yarn", scale_factor=2.0)
-    with pytest.raises(PosencError, match="scale_factor"):
-        RoPE(D, H, scaling="linear", scale_factor=0.5)
+        RoPE(D, H, scaling={"type": "yarn", "factor": 2.0})
+    with pytest.raises(PosencError, match="factor"):
+        RoPE(D, H, scaling={"type": "linear", "factor": 0.5})
 
 
 # ------------------------------------------------------------------------------ PeriodicRoPE
@@ -254,7 +254,7 @@ def test_periodic_rope_repeats_exactly_on_pinned_bands(periods, shift, start):
 
 def test_periodic_rope_pinned_bands_survive_scaling_and_learnable_starts_equal():
     fixed = PeriodicRoPE(D, H, periods=[3.0, 10.5])
-    scaled = PeriodicRoPE(D, H, periods=[3.0, 10.5], scaling="linear", scale_factor=4.0)
+    scaled = PeriodicRoPE(D, H, periods=[3.0, 10.5], scaling=RopeScaling("linear", factor=4.0))
     f, g = fixed.scaled_frequencies(), scaled.scaled_frequencies()
     assert torch.equal(f[fixed.pinned_index], g[scaled.pinned_index])
     assert torch.equal(PeriodicRoPE(D, H, periods=[3.0, 10.5], learnable=True).frequencies(), f)

@@ -18,7 +18,7 @@ import sys
 import torch
 
 from posenc import build_encoding
-from posenc.nn import Transformer
+from posenc.nn import AttentionSettings, Transformer
 
 SCHEMES = ("posenc.ALiBi", "posenc.T5Bias")
 SHAPES = ((8, 1024), (2, 4096), (1, 16384))  # (batch, tokens)
@@ -28,8 +28,10 @@ def time_step(scheme: str, batch: int, length: int, flex: bool) -> tuple[float, 
     """(median ms, peak MiB, whether every layer kept Flex) of a bf16 training step."""
     torch.manual_seed(0)
     pe = build_encoding({"class_path": scheme}, 128, 8).cuda().requires_grad_(False)
-    # long_threshold 0: Flex at every length; 10**9: the dense bias through SDPA at every length
-    m = Transformer(128, 8, 4, pe, causal=True, flex=flex, long_threshold=0 if flex else 10**9).cuda()
+    # long_threshold 1: Flex at every length past one key (AttentionSettings refuses 0, which this asked for
+    # before); 10**9: the dense bias through SDPA at every length
+    m = Transformer(128, 8, 4, pe, causal=True,
+                    settings=AttentionSettings(flex=flex, long_threshold=1 if flex else 10**9)).cuda()
     x = torch.randn(batch, length, 128, device="cuda")  # (B, T, C)
     pos = torch.arange(length, device="cuda")  # (T,)
 
