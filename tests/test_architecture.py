@@ -16,10 +16,10 @@ from tests.helpers import PIPELINE_STACK, readme_snippet, workdir_with_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("posenc", "datamodules", "pipelines")
-PARSERS = ("datamodules/dna/fasta.py", "datamodules/dna/genome_cache.py", "datamodules/dna/tokenize.py",
-           "datamodules/dna/windows.py", "datamodules/dna/annotation.py", "datamodules/dna/samples.py",
-           "datamodules/timeseries/parse.py", "datamodules/timeseries/windows.py",
-           "datamodules/synthetic/generators.py")
+PARSERS = ("datamodules/dna/fasta.py", "datamodules/dna/splits.py", "datamodules/dna/genome_cache.py",
+           "datamodules/dna/tokenize.py", "datamodules/dna/windows.py", "datamodules/dna/annotation.py",
+           "datamodules/dna/samples.py", "datamodules/timeseries/parse.py",
+           "datamodules/timeseries/windows.py", "datamodules/synthetic/generators.py")
 
 
 def modules() -> dict[str, Path]:
@@ -107,16 +107,17 @@ def test_layers_point_one_way_and_parsers_stay_light():
 
 
 #: Every project module's layer, lowest first (the README's "How it fits together"): the library's
-#: encodings, attention and diagnostics; parsing; shared utilities; tasks; MLflow tracking; inference
+#: encodings, attention and diagnostics; parsing; shared utilities; MLflow tracking (the store, the scrubber,
+#: resume, failures: infrastructure, knowing no task) and the trust rules; tasks; inference
 #: (resolve, load, write, register); the training command (``pipelines.cli``, below the evaluation because
 #: every sweep child trains through it); the evaluation library; the studies and benchmarks built on it;
 #: the entry-point shim and the package's public surface. A prefix owns its submodules.
 RANKS = (
     ("posenc", 0), ("posenc.nn", 1), ("posenc.diagnostics", 2), ("posenc.diagnostic_plots", 2),
     ("datamodules", 3),
-    ("pipelines.safety", 4), ("pipelines.console", 4), ("pipelines.children", 4),
-    ("pipelines.tasks", 5),
-    ("pipelines.tracking", 6),
+    ("pipelines.console", 4), ("pipelines.children", 4),
+    ("pipelines.tracking", 5), ("pipelines.safety", 5),
+    ("pipelines.tasks", 6),
     ("pipelines.inference", 7),
     ("pipelines.cli", 8),
     ("pipelines.eval", 9),

@@ -28,9 +28,9 @@ import torch
 
 from datamodules import DNADataModule, TimeSeriesDataModule
 from datamodules.dna.classify import ClassificationDataModule
-from datamodules.legacy import legacy_keys
 from pipelines import DNALanguageModel, Forecaster
 from pipelines.inference.registry import RegisterModel
+from pipelines.tasks.upgrade.legacy import legacy_keys
 from posenc import PosencError
 from tests.helpers import dm_kwargs, nest, random_bases, seasonal_frame, task, write_csv, write_fasta
 

@@ -27,10 +27,10 @@ from typing import Any
 import lightning as L
 import torch
 
-from datamodules.scrub import scrub_logged_model_tags
 from pipelines.inference.loading import META_KEY, load_model
-from pipelines.tasks.base import mlflow_loggers
 from pipelines.tracking.card import ModelCard, card_metrics, command_line, from_training, write_card
+from pipelines.tracking.scrub import scrub_logged_model_tags
+from pipelines.tracking.store import mlflow_loggers
 
 log = logging.getLogger(__name__)
 KEEP_KEYS = ("state_dict", "hyper_parameters", "posenc_task", "config_version", META_KEY, "epoch",

@@ -61,6 +61,10 @@ MOVED: tuple[tuple[str, str], ...] = (
         "report", "runs", "stats")),
     ("pipelines.ckpt_config", "pipelines.cli.ckpt_config"),
     ("pipelines.config_errors", "pipelines.cli.config_errors"),
+    # issue 55: infrastructure on its own floor
+    ("datamodules.scrub", "pipelines.tracking.scrub"),
+    ("datamodules.legacy", "pipelines.tasks.upgrade.legacy"),
+    ("pipelines.tracking.whole_window", "pipelines.tasks.dna.whole_window"),
 )
 #: classes folded into another: old class path → (the class it reads as, init args the new one does not take).
 #: ``DLinearBaselines`` trained a DLinear inside a callback; DLinear is now a run of its own
