@@ -83,7 +83,10 @@ def work(tmp_path, monkeypatch):
 def predict(*args: str) -> int:
     from pipelines.inference.predict import main
 
-    return main([*args, "--no_progress"])
+    try:
+        return main([*args, "--no_progress"])
+    except SystemExit as exc:  # a user mistake: one error line, exit status 2
+        return exc.code
 
 
 def one_error(capsys) -> str:
