@@ -296,6 +296,8 @@ def tiny_make_args(command: Command, lm: dict[str, str], n: int) -> list[str]:
     out, args = [], ""
     for arg in command.argv[2:]:
         name, sep, value = arg.removeprefix("[").removesuffix("]").partition("=")  # [OPTIONAL=…] too
+        if not sep:
+            continue  # the rest of a placeholder with a space: CKPT=<run id>
         if name == "CKPT":
             value = lm["uri"] if command.argv[1] == "predict" else lm["run"]
         elif name == "INPUT":
@@ -307,7 +309,7 @@ def tiny_make_args(command: Command, lm: dict[str, str], n: int) -> list[str]:
         elif name == "ARGS":
             args = value
             continue
-        out.append(f"{name}={value}" if sep else arg)
+        out.append(f"{name}={value}")
     if command.argv[1] == "compare":
         out.append("SEEDS=0")
         args += f" --config {lm['layer']} --factors 1 2 --out {lm['folder']}/compare{n}"
