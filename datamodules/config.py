@@ -6,7 +6,7 @@ errors naming the full key (``data.init_args.windows.lookback must be ≥ 1, got
 takes are listed on its class as ``config_groups`` ({parameter: dataclass}), and so are a model's
 (:mod:`pipelines.tasks.options`); :func:`build_groups` builds them from saved settings (mappings). The
 flat form of the same settings (before the groups) is translated where it comes in, by
-:mod:`datamodules.legacy`.
+:mod:`pipelines.tasks.upgrade.legacy`.
 """
 
 from __future__ import annotations

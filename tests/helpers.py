@@ -148,7 +148,7 @@ def nest(cls: type, settings: dict, section: str = "data") -> dict:
     """Constructor arguments of ``cls`` from flat and/or grouped settings (a test's shorthand: the flat
     keys moved into their groups as the CLI moves them, each group built over its default)."""
     from datamodules.config import build_groups
-    from datamodules.legacy import regroup
+    from pipelines.tasks.upgrade.legacy import regroup
 
     return build_groups(cls, regroup(cls, settings), section)
 

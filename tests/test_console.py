@@ -202,8 +202,11 @@ def test_ui_url_names_the_training_experiment_and_the_latest_comparison(register
         other = client.create_experiment("posenc-compare")
         parent = client.create_run(other, tags={"posenc.compare": "parent"}).info.run_id
         main(["--db", str(tmp / "mlflow.db"), "--port", "5123"])
+        exp = cli.trainer.logger.experiment_id
+        logged = client.search_logged_models(experiment_ids=[exp])
     err = capsys.readouterr().err
-    exp = cli.trainer.logger.experiment_id
+    assert [m.name for m in logged] == ["posenc_model"]  # in the run's experiment: its Models tab lists it
+    assert f"#/experiments/{exp}/models?workflowType=machine_learning" in err
     assert f"http://127.0.0.1:5123/#/experiments/{exp}/runs" in err.splitlines()[0]  # posenc, not newest
     assert f"#/experiments/{other}/runs/{parent}" in err
 

@@ -29,8 +29,12 @@ def test_cli_writes_readable_figures(tmp_path, capsys, name, expected):
 def test_cli_bad_config_is_one_line_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  init_args:\n    pe:\n      class_path: posenc.NoSuchScheme\n")
-    assert diagnose.main([str(bad), "--out", str(tmp_path / "o")]) == 2
+    with pytest.raises(SystemExit) as exc:
+        diagnose.main([str(bad), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "NoSuchScheme" in err and "\n" not in err
-    assert diagnose.main([str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")]) == 2
+    with pytest.raises(SystemExit) as exc:
+        diagnose.main([str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
     assert not (tmp_path / "o").exists()

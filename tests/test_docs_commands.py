@@ -33,7 +33,7 @@ from tests.docs_commands import (
     snippets,
 )
 from tests.docs_keys import key_problem
-from tests.helpers import ROOT, run_cli_in
+from tests.helpers import ROOT, run_cli_in, tiny_setup, workdir_with_store, write_fasta
 
 
 def documented(pages: list[Path]) -> tuple[list, list[Command]]:
@@ -232,3 +232,130 @@ def test_documented_training_commands_run_at_tiny_size(tmp_path: Path):
             failed.append(f"{where}: {' '.join(argv)}: exit {code}")
     print("skipped:", *skipped, sep="\n  ")
     assert not failed
+
+
+# ------------------------------------------------------- make predict, evaluate and compare at tiny size
+#: a layer after a documented DNA LM config: the tiny model, data and training of the fixture below
+TINY_LAYER = """\
+trainer: {max_epochs: 1, max_steps: 2, limit_val_batches: 2}
+model: {init_args: {net: {d_model: 16, n_heads: 2, n_layers: 1}}}
+data:
+  init_args:
+    genome: {fasta: g.fa}
+    windows: {seq_len: 32, eval_lengths: [32, 64], eval_tokens: 256}
+    loader: {batch_size: 8, samples_per_epoch: 16}
+"""
+RUNS_ON_THE_LM = {"predict": "models:/DNALanguageModel-", "evaluate": "", "compare": "configs/compare_dna_lm"}
+NEEDS = {"predict": ("CKPT", "INPUT", "OUTPUT"), "evaluate": ("CKPT",), "compare": ("CONFIG", "SCHEMES")}
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory) -> dict[str, str]:
+    """A tiny DNA LM trained and registered once in a store of its own: the folder, its run id and
+    registered model URI, the FASTA it read and the layer that makes a documented config tiny."""
+    folder = tmp_path_factory.mktemp("documented")
+    tiny_setup(folder)
+    write_fasta(folder / "g.fa", n=24_000)  # test region long enough for the documented 64× lengths
+    (folder / "layer.yaml").write_text(TINY_LAYER)
+    code, cli = run_cli_in(folder, ["fit", "--config", "tiny.yaml", "--register.register=true",
+                                    "--trainer.max_epochs=1", "--progress=false"])
+    assert code == 0
+    register = next(c for c in cli.trainer.callbacks if type(c).__name__ == "RegisterModel")
+    return {"folder": str(folder), "run": cli.trainer.logger.run_id, "uri": register.model_uri,
+            "fasta": str(folder / "g.fa"), "layer": str(folder / "layer.yaml")}
+
+
+def documented_uses() -> list[tuple[Command, str | None]]:
+    """Each distinct documented ``make predict|evaluate|compare`` command, with why it cannot run on the
+    tiny DNA LM here (``None``: it can)."""
+    _, found = documented(doc_pages())
+    out, seen = [], set()
+    for command in found:
+        target = command.argv[1] if command.argv[0] == "make" else None
+        if target not in RUNS_ON_THE_LM or command.reference or command.argv in seen:
+            continue
+        seen.add(command.argv)
+        text = " ".join(command.argv)
+        given = {a.partition("=")[0] for a in command.argv[2:] if "=" in a and "…" not in a.partition("=")[2]}
+        why = None
+        if missing := sorted(set(NEEDS[target]) - given - {"CKPT"}) or ("CKPT" in NEEDS[target]
+                                                                      and "CKPT=" not in text):
+            why = f"a fragment of a command (no {missing if isinstance(missing, list) else 'CKPT'})"
+        elif "TRACKING_URI=" in text:
+            why = "a tracking server elsewhere (tests/test_server.py)"
+        elif "ddp.yaml" in text:
+            why = "several processes (tests/test_ddp.py)"
+        elif RUNS_ON_THE_LM[target] not in text:
+            why = "another task's model (tests/test_predict.py runs each task's predictor)"
+        out.append((command, why))
+    return out
+
+
+def tiny_make_args(command: Command, lm: dict[str, str], n: int) -> list[str]:
+    """The documented make command's variables with its placeholders given the tiny model's values."""
+    out, args = [], ""
+    for arg in command.argv[2:]:
+        name, sep, value = arg.removeprefix("[").removesuffix("]").partition("=")  # [OPTIONAL=…] too
+        if not sep:
+            continue  # the rest of a placeholder with a space: CKPT=<run id>
+        if name == "CKPT":
+            value = lm["uri"] if command.argv[1] == "predict" else lm["run"]
+        elif name == "INPUT":
+            value = lm["fasta"]
+        elif name == "OUTPUT":
+            value = str(Path(lm["folder"]) / f"out{n}{''.join(Path(value).suffixes) or '.tsv'}")
+        elif name == "CONFIG" and command.argv[1] == "evaluate":
+            continue  # a template's [CONFIG=…]: the run's own config is the documented default
+        elif name == "ARGS":
+            args = value
+            continue
+        out.append(f"{name}={value}")
+    if command.argv[1] == "compare":
+        out.append("SEEDS=0")
+        args += f" --config {lm['layer']} --factors 1 2 --out {lm['folder']}/compare{n}"
+    return [*out, *([f"ARGS={args.strip()}"] if args.strip() else [])]
+
+
+def run_documented(argv: tuple[str, ...], folder: Path) -> int:
+    """``python -m <module> …`` run in-process in ``folder`` (its store); its exit status."""
+    saved = sys.argv, list(sys.path)
+    with workdir_with_store(folder), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module was imported before
+        sys.argv = [argv[2], *argv[3:]]
+        try:
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        finally:
+            sys.argv, sys.path[:] = saved[0], saved[1]
+    return 0
+
+
+def run_uses(lm: dict[str, str], pages: set[str]) -> list[str]:
+    """Run the documented uses shown on ``pages`` (README.md, docs/x.md) at tiny size; what failed."""
+    failed = []
+    for n, (command, why) in enumerate(documented_uses()):
+        if why or str(command.snippet.page.relative_to(ROOT)) not in pages:
+            continue
+        tiny = Command(command.snippet, ("make", command.argv[1], *tiny_make_args(command, lm, n)), False)
+        code, lines = make_commands(tiny)
+        assert code == 0 and len(lines) == 1, (command.snippet.where, code, lines)
+        if (status := run_documented(lines[0], Path(lm["folder"]))) != 0:
+            failed.append(f"{command.snippet.where}: {' '.join(command.argv)}: exit {status}")
+    return failed
+
+
+def test_the_readme_predict_evaluate_and_compare_run_at_tiny_size(tiny_lm):
+    """README.md's ``make predict``, ``make evaluate`` and ``make compare``, run as ``make -n`` says on
+    a tiny DNA LM (its registered model, its run, the compared config made tiny by one more layer)."""
+    assert {c.argv[1] for c, why in documented_uses() if c.snippet.page.name == "README.md" and not why} \
+        == {"predict", "evaluate", "compare"}
+    assert run_uses(tiny_lm, {"README.md"}) == []
+
+
+@pytest.mark.slow
+def test_every_documented_predict_evaluate_and_compare_runs_at_tiny_size(tiny_lm):
+    pages = {str(p.relative_to(ROOT)) for p in doc_pages()} - {"README.md"}
+    skipped = [f"{c.snippet.where}: {why}" for c, why in documented_uses() if why]
+    print("skipped:", *skipped, sep="\n  ")
+    assert run_uses(tiny_lm, pages) == []

@@ -83,8 +83,9 @@ def test_the_claims_dna_lm_scores_at_least_a_megabase_of_its_test_region():
     datamodule cuts it, holds at least 1,000,000 scored bases."""
     import gzip
 
-    from datamodules.dna.fasta import EncodeReport, Genome, split_regions
+    from datamodules.dna.fasta import EncodeReport, Genome
     from datamodules.dna.genome_cache import default_genome
+    from datamodules.dna.splits import split_regions
     from datamodules.dna.windows import aligned_slots
 
     cfg = yaml.safe_load((ROOT / "configs/experiments/tasks/dna_lm.yaml").read_text())["data"]["init_args"]

@@ -19,11 +19,11 @@ import pandas as pd
 import pytest
 import torch
 
-from datamodules.legacy import MOVED, moved, translate_cli
 from pipelines import DNALanguageModel, load_model
 from pipelines.inference.loading import read_checkpoint
 from pipelines.tasks.base import CONFIG_VERSION
 from pipelines.tasks.options import Net
+from pipelines.tasks.upgrade.legacy import MOVED, moved, translate_cli
 from posenc import PosencError
 from tests.helpers import write_fasta
 
@@ -123,8 +123,8 @@ def test_flat_checkpoint_predicts_and_rebuilds_its_datamodule_as_before():
 def test_flat_config_and_flat_overrides_reach_the_groups(tmp_path):
     """The flat config of that commit (model and data flat) and flat ``--data.init_args.*`` / ``--data.*``
     / ``--model.*`` overrides still parse; each setting lands in its group, an override beating the config."""
-    from datamodules.legacy import translate_args
     from pipelines.cli import make_cli
+    from pipelines.tasks.upgrade.legacy import translate_args
     from tests.helpers import workdir_with_store
 
     shutil.copy(FLAT / "series.csv", tmp_path)
@@ -277,7 +277,7 @@ def test_a_config_naming_the_retired_dlinear_baselines_parses_as_forecast_baseli
 def test_weight_renames_of_before_touch_forecasters_only():
     """Step 3 → 4 renames a forecaster's ``head.weight`` of before; a DNA LM's ``head.weight`` is its
     own output layer today and stays."""
-    from pipelines.tasks.upgrade import upgrade_checkpoint
+    from pipelines.tasks.upgrade.checkpoint import upgrade_checkpoint
 
     w = torch.zeros(2, 2)
     lm = {"state_dict": {"head.weight": w}, "posenc_task": "dna_lm", "config_version": 3}

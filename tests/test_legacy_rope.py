@@ -9,11 +9,11 @@ import pytest
 import torch
 import yaml
 
-from datamodules.legacy import translate_cli
-from datamodules.legacy_rope import scaling_args, upgrade_rope_specs
 from pipelines import DNALanguageModel, load_model
 from pipelines.inference.loading import read_checkpoint
 from pipelines.tasks.options import Net
+from pipelines.tasks.upgrade.legacy import translate_cli
+from pipelines.tasks.upgrade.legacy_rope import scaling_args, upgrade_rope_specs
 from posenc import PeriodicRoPE, PosencError, RoPE, RopeScaling, build_encoding
 from posenc.rope_scaling import as_scaling
 from tests.helpers import run_cli_in, tiny_setup, write_fasta

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from datamodules.legacy import legacy_keys
 from pipelines.tasks.base import CONFIG_VERSION
 from pipelines.tasks.forecast.linear import DLinearForecaster
 from pipelines.tasks.forecast.model import Forecaster
 from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
+from pipelines.tasks.upgrade.legacy import legacy_keys
 from posenc import PosencError
 from tests.helpers import ROOT, run_cli_in, task, tiny_setup
 

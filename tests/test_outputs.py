@@ -28,9 +28,9 @@ import torch
 
 from datamodules import DNADataModule, TimeSeriesDataModule
 from datamodules.dna.classify import ClassificationDataModule
-from datamodules.legacy import legacy_keys
 from pipelines import DNALanguageModel, Forecaster
 from pipelines.inference.registry import RegisterModel
+from pipelines.tasks.upgrade.legacy import legacy_keys
 from posenc import PosencError
 from tests.helpers import dm_kwargs, nest, random_bases, seasonal_frame, task, write_csv, write_fasta
 
@@ -83,7 +83,10 @@ def work(tmp_path, monkeypatch):
 def predict(*args: str) -> int:
     from pipelines.inference.predict import main
 
-    return main([*args, "--no_progress"])
+    try:
+        return main([*args, "--no_progress"])
+    except SystemExit as exc:  # a user mistake: one error line, exit status 2
+        return exc.code
 
 
 def one_error(capsys) -> str:

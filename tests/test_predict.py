@@ -44,7 +44,10 @@ def predict_cli(tmp: Path, *args: str) -> int:
     from pipelines.inference.predict import main
 
     with workdir_with_store(tmp):
-        return main([*args, "--no_progress"])
+        try:
+            return main([*args, "--no_progress"])
+        except SystemExit as exc:  # a user mistake: one error line, exit status 2
+            return exc.code
 
 
 def sources(tmp: Path, cli) -> list[str]:

@@ -1,5 +1,5 @@
-"""Typed, grouped settings: the flat → group table of the datamodules (datamodules.legacy), and the
-model's ``attention`` group (kernels, ``compile``) reachable from a config and in effect."""
+"""Typed, grouped settings: the flat → group table of the datamodules (pipelines.tasks.upgrade.legacy), and
+the model's ``attention`` group (kernels, ``compile``) reachable from a config and in effect."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import fields
 import pytest
 import torch
 
-from datamodules.legacy import legacy_keys, translate_args
 from datamodules.timeseries.config import Seasonality, Windows
 from datamodules.timeseries.datamodule import TimeSeriesDataModule
+from pipelines.tasks.upgrade.legacy import legacy_keys, translate_args
 from posenc import PosencError
 from posenc.nn import AttentionSettings
 from posenc.nn.attention import AttentionCall, route

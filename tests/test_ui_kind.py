@@ -43,5 +43,11 @@ def test_ui_url_opens_the_runs_table_in_the_training_view(tmp_path: Path, capsys
     exp = client.create_experiment("posenc")
     client.create_run(exp)
     main(["--db", str(tmp_path / "mlflow.db"), "--port", "5123"])
-    first = capsys.readouterr().err.splitlines()[0]
-    assert first.endswith(f"http://127.0.0.1:5123/#/experiments/{exp}/runs?workflowType=machine_learning")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith(f"http://127.0.0.1:5123/#/experiments/{exp}/runs?workflowType=machine_learning")
+    # every link inside an experiment, in the training view: the registry's own page (#/models) drops the
+    # view and opens in the GenAI one with a pop-up (docs/ui.md)
+    links = [word for line in lines for word in line.split() if word.startswith("http://")]
+    training = "?workflowType=machine_learning"
+    assert len(links) == 2 and all(f"/#/experiments/{exp}/" in ln and ln.endswith(training) for ln in links)
+    assert links[1] == f"http://127.0.0.1:5123/#/experiments/{exp}/models?workflowType=machine_learning"

@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader
 from datamodules.config import Loader
 from datamodules.dna.annotation import call_genes
 from datamodules.dna.config import CropWindows, GenomeFile, LabelledSamples
-from datamodules.dna.fasta import split_regions
 from datamodules.dna.genome import report_genome
 from datamodules.dna.genome_cache import cached_json, default_genome, load_genome
 from datamodules.dna.samples import (
@@ -27,6 +26,7 @@ from datamodules.dna.samples import (
     samples_from_labels,
     split_samples,
 )
+from datamodules.dna.splits import split_regions
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.paths import resolve_path
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard

@@ -12,9 +12,10 @@ from torch.utils.data import DataLoader
 
 from datamodules.config import Loader
 from datamodules.dna.config import GenomeFile, GenomeWindows, Regions
-from datamodules.dna.fasta import Genome, split_regions
-from datamodules.dna.fasta import split_records as split_whole_records
+from datamodules.dna.fasta import Genome
 from datamodules.dna.genome_cache import default_genome, load_genome
+from datamodules.dna.splits import split_records as split_whole_records
+from datamodules.dna.splits import split_regions
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.dna.windows import (
     RandomWindows,

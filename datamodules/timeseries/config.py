@@ -13,7 +13,7 @@ In a config they sit under ``data.init_args`` (with the shared ``loader`` group 
         loader: {batch_size: 64, samples_per_epoch: 8192}
 
 Every field keeps the name it had as a flat argument (``data.init_args.lookback`` is now
-``data.init_args.windows.lookback``), so :mod:`datamodules.legacy` translates old configs by name.
+``data.init_args.windows.lookback``), so :mod:`pipelines.tasks.upgrade.legacy` translates old configs by name.
 """
 
 from __future__ import annotations

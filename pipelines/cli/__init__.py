@@ -20,9 +20,7 @@ import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from datamodules.config import as_mapping
-from datamodules.legacy import SAFE_LOADER, translate_cli
 from datamodules.progress import interactive, progress_enabled
-from datamodules.scrub import scrub_logged_params
 from pipelines.children import die_with_parent
 from pipelines.cli.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.cli.config_errors import user_error
@@ -36,9 +34,10 @@ from pipelines.safety import (
     local_checkpoint_path,
     unsafe_checkpoint,
 )
-from pipelines.tasks.base import TaskModule, mlflow_loggers
+from pipelines.tasks.base import TaskModule
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tasks.resources import check_fit
+from pipelines.tasks.upgrade.legacy import SAFE_LOADER, translate_cli
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
     FailedRunGuard,
@@ -51,15 +50,16 @@ from pipelines.tracking.failure import (
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
 from pipelines.tracking.runlock import release_all as release_run_locks
+from pipelines.tracking.scrub import scrub_logged_params
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_args,
     mlflow_logger_defaults,
+    mlflow_loggers,
     new_store_lock,
     run_summary,
 )
 from pipelines.tracking.system_metrics import GpuSystemMetrics
-from pipelines.tracking.whole_window import log_run_lengths
 from posenc import PosencError
 
 
@@ -151,9 +151,10 @@ class PosencCLI(LightningCLI):
             del self.subcommands
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse, after replacing the old spellings (:func:`datamodules.legacy.translate_cli`): class
-        paths of moved modules, and flat datamodule and model settings (``--data.init_args.lookback=48``,
-        ``--model.init_args.d_model=64``, a config whose ``init_args`` are flat) moved into their groups."""
+        """Parse, after replacing the old spellings (:func:`~pipelines.tasks.upgrade.legacy.translate_cli`):
+        class paths of moved modules, and flat datamodule and model settings
+        (``--data.init_args.lookback=48``, ``--model.init_args.d_model=64``, a config whose ``init_args``
+        are flat) moved into their groups."""
         if args is None:
             sys.argv[1:] = translate_cli(sys.argv[1:], model_class)
         elif isinstance(args, list | tuple):
@@ -267,19 +268,7 @@ class PosencCLI(LightningCLI):
         for logger in mlflow_loggers(trainer) if trainer.is_global_zero else []:  # DDP: the run is rank 0's
             if register is not None:
                 update_card(register, logger.experiment)  # the card shows the test metrics too
-            self._print_lengths(logger)  # before the summary, which ends with where to see the run
             print(run_summary(logger, model_uri=getattr(register, "model_uri", None)), file=sys.stderr)
-
-    def _print_lengths(self, logger: Any) -> None:
-        """The causal LM's whole-window table (and figure artifact) when the test pass logged one."""
-
-        train_length = getattr(self.datamodule, "seq_len", None)
-        window = getattr(getattr(self.model, "backbone", None), "window", None)
-        if not train_length:
-            return
-        table = log_run_lengths(logger.experiment, logger.run_id, train_length, window)
-        if table:
-            print(table, file=sys.stderr)
 
     def _register_callback(self) -> RegisterModel | None:
         return next((c for c in self.trainer.callbacks if isinstance(c, RegisterModel)), None)

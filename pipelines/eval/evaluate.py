@@ -30,8 +30,6 @@ import torch
 import yaml
 
 from datamodules.config import build_groups
-from datamodules.legacy import moved, regroup
-from datamodules.scrub import scrub_text
 from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.extrapolation import ROPE_VARIANTS, Extrapolation, evaluate
 from pipelines.eval.lengths import DEFAULT_FACTORS, check_factors, check_lengths
@@ -40,8 +38,9 @@ from pipelines.eval.splits import SPLITS, init_args
 from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
-from pipelines.tasks.base import mlflow_loggers
-from pipelines.tracking.store import experiment_id, tracking_uri
+from pipelines.tasks.upgrade.legacy import moved, regroup
+from pipelines.tracking.scrub import scrub_text
+from pipelines.tracking.store import experiment_id, mlflow_loggers, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError
 from posenc.registry import import_class

@@ -42,8 +42,7 @@ from datamodules.config import group_of
 from pipelines.cli import main as cli_main
 from pipelines.eval.evaluate import ExtrapolationEval, _merge, load_config
 from pipelines.eval.sweep_child import launches_processes, run_in_subprocess
-from pipelines.tasks.base import mlflow_loggers
-from pipelines.tracking.store import tracking_uri
+from pipelines.tracking.store import mlflow_loggers, tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class
 

@@ -24,7 +24,7 @@ import torch
 from pipelines.children import child_environment, die_with_parent_from_env, terminate
 from pipelines.cli import main as cli_main
 from pipelines.eval.evaluate import ExtrapolationEval
-from pipelines.tasks.base import mlflow_loggers
+from pipelines.tracking.store import mlflow_loggers
 
 
 def _devices(value: Any) -> int | None:

@@ -22,7 +22,7 @@ from pipelines.safety import weights_only_reason
 from pipelines.tasks import task_class
 from pipelines.tasks.base import check_task
 from pipelines.tasks.resources import check_checkpoint
-from pipelines.tasks.upgrade import upgrade_checkpoint
+from pipelines.tasks.upgrade.checkpoint import upgrade_checkpoint
 from posenc import PosencError
 
 META_KEY = "posenc_inference"  # checkpoint entry written by pipelines.inference.registry.RegisterModel
@@ -30,7 +30,7 @@ META_KEY = "posenc_inference"  # checkpoint entry written by pipelines.inference
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """``torch.load(weights_only=True)`` with one-line errors for missing or damaged files, upgraded to
-    the current spelling (:func:`~pipelines.tasks.upgrade.upgrade_checkpoint`)."""
+    the current spelling (:func:`~pipelines.tasks.upgrade.checkpoint.upgrade_checkpoint`)."""
     path = Path(path)
     if not path.is_file():
         raise PosencError(f"{path}: checkpoint file not found")

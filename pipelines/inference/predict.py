@@ -32,7 +32,7 @@ import pandas as pd
 from datamodules.dna.annotation import label_intervals
 from datamodules.dna.fasta import EncodeReport, iter_records
 from datamodules.progress import progress_bar
-from pipelines.console import add_console_args, configure
+from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.inference.loading import load_model
 from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
@@ -181,19 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     configure(args.verbose, args.progress and not args.no_progress)
     before, warnings.formatwarning = warnings.formatwarning, lambda message, *a, **k: f"warning: {message}\n"
     try:
-        check_options(args)
-        apply_trust_args(args)
-        if not Path(args.input).is_file():
-            raise PosencError(f"{args.input}: input file not found")
+        with user_errors_exit():
+            check_options(args)
+            apply_trust_args(args)
+            if not Path(args.input).is_file():
+                raise PosencError(f"{args.input}: input file not found")
 
-        with stop_on_sigterm():
-            out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
-            model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
-            run = predict_table if model.predict_input == "table" else predict_dna
-            print(run(model, args, out), file=sys.stderr)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+            with stop_on_sigterm():
+                out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
+                model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
+                run = predict_table if model.predict_input == "table" else predict_dna
+                print(run(model, args, out), file=sys.stderr)
     finally:
         warnings.formatwarning = before
     return 0

@@ -17,6 +17,7 @@ trained model registered in MLflow so ``models:/<name>/<version>`` loads it.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 import types
@@ -27,10 +28,10 @@ from typing import Any
 import lightning as L
 import torch
 
-from datamodules.scrub import scrub_logged_model_tags
 from pipelines.inference.loading import META_KEY, load_model
-from pipelines.tasks.base import mlflow_loggers
 from pipelines.tracking.card import ModelCard, card_metrics, command_line, from_training, write_card
+from pipelines.tracking.scrub import scrub_logged_model_tags
+from pipelines.tracking.store import mlflow_loggers
 
 log = logging.getLogger(__name__)
 KEEP_KEYS = ("state_dict", "hyper_parameters", "posenc_task", "config_version", META_KEY, "epoch",
@@ -90,12 +91,23 @@ def log_pyfunc(ckpt: Path, run_id: str, tracking_uri: str, example: Any, output:
     # lazy: MLflow's model-from-code file, named only when logging a model
     import pipelines.inference.pyfunc as code
 
-    with _use_tracking_uri(tracking_uri):
-        info = Model.log(None, portable_pyfunc(), name="posenc_model", python_model=code.__file__,
-                         artifacts={"checkpoint": str(ckpt)}, signature=signature_for(example, output),
-                         input_example=example, pip_requirements=pip_requirements(), run_id=run_id)
-        if getattr(info, "model_id", None):
-            scrub_logged_model_tags(mlflow.MlflowClient(tracking_uri), info.model_id)
+    client = mlflow.MlflowClient(tracking_uri)
+    # MLflow files a logged model under the active (else the default) experiment, not its run's: the
+    # run's own, so the experiment's Models tab lists it (the link `make ui` prints)
+    saved = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    os.environ["MLFLOW_EXPERIMENT_ID"] = client.get_run(run_id).info.experiment_id
+    try:
+        with _use_tracking_uri(tracking_uri):
+            info = Model.log(None, portable_pyfunc(), name="posenc_model", python_model=code.__file__,
+                             artifacts={"checkpoint": str(ckpt)}, signature=signature_for(example, output),
+                             input_example=example, pip_requirements=pip_requirements(), run_id=run_id)
+    finally:
+        if saved is None:
+            del os.environ["MLFLOW_EXPERIMENT_ID"]
+        else:
+            os.environ["MLFLOW_EXPERIMENT_ID"] = saved
+    if getattr(info, "model_id", None):
+        scrub_logged_model_tags(client, info.model_id)
     return info
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from pipelines.console import user_errors_exit
 from posenc import PosencError, PositionalEncoding, build_encoding, diagnostic_plots
 
 
@@ -51,12 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--length", type=int, default=512, help="positions shown (default 512)")
     ap.add_argument("--train_len", type=int, default=128, help="training length marked on plots")
     args = ap.parse_args(argv)
-    try:
+    with user_errors_exit():
         pe = load_scheme(args.config, args.d_model, args.n_heads).eval()
         written = diagnostic_plots.write_all(pe, Path(args.out), args.length, args.train_len)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     if not written:
         print(f"{type(pe).__name__}: no position features or bias to plot (no positional encoding)",
               file=sys.stderr)

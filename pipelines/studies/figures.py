@@ -37,15 +37,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipelines.console import add_console_args, configure
+from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.evaluate import build_from_checkpoint, load_config
 from pipelines.eval.evaluate import run as evaluate
 from pipelines.inference.loading import read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.studies.diagnose import load_scheme
+from pipelines.tasks.dna.whole_window import length_figure, read_lengths, run_curves
 from pipelines.tracking.store import tracking_uri
-from pipelines.tracking.whole_window import length_figure, read_lengths, run_curves
-from posenc import PosencError, diagnostic_plots
+from posenc import diagnostic_plots
 from posenc.diagnostic_plots import attention_distance_figure
 
 SIZE, DPI, MAX_WIDTH = (6.4, 3.6), 100, 800  # our figures 640×360 px; copied ones scaled to ≤ 800 px
@@ -132,7 +132,7 @@ def extrapolation(run: Any, factors: Sequence[float], title: str, path: Path) ->
 
 def whole_windows(run: Any, path: Path) -> Path | None:
     """The run's logged whole-window scores per length beside the chain on the same windows
-    (:func:`pipelines.tracking.whole_window.length_figure`); ``None`` if it logged none (an older run)."""
+    (:func:`pipelines.tasks.dna.whole_window.length_figure`); ``None`` if it logged none (an older run)."""
 
     table = read_lengths(run.data.metrics, int(run.data.params.get("seq_len") or 0))
     if table is None:
@@ -217,11 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_console_args(ap)
     args = ap.parse_args(argv)
     configure(args.verbose, args.progress)
-    try:
+    with user_errors_exit():
         written = make_all(Path(args.out))
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     for path in written:
         print(path)
     return 0

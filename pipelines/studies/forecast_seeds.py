@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.console import user_errors_exit
 from pipelines.eval.evaluate import load_config
 from pipelines.eval.statistics import estimate
 from pipelines.eval.sweep import config_key, read_layers, train_run
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default="posenc-forecast-seeds", help="MLflow experiment")
     parser.add_argument("--retrain", action="store_true", help="train every seed, reusing no finished run")
     args = parser.parse_args(own)
-    try:
+    with user_errors_exit():
         if not args.runs and not args.config:
             raise PosencError("give --config (to train) or --runs (to read finished runs)")
         if args.runs:
@@ -155,9 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         _client().log_text(parent, text, "seeds.md")
         _client().set_terminated(parent, "FINISHED")
         print(f"{text}\n\nMLflow parent run {parent} (experiment {args.experiment})")
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     return 0
 
 

@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.console import user_errors_exit
 from pipelines.eval.statistics import estimate
 from pipelines.studies.forecast_seeds import SeedRun, _client, decimals, split_passthrough, train_seeds
 from pipelines.studies.tables import md_table
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="name=path:time_col:target (repeatable)")
     parser.add_argument("--only", nargs="+", help="run only these series names")
     args = parser.parse_args(own)
-    try:
+    with user_errors_exit():
         todo = [*shipped(args.etth1), *(write_heldout(args.heldout) if args.heldout else []),
                 *map(parse_series, args.series)]
         todo = [s for s in todo if not args.only or s.name in args.only]
@@ -153,9 +154,6 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row(series.name, run_series(series, args.seeds, extra)))
             print(table(rows[-1:]), flush=True)
         print(table(rows))
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     return 0 if all(r["worst"] <= TARGET_RATIO for r in rows) else 1
 
 

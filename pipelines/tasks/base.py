@@ -24,12 +24,11 @@ from typing import Any, ClassVar, Literal
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.loggers import MLFlowLogger
 from torch import Tensor
 
 from datamodules.config import as_group
-from datamodules.scrub import scrub_checkpoint
 from pipelines.tasks.options import TASK_GROUPS, Net, Optim
+from pipelines.tracking.scrub import scrub_checkpoint
 from posenc import PosencError, PositionalEncoding, build_encoding
 from posenc.nn import AttentionSettings, Transformer
 from posenc.registry import EncodingFactory
@@ -130,7 +129,7 @@ class TaskModule(L.LightningModule):
 
     Each group is given as its dataclass, or as a mapping over its defaults (saved hyperparameters).
     Flat keys of before the groups are translated where settings come in (configs, checkpoints), not
-    here: see :mod:`datamodules.legacy`.
+    here: see :mod:`pipelines.tasks.upgrade.legacy`.
     """
 
     task_name: ClassVar[str] = ""
@@ -242,11 +241,6 @@ class TaskModule(L.LightningModule):
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-
-def mlflow_loggers(trainer: Any) -> list[MLFlowLogger]:
-    """The trainer's MLflow loggers (where a run's tags and artifacts go), on every rank."""
-    return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
 
 
 def log_by_length(logger: Any, results: dict[int, dict[str, float]], undefined: Collection[int],

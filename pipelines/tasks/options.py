@@ -8,7 +8,7 @@ Settings a datamodule links to the model (``vocab_size``, ``lookback``, ``horizo
 
 Each field keeps the name it had as a flat argument, so flat configs, flat overrides
 (``--model.init_args.d_model=64``) and checkpoints with flat hyperparameters keep working: the command
-line and config files are translated before parsing (:func:`datamodules.legacy.translate_cli`),
+line and config files are translated before parsing (:func:`pipelines.tasks.upgrade.legacy.translate_cli`),
 checkpoints when read (:mod:`pipelines.tasks.upgrade`). A model itself takes the groups only.
 
 ``attention`` changes how, not what, the model computes, so it is not part of a checkpoint's identity:

@@ -25,8 +25,7 @@ from contextlib import contextmanager
 import lightning as L
 import torch
 
-from pipelines.tasks.base import mlflow_loggers
-from pipelines.tracking.store import tracking_uri
+from pipelines.tracking.store import mlflow_loggers, tracking_uri
 from posenc import PosencError
 
 log = logging.getLogger(__name__)

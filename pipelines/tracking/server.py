@@ -26,7 +26,8 @@ import stat
 import sys
 from pathlib import Path
 
-from datamodules.scrub import scrub_text
+from pipelines.console import user_errors_exit
+from pipelines.tracking.scrub import scrub_text
 from posenc import PosencError
 
 ADMIN_USER, ADMIN_PASSWORD = "MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"
@@ -165,13 +166,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Start the server (this process becomes ``mlflow server``); a mistake is one ``error:`` line, exit 2."""
     args = parse_args(argv)
-    try:
+    with user_errors_exit():
         if args.port <= 0 or args.workers <= 0:
             raise PosencError(f"--port and --workers must be positive (got {args.port}, {args.workers})")
         command, env, summary = plan(args, dict(os.environ))
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     print(summary, file=sys.stderr, flush=True)
     os.execve(command[0], command, env)
     return 0  # not reached

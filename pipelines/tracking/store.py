@@ -13,7 +13,7 @@ from typing import Any
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
-from datamodules.scrub import scrub_run_tags, scrub_text
+from pipelines.tracking.scrub import scrub_run_tags, scrub_text
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 # MLflow 3's UI reads an experiment's kind from this tag (the value its own "Machine learning" switch
@@ -39,6 +39,11 @@ def mlflow_logger_defaults(experiment: str = "posenc") -> dict[str, Any]:
     }
 
 
+def mlflow_loggers(trainer: Any) -> list[MLFlowLogger]:
+    """The trainer's MLflow loggers (where a run's tags and artifacts go), on every rank."""
+    return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
+
+
 def mlflow_logger_args(cfg: Any) -> Any | None:
     """The ``init_args`` of a parsed config's trainer logger when it is an ``MLFlowLogger`` (``None``:
     the run logs elsewhere, or nowhere)."""
@@ -58,8 +63,6 @@ class LogConfigToMLflow(SaveConfigCallback):
         self.already_saved = True
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
-        from pipelines.tasks.base import mlflow_loggers  # lazy: the store module stays light (server checks)
-
         # the parsed config (validated when it was parsed: the same text, without a second validation)
         text = scrub_text(self.parser.dump(self.config, skip_none=False, skip_validation=True))
         for logger in mlflow_loggers(trainer):

@@ -12,7 +12,7 @@ import logging
 
 from lightning.pytorch.callbacks import Callback
 
-from pipelines.tasks.base import mlflow_loggers
+from pipelines.tracking.store import mlflow_loggers
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,13 @@ COMPARE_TAG = "posenc.compare"
 TRAINING_VIEW = "workflowType=machine_learning"
 
 
-def run_url(experiment_id: str, run_id: str | None = None, base: str = DEFAULT_BASE) -> str:
-    """The UI address of an experiment's runs table, or of one run, in MLflow's model-training view."""
-    page = f"runs/{run_id}" if run_id else "runs"
+def run_url(experiment_id: str, run_id: str | None = None, base: str = DEFAULT_BASE,
+            page: str = "runs") -> str:
+    """The UI address of an experiment's runs table (``page="models"``: its models, each with its registered
+    versions), or of one run, in MLflow's model-training view. The registry's own page (``#/models``) is
+    no address for that: it drops the view from the address, opens in the GenAI view and greets with a
+    "new model registry UI" pop-up (MLflow 3.17, checked in headless Chromium: docs/ui.md)."""
+    page = f"runs/{run_id}" if run_id else page
     return f"{base}/#/experiments/{experiment_id}/{page}?{TRAINING_VIEW}"
 
 
@@ -68,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     comparison = newest_comparison(db)
     if comparison is not None:
         print(f"  latest comparison (make compare): {run_url(*comparison, base=base)}", file=sys.stderr)
-    print(f"  registered models and their cards: {base}/#/models?{TRAINING_VIEW}", file=sys.stderr)
+    models = run_url(exp, base=base, page="models")
+    print(f"  models and their registered versions: {models}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from datamodules import DNADataModule
-from pipelines.tracking.whole_window import (
+from pipelines.tasks.dna.whole_window import (
     FIGURE,
     format_lengths,
     length_figure,

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datamodules.dna.fasta import N_CODE, Genome, read_fasta, split_records, split_regions
+from datamodules.dna.fasta import N_CODE, Genome, read_fasta
+from datamodules.dna.splits import split_records, split_regions
 from datamodules.dna.windows import RandomWindows, TiledWindows
 from posenc import PosencError
 from tests.helpers import random_bases, write_fasta

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.dna.fasta import split_regions
 from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load_genome
+from datamodules.dna.splits import split_regions
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.memo import memo_item
 from datamodules.paths import resolve_path

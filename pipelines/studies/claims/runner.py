@@ -34,7 +34,6 @@ from typing import Any
 import torch
 import yaml
 
-from datamodules.scrub import scrub_text
 from pipelines.children import MAX_JOBS, default_jobs
 from pipelines.console import user_errors_exit
 from pipelines.studies.claims.base import ClaimResult, Experiment
@@ -50,6 +49,7 @@ from pipelines.studies.claims.report import (
     summary_table,
 )
 from pipelines.tracking.failure import Terminated, stop_on_sigterm
+from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class

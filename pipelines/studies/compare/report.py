@@ -15,7 +15,7 @@ from pipelines.eval.statistics import Estimate, min_effect
 from pipelines.studies.compare.stats import NOPE, Comparison, Row
 from pipelines.studies.tables import md_lines
 from pipelines.studies.verdicts import POWER_MIN, PairedStat, Retained
-from pipelines.tracking.whole_window import length_figure
+from pipelines.tasks.dna.whole_window import length_figure
 
 
 def decimals(cmp: Comparison) -> int:
@@ -283,7 +283,8 @@ def figure(cmp: Comparison):
 
 def whole_window_figure(cmp: Comparison, path: Path) -> Path:
     """Bits/base against whole-window length, every scheme (and RoPE variant) with its band over
-    seeds and the chain on the same windows dashed (:func:`pipelines.tracking.whole_window.length_figure`)."""
+    seeds and the chain on the same windows dashed
+    (:func:`pipelines.tasks.dna.whole_window.length_figure`)."""
 
     def points(est: dict[int, Estimate | None]) -> dict[int, tuple[float, float, float]]:
         return {n: (e.mean, e.lo if e.n > 1 else e.mean, e.hi if e.n > 1 else e.mean)

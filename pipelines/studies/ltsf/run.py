@@ -45,7 +45,7 @@ import torch
 
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
 from pipelines.children import MAX_JOBS, stop_pool, worker_pool
-from pipelines.console import configure
+from pipelines.console import configure, user_errors_exit
 from pipelines.studies.compare.run import scheme_file
 from pipelines.studies.ltsf import models as ltsf_models
 from pipelines.studies.ltsf import stats as ltsf_stats
@@ -381,11 +381,8 @@ def run(argv: Sequence[str] | None = None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
+    with user_errors_exit():
         run(argv)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import lightning as L
@@ -17,6 +18,8 @@ from pipelines.tasks.distributed import EpochMeans, sum_tables, union
 from pipelines.tasks.dna.base import DNATask
 from pipelines.tasks.dna.markov import MarkovBaselines, MarkovModel
 from pipelines.tasks.dna.predict import predict_lm
+from pipelines.tasks.dna.whole_window import log_run_lengths
+from pipelines.tracking.store import mlflow_loggers
 from posenc import PosencError, PositionOutOfRange
 from posenc.positions import RandomizedPositions
 
@@ -263,6 +266,16 @@ class DNALanguageModel(DNATask):
         if self.context is not None:  # sliding inference configured or chosen: labelled as such
             metrics.update({f"test/bits_per_base_sliding_L{n}": v for n, v in self.sliding_results().items()})
         self.logger.log_metrics(metrics)
+
+    def on_test_end(self) -> None:
+        """The whole-window table beside the chain on the same windows, printed, and its figure logged to
+        the run (:func:`~pipelines.tasks.dna.whole_window.log_run_lengths`; the chain's scores are
+        logged by :class:`MarkovBaselines`, whose hook runs first)."""
+        train_length = getattr(self.trainer.datamodule, "seq_len", None)
+        for logger in mlflow_loggers(self.trainer) if train_length and self.trainer.is_global_zero else []:
+            table = log_run_lengths(logger.experiment, logger.run_id, train_length, self.backbone.window)
+            if table:
+                print(table, file=sys.stderr)
 
     def length_results(self) -> dict[int, float]:
         """Whole-window bits/base per test length from the last test epoch (undefined lengths omitted)."""

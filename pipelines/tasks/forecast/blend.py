@@ -32,8 +32,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from pipelines.tasks.base import mlflow_loggers
 from pipelines.tasks.forecast.baselines import RIDGE_ALPHAS, ForecastBaselines, LinearBaseline, ridge_on_val
+from pipelines.tracking.store import mlflow_loggers
 from posenc import PosencError, PositionOutOfRange
 
 #: the Transformer part's weights tried on the validation windows

@@ -19,9 +19,9 @@ import numpy as np
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from pipelines.tasks.base import mlflow_loggers
 from pipelines.tasks.distributed import gather, sum_tables, union, world_size
 from pipelines.tasks.forecast.baselines import ForecastBaselines, seasonal_naive
+from pipelines.tracking.store import mlflow_loggers
 
 
 @dataclass

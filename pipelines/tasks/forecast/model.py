@@ -29,7 +29,7 @@ from pipelines.tasks.forecast.metrics import (
 )
 from pipelines.tasks.forecast.predict import describe_series, example_table, predict_forecast
 from pipelines.tasks.options import ForecastOutput, SeriesInput
-from pipelines.tasks.upgrade import upgrade_checkpoint
+from pipelines.tasks.upgrade.checkpoint import upgrade_checkpoint
 from posenc import PosencError, PositionOutOfRange
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from datamodules.config import as_mapping, groups_of
-from datamodules.legacy_rope import rope_overrides, upgrade_rope_specs
+from pipelines.tasks.upgrade.legacy_rope import rope_overrides, upgrade_rope_specs
 
 #: (old module, new module) of the modules that moved; a class path under an old one is read as the new
 MOVED: tuple[tuple[str, str], ...] = (
@@ -62,6 +62,10 @@ MOVED: tuple[tuple[str, str], ...] = (
         "report", "runs", "stats")),
     ("pipelines.ckpt_config", "pipelines.cli.ckpt_config"),
     ("pipelines.config_errors", "pipelines.cli.config_errors"),
+    # issue 55: infrastructure on its own floor
+    ("datamodules.scrub", "pipelines.tracking.scrub"),
+    ("datamodules.legacy", "pipelines.tasks.upgrade.legacy"),
+    ("pipelines.tracking.whole_window", "pipelines.tasks.dna.whole_window"),
 )
 #: classes folded into another: old class path → (the class it reads as, init args the new one does not take).
 #: ``DLinearBaselines`` trained a DLinear inside a callback; DLinear is now a run of its own
@@ -217,7 +221,7 @@ def translate_cli(args: list[str], resolve_model: Any = None) -> list[str]:
 
 def rope_args(args: list[str]) -> list[str]:
     """``args`` with every ``--config`` document's rotary specs and the flat rotary overrides in
-    today's spelling (:mod:`datamodules.legacy_rope`)."""
+    today's spelling (:mod:`pipelines.tasks.upgrade.legacy_rope`)."""
     out, docs = [], []
     for i, arg in enumerate(args):
         flag = arg.startswith("--config=")

@@ -8,8 +8,9 @@ anything written before the stamp. Reading a checkpoint
 only:
 
 * 1 → 2: flat hyperparameters of before the typed groups moved into them (``d_model`` →
-  ``net.d_model``, the datamodule's ``lookback`` → ``windows.lookback``; :mod:`datamodules.legacy`),
-  and class paths of modules that moved replaced by their new homes, before any is checked or imported.
+  ``net.d_model``, the datamodule's ``lookback`` → ``windows.lookback``;
+  :mod:`~pipelines.tasks.upgrade.legacy`), and class paths of modules that moved replaced by their new
+  homes, before any is checked or imported.
 * 2 → 3: PatchTST's linear path of before, an ``nn.Linear`` (``lookback_linear.weight`` (H, L),
   ``.bias`` (H,)), as the forecasters' one :class:`~pipelines.tasks.forecast.blend.LinearPath`
   (``linear.coef`` (L, H), ``linear.intercept`` (H,); its penalty unknown: NaN, i.e. fitted).
@@ -19,7 +20,7 @@ only:
   Transformer it was once built on.
 * 4 → 5: a rotary encoding's flat scaling arguments (``scaling: yarn``, ``scale_factor``, ``train_len``,
   β, ``truncate``) as one ``scaling`` mapping (:class:`~posenc.rope_scaling.RopeScaling`;
-  :mod:`datamodules.legacy_rope`), Compose's children included.
+  :mod:`pipelines.tasks.upgrade.legacy_rope`), Compose's children included.
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -30,9 +31,9 @@ from typing import Any
 
 import torch
 
-from datamodules.legacy import move_class_paths, moved, project_class, regroup
-from datamodules.legacy_rope import upgrade_rope_specs
 from pipelines.tasks.base import CONFIG_VERSION, TASKS
+from pipelines.tasks.upgrade.legacy import move_class_paths, moved, project_class, regroup
+from pipelines.tasks.upgrade.legacy_rope import upgrade_rope_specs
 from posenc import PosencError
 
 VERSION_KEY = "config_version"

@@ -1,5 +1,6 @@
 """Rotary schemes' settings of before :class:`~posenc.rope_scaling.RopeScaling`, translated where they
-come in (the ingresses of :mod:`datamodules.legacy`: the command line and its configs, and checkpoints).
+come in (the ingresses of :mod:`pipelines.tasks.upgrade.legacy`: the command line and its configs,
+and checkpoints).
 
 Until then every rotary scheme (``posenc.RoPE``, ``posenc.PeriodicRoPE``, ``posenc.XPos``) took six
 flat arguments, ``scaling`` (a type name), ``scale_factor``, ``train_len``, ``beta_fast``, ``beta_slow``
