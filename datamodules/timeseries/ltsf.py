@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from sklearn.preprocessing import StandardScaler
 
 from datamodules.timeseries.parse import Series, parse_series, read_table
+from datamodules.timeseries.timestamps import step_minutes
 from datamodules.timeseries.windows import apply_scaler, fit_scaler, gather_windows, window_starts
 from posenc import PosencError
 
@@ -188,14 +188,6 @@ def read_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] |
     data.sentinel_rows = flagged.any(axis=1)
     data.sentinels = {c: int(k) for c, k in zip(columns, counts, strict=True) if k}
     return data
-
-
-def step_minutes(times: pd.Series) -> float | None:
-    """The median step of a time column in minutes; ``None`` when it does not hold datetimes."""
-    parsed = pd.to_datetime(times, errors="coerce")
-    if parsed.isna().mean() > 0.01 or len(parsed) < 2:
-        return None
-    return float(pd.Series(parsed).diff().median().total_seconds() / 60.0)
 
 
 def check_filled(series: Series, borders: tuple[int, int, int], source: str) -> int:
