@@ -14,10 +14,8 @@ the same way with :func:`cached_array` / :func:`cached_json`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from datamodules.cache import DEFAULT_CACHE_DIR, atomic_write, file_sha256
 from datamodules.dna.fasta import EncodeReport, Genome, IupacMode, iter_records, read_fasta
 from datamodules.paths import packaged_file
 from datamodules.progress import interactive, progress_bar
@@ -33,31 +32,7 @@ from posenc import PosencError
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
-DEFAULT_CACHE_DIR = "outputs/cache"
 PROGRESS_MIN_BYTES = 64 << 20  # show the progress bar from this file size (or on a TTY)
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 hex digest of a file's bytes, read in 4 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(4 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
-    """Call ``write(fh)`` on a temporary sibling of ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, mode) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def load_genome(

@@ -150,3 +150,49 @@ class Seasonality:
             raise PosencError(f"data.init_args.seasonality.calendar: must be a list of {CALENDAR_FEATURES}, "
                               f"auto or null, got {self.calendar!r}")
         at_least("seasonality", n_periods=(self.n_periods, 1))
+
+
+# --------------------------------------------------------------------------------------- the LTSF protocol
+PROTOCOLS = ("ett", "custom")
+
+
+@dataclass(frozen=True)
+class LTSFSplit:
+    """How the LTSF benchmark splits a file (:class:`~datamodules.timeseries.ltsf_data.LTSFDataModule`).
+
+    Attributes:
+        protocol: ``ett`` (12 / 4 / 4 months in rows) or ``custom`` (0.7 / 0.1 / 0.2 of the rows);
+            ``None``: recognised from the file name (:func:`~datamodules.timeseries.ltsf.detect_protocol`).
+        borders: explicit row borders (train end, val end, test end) instead of the protocol's.
+        cache_dir: folder of the parsed file's cache, keyed by its content (``None``: no cache; the
+            benchmark's parent parses the file once there, and each of its runs loads it).
+    """
+
+    protocol: Literal["ett", "custom"] | None = None
+    borders: tuple[int, int, int] | None = None
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol is not None:
+            one_of("split", "protocol", self.protocol, PROTOCOLS)
+
+
+@dataclass(frozen=True)
+class LTSFWindows:
+    """The LTSF benchmark's windows: one lookback and one horizon (every window of a split).
+
+    Attributes:
+        lookback: input steps L.
+        horizon: forecast steps H.
+        val_stride: the fit's validation loader (early stopping, the best-epoch checkpoint) reads
+            every ``val_stride``-th val window, spread evenly over the whole val period; the reported
+            val and test metrics still score every window.
+    """
+
+    lookback: int = 336
+    horizon: int = 96
+    val_stride: int = 1
+
+    def __post_init__(self) -> None:
+        at_least("windows", lookback=(self.lookback, 1), horizon=(self.horizon, 1),
+                 val_stride=(self.val_stride, 1))
