@@ -36,7 +36,7 @@ from posenc.registry import EncodingFactory
 
 #: the spelling of the settings this code writes into checkpoints (``checkpoint["config_version"]``);
 #: older checkpoints are upgraded where they are read (:mod:`pipelines.tasks.upgrade`)
-CONFIG_VERSION = 4
+CONFIG_VERSION = 5
 
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
 #: looks tasks up after importing the built-in ones).

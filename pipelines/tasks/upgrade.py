@@ -17,6 +17,8 @@ only:
   (``TaskModule.old_weights``): a forecaster's query token and output layer of before
   :class:`~pipelines.tasks.forecast.layers.ForecastTokens`, DLinear's unused weights of the zero-block
   Transformer it was once built on.
+* 4 → 5: the settings of classes that took typed groups since (the synthetic, order and LTSF
+  datamodules) moved into them, as in 1 → 2 (the same translation: every flat key its group's field).
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -27,7 +29,7 @@ from typing import Any
 
 import torch
 
-from datamodules.legacy import move_class_paths, moved, project_class, regroup
+from datamodules.legacy import data_class, move_class_paths, moved, regroup
 from pipelines.tasks.base import CONFIG_VERSION, TASKS
 from posenc import PosencError
 
@@ -43,7 +45,7 @@ def _grouped(ckpt: dict[str, Any]) -> dict[str, Any]:
     if task is not None and isinstance(out.get("hyper_parameters"), dict):
         out["hyper_parameters"] = regroup(task, out["hyper_parameters"])
     data = out.get("datamodule_hyper_parameters")
-    dm = project_class(moved(data.get("_class_path")), "datamodules") if isinstance(data, dict) else None
+    dm = data_class(moved(data.get("_class_path"))) if isinstance(data, dict) else None
     if dm is not None:
         out["datamodule_hyper_parameters"] = regroup(dm, data)
     return out
@@ -81,7 +83,7 @@ def _renamed(key: str, old: dict[str, str | None]) -> str | None:
 
 
 #: version → the step that upgrades a checkpoint of that version to the next
-STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names}
+STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names, 4: _grouped}
 
 
 def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:
