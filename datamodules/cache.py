@@ -13,7 +13,11 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from posenc import PosencError
+
+T = TypeVar("T")
 
 DEFAULT_CACHE_DIR = "outputs/cache"
 
@@ -39,3 +43,24 @@ def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> 
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def cached_file(path: Path, cache_dir: Path, open_entry: Callable[[str], T | None],
+                make_entry: Callable[[str], None]) -> tuple[T, bool]:
+    """What ``path`` parses to, through ``cache_dir``, keyed by the SHA-256 of its bytes (the hex digest
+    handed to both): ``open_entry(digest)`` when its entry is there and complete (a hit), else
+    ``make_entry(digest)`` writes it (atomically: :func:`atomic_write`) and it is opened.
+
+    Returns:
+        (the value, whether it was a hit).
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    digest = file_sha256(path)
+    found = open_entry(digest)
+    if found is not None:
+        return found, True
+    make_entry(digest)
+    found = open_entry(digest)
+    if found is None:
+        raise PosencError(f"{path}: its cache entry in {cache_dir} does not read back after writing it")
+    return found, False

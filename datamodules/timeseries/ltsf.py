@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.preprocessing import StandardScaler
 
-from datamodules.cache import atomic_write, file_sha256
+from datamodules.cache import atomic_write, cached_file
 from datamodules.timeseries.config import PROTOCOLS
 from datamodules.timeseries.parse import Series, parse_series, read_table
 from datamodules.timeseries.timestamps import step_minutes
@@ -204,25 +204,26 @@ _SCALER = ("mean_", "var_", "scale_", "n_samples_seen_")
 def load_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] | None = None,
               borders: tuple[int, int, int] | None = None, protocol: str | None = None,
               cache_dir: str | Path | None = None) -> LTSFData:
-    """:func:`read_ltsf`, through ``cache_dir`` when given: the entry ``ltsf-<content>-<settings>.npz``
-    (the first 16 hex digits of the SHA-256 of the file's bytes, and 8 of the settings read with) is
-    loaded when it is there and complete, else the file is parsed and the entry written (to a
-    temporary name, then renamed: a reader never sees half an entry). The entry holds arrays and JSON
-    only (read with ``allow_pickle=False``: nothing in it can run). Same numbers either way, to the bit."""
+    """:func:`read_ltsf`, through ``cache_dir`` when given (:func:`~datamodules.cache.cached_file`): the
+    entry ``ltsf-<content>-<settings>.npz`` (the first 16 hex digits of the SHA-256 of the file's bytes,
+    and 8 of the settings read with) is loaded when it is there and complete, else the file is parsed,
+    the entry written (to a temporary name, then renamed: a reader never sees half an entry) and
+    loaded. The entry holds arrays and JSON only (read with ``allow_pickle=False``: nothing in it can
+    run). Same numbers either way, to the bit."""
     file = Path(path)
     if cache_dir is None or not file.is_file():
         return read_ltsf(file, time_col, target_cols, borders, protocol)
     settings = json.dumps({"version": LTSF_CACHE_VERSION, "name": file.name, "time_col": time_col,
                            "target_cols": target_cols, "borders": list(borders) if borders else None,
                            "protocol": protocol}, sort_keys=True)
-    digest = hashlib.sha256(settings.encode()).hexdigest()[:8]
-    entry = Path(cache_dir) / f"ltsf-{file_sha256(file)[:16]}-{digest}.npz"
-    data = _read_entry(entry)
-    if data is None:
+    folder, tag = Path(cache_dir), hashlib.sha256(settings.encode()).hexdigest()[:8]
+    entry = lambda digest: folder / f"ltsf-{digest[:16]}-{tag}.npz"  # noqa: E731
+
+    def make_entry(digest: str) -> None:
         data = read_ltsf(file, time_col, target_cols, borders, protocol)
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(entry, lambda fh: _write_entry(fh, data))
-    return data
+        atomic_write(entry(digest), lambda fh: _write_entry(fh, data))
+
+    return cached_file(file, folder, lambda digest: _read_entry(entry(digest)), make_entry)[0]
 
 
 def _write_entry(fh: io.BufferedIOBase, data: LTSFData) -> None:
