@@ -19,19 +19,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from datamodules.timeseries.config import CALENDAR_FEATURES, Seasonality
 from datamodules.timeseries.timestamps import TimeKind, format_step
 from posenc import PosencError, periods_from_data
 
-if TYPE_CHECKING:  # the settings' group (datamodules.timeseries.config imports this module)
-    from datamodules.timeseries.config import Seasonality
-
-CalendarFeature = Literal["hour", "dayofweek"]
-CALENDAR_FEATURES = ("hour", "dayofweek")
 DAY = 86400.0
 CYCLES = (("daily", DAY), ("weekly", 7 * DAY), ("yearly", 365.2425 * DAY))
 CYCLE_TOLERANCE = 0.05  # a cycle counts when it is within 5% of a whole number of steps

@@ -22,11 +22,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from datamodules.config import at_least, one_of
-from datamodules.timeseries.calendar import CALENDAR_FEATURES, CalendarFeature
-from datamodules.timeseries.parse import NanPolicy
-from datamodules.timeseries.timestamps import DuplicatePolicy
-from datamodules.timeseries.windows import PositionMode
 from posenc import PosencError
+
+# The settings' vocabulary, read by the modules that act on it (parse, timestamps, windows, calendar).
+NanPolicy = Literal["interpolate", "ffill", "mask"]
+NAN_POLICIES = ("interpolate", "ffill", "mask")
+DuplicatePolicy = Literal["error", "first", "last", "mean"]
+DUPLICATE_POLICIES = ("error", "first", "last", "mean")
+PositionMode = Literal["index", "time"]
+CalendarFeature = Literal["hour", "dayofweek"]
+CALENDAR_FEATURES = ("hour", "dayofweek")
 
 
 @dataclass(frozen=True)
@@ -74,8 +79,8 @@ class Cleaning:
     fill_gaps: bool = False
 
     def __post_init__(self) -> None:
-        one_of("cleaning", "duplicates", self.duplicates, ("error", "first", "last", "mean"))
-        one_of("cleaning", "nan_policy", self.nan_policy, ("interpolate", "ffill", "mask"))
+        one_of("cleaning", "duplicates", self.duplicates, DUPLICATE_POLICIES)
+        one_of("cleaning", "nan_policy", self.nan_policy, NAN_POLICIES)
         if self.nan_policy == "mask" and self.train_on_filled:
             raise PosencError("data.init_args.cleaning.train_on_filled needs nan_policy interpolate or ffill "
                               "(under 'mask' nothing is filled to train on)")

@@ -25,20 +25,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from datamodules.paths import packaged_file, resolve_path
-from datamodules.timeseries.timestamps import DuplicatePolicy, SeriesReport, place_in_time, row_name
+from datamodules.timeseries.config import NAN_POLICIES, DuplicatePolicy, NanPolicy
+from datamodules.timeseries.timestamps import SeriesReport, place_in_time, row_name
 from posenc import PosencError
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: the largest magnitude whose square is finite in float32 (≈ 1.84e19)
 SQUARE_MAX = float(np.sqrt(np.float64(FLOAT32_MAX)))
-NanPolicy = Literal["interpolate", "ffill", "mask"]
-NAN_POLICIES = ("interpolate", "ffill", "mask")
 #: file endings whose rows are lines (messages then give the line number too)
 CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zip", ".csv.xz", ".txt")
 

@@ -28,11 +28,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from datamodules.timeseries.config import DUPLICATE_POLICIES, DuplicatePolicy
 from posenc import PosencError
 
 TimeKind = Literal["datetime", "numeric", "rows"]
-DuplicatePolicy = Literal["error", "first", "last", "mean"]
-DUPLICATE_POLICIES = ("error", "first", "last", "mean")
 # (seconds, suffix), largest first: a step is named in the largest unit it is a whole multiple of.
 UNITS = ((86400.0, "d"), (3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
 

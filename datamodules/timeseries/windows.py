@@ -16,19 +16,15 @@ Used after :mod:`datamodules.timeseries.parse` has read and cleaned a series:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from sklearn.preprocessing import StandardScaler
 from torch.utils.data import Dataset
 
+from datamodules.timeseries.config import PositionMode, Windows
 from posenc import PosencError
-
-if TYPE_CHECKING:  # the settings' group (datamodules.timeseries.config imports this module)
-    from datamodules.timeseries.config import Windows
-
-PositionMode = Literal["index", "time"]
 
 
 # --------------------------------------------------------------------------------------- split/scale
