@@ -18,7 +18,9 @@ only:
   :class:`~pipelines.tasks.forecast.layers.ForecastTokens`, DLinear's unused weights of the zero-block
   Transformer it was once built on.
 * 4 → 5: the settings of classes that took typed groups since (the synthetic, order and LTSF
-  datamodules) moved into them, as in 1 → 2 (the same translation: every flat key its group's field).
+  datamodules; PatchTST's ``linear_path``, now ``output.linear_path`` as every forecaster's) moved into
+  them, as in 1 → 2 (the same translation: every flat key its group's field), and the settings a task
+  no longer takes dropped (``TaskModule.old_settings``: DLinear's of the Transformer it was built on).
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -82,8 +84,20 @@ def _renamed(key: str, old: dict[str, str | None]) -> str | None:
     return key
 
 
+def _regrouped(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 → 5: the settings regrouped as in 1 → 2 (classes that took groups since, PatchTST's
+    ``linear_path`` now ``output.linear_path``), and the settings the task no longer takes dropped
+    (``TaskModule.old_settings``: DLinear's of the Transformer it was once built on)."""
+    out = _grouped(ckpt)
+    old = set(getattr(TASKS.get(str(out.get("posenc_task"))), "old_settings", ()))
+    hp = out.get("hyper_parameters")
+    if old and isinstance(hp, dict):
+        out["hyper_parameters"] = {k: v for k, v in hp.items() if k not in old}
+    return out
+
+
 #: version → the step that upgrades a checkpoint of that version to the next
-STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names, 4: _grouped}
+STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names, 4: _regrouped}
 
 
 def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:

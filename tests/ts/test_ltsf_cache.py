@@ -117,3 +117,25 @@ def test_a_bad_ltsf_setting_is_one_line_naming_its_key(tmp_path, settings, messa
     with pytest.raises(PosencError, match=message) as info:
         LTSFDataModule(**nest(LTSFDataModule, {**flat, **settings}))
     assert "\n" not in str(info.value)
+
+
+def test_a_model_config_of_before_is_read_in_todays_spelling(tmp_path):
+    """A benchmark model config written before the family folders and the groups (old class paths, flat
+    ``data.init_args``) loads as today's: its classes at their new homes, its loader grouped."""
+    from pipelines.studies.ltsf.fit import cli_config
+    from pipelines.studies.ltsf.models import PROTOCOL, load_model_config
+
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump({
+        "model": {"class_path": "pipelines.tasks.forecast_patchtst.PatchTSTForecaster",
+                  "init_args": {"linear_path": True}},
+        "data": {"init_args": {"batch_size": 16, "val_stride": 2}},
+        "trainer": {"callbacks": [{"class_path": "pipelines.studies.ltsf_fit.LTSFProtocol",
+                                   "init_args": {"name": "old"}}]}}))
+    config = load_model_config(old)
+    assert config["name"] == "old"
+    assert config["model"]["class_path"] == "pipelines.tasks.forecast.patchtst.PatchTSTForecaster"
+    cli = cli_config(config, "x.csv", 32, 8)
+    assert cli["data"]["init_args"]["loader"]["batch_size"] == 16
+    assert cli["data"]["init_args"]["windows"] == {"val_stride": 2, "lookback": 32, "horizon": 8}
+    assert [c["class_path"] for c in cli["trainer"]["callbacks"]][-1] == PROTOCOL

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import yaml
 
-from datamodules.legacy import regroup
+from datamodules.legacy import move_class_paths, regroup
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
 from datamodules.timeseries.ltsf_data import LTSFDataModule
 from datamodules.timeseries.windows import gather_windows
@@ -87,7 +87,7 @@ def load_model_config(path: str | Path) -> dict[str, Any]:
     file = Path(path)
     if not file.is_file():
         raise PosencError(f"{file}: no such model config")
-    layer = yaml.safe_load(file.read_text()) or {}
+    layer = move_class_paths(yaml.safe_load(file.read_text()) or {})  # old spellings read as today's
     if not isinstance(layer.get("model"), dict) or "class_path" not in layer["model"]:
         raise PosencError(f"{file}: needs model.class_path (and model.init_args)")
     data = layer.get("data") if isinstance(layer.get("data"), dict) else {}
