@@ -15,7 +15,7 @@ import yaml
 
 from pipelines.studies.claims.runner import build, experiment_configs, metric_name, read_config
 from posenc import PosencError
-from tests.helpers import workdir_with_store
+from tests.helpers import flat_dm, workdir_with_store
 
 CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "3e", "4a", "4b", "5", "6", "7", "8", "9", "10",
           "11", "12", "13", "14", "15", "16a", "16b", "17", "18", "19a", "19b", "20"}
@@ -99,7 +99,7 @@ def test_order_windows_swap_is_a_label_flip_with_the_same_tokens(tmp_path):
     from pipelines.studies.claims.order_data import OrderDataModule
 
     with workdir_with_store(tmp_path):
-        dm = OrderDataModule(seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64)
+        dm = flat_dm(OrderDataModule, seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64)
     a, b = dm.pair
     batch = next(iter(dm.test_dataloader()[0]))
     x, y = batch["tokens"], batch["label"]
@@ -108,7 +108,7 @@ def test_order_windows_swap_is_a_label_flip_with_the_same_tokens(tmp_path):
     assert torch.equal(first_a.long(), y)
     assert 0 < y.float().mean() < 1
     with pytest.raises(PosencError, match="two different 4-mers"):
-        OrderDataModule(kmers=["ACGT", "ACGT"])
+        flat_dm(OrderDataModule, kmers=["ACGT", "ACGT"])
 
 
 def smoke_configs(folder: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import workdir_with_store
+from tests.helpers import flat_dm, workdir_with_store
 
 GATE = "gate: {control: none, min_gain: 0.2, max_width: 0.5}\n"
 TINY = "{model: {init_args: {net: {d_model: 16, n_heads: 2}}}, data: {init_args: {eval_lengths: [32, 64]}}}"
@@ -124,15 +124,17 @@ def test_synthetic_windows_are_drawn_once_per_process_and_unchanged(tmp_path):
     from pipelines.studies.claims.order_data import OrderDataModule
 
     with workdir_with_store(tmp_path):
-        order = OrderDataModule(seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64, seed=3)
-    motif = SyntheticMotifDataModule(seq_len=32, batch_size=8, samples_per_epoch=64, eval_samples=64, seed=3)
+        order = flat_dm(OrderDataModule, seq_len=16, batch_size=8, samples_per_epoch=64, eval_samples=64,
+                        seed=3)
+    motif = flat_dm(SyntheticMotifDataModule, seq_len=32, batch_size=8, samples_per_epoch=64, eval_samples=64,
+                    seed=3)
     for dm in (order, motif):
         ds = dm.test_dataloader()[0].dataset
         first, again = ds[5], dm.test_dataloader()[0].dataset[5]  # a new loader: the memo, not a copy
         assert first["tokens"] is again["tokens"]
         fresh = ds._draw(5) if dm is order else ds._draw(5, dm.test_region)
         assert torch.equal(first["tokens"], fresh["tokens"]) and torch.equal(first["label"], fresh["label"])
-        other = type(dm)(**{**dm.hparams, "seed": 4}) if dm is motif else None
+        other = flat_dm(type(dm), **{**dm.hparams, "seed": 4}) if dm is motif else None
         if other is not None:  # another seed: other windows
             assert not torch.equal(other.test_dataloader()[0].dataset[5]["tokens"], first["tokens"])
 

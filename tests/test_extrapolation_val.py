@@ -93,7 +93,8 @@ def test_val_reference_baselines_are_scored_on_the_validation_bases(lm):
 def test_tasks_without_validation_windows_refuse_the_val_split(tmp_path):
     from datamodules.synthetic.datamodule import SyntheticLMDataModule
 
-    dm = SyntheticLMDataModule(seq_len=16, eval_lengths=[16, 32], eval_tokens=64, samples_per_epoch=8)
+    dm = flat_dm(SyntheticLMDataModule, seq_len=16, eval_lengths=[16, 32], eval_tokens=64,
+                 samples_per_epoch=8)
     model = task(DNALanguageModel, vocab_size=dm.vocab_size, pad_id=dm.pad_id, **TINY)
     with pytest.raises(PosencError, match=r"^evaluate --split val: task 'dna_lm' \(SyntheticLMDataModule\) "
                                           r"has no per-length validation windows"):

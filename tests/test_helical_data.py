@@ -8,6 +8,7 @@ import pytest
 
 from datamodules.synthetic import helical
 from posenc import PosencError
+from tests.helpers import flat_dm
 
 
 def test_windows_are_bases_and_seeded():
@@ -52,11 +53,12 @@ def test_bad_parameters_are_refused(kw):
 def test_datamodule_serves_helical_windows_and_refuses_a_non_dna_vocab():
     from datamodules.synthetic.datamodule import SyntheticLMDataModule
 
-    dm = SyntheticLMDataModule(task="helical", vocab=4, seq_len=64, eval_lengths=[64], eval_tokens=64 * 300)
+    dm = flat_dm(SyntheticLMDataModule, task="helical", vocab=4, seq_len=64, eval_lengths=[64],
+                 eval_tokens=64 * 300)
     x = dm.eval_windows("test", 64)
     assert x.shape == (300, 65) and x.max() <= 3
     ac = helical.aa_autocorrelation(x, 14)
     assert 4 + int(np.argmax(ac[4:14])) in (10, 11)
     assert dm.reference(64)["trivial"] == 2.0
-    with pytest.raises(PosencError, match="data.vocab must be 4"):
-        SyntheticLMDataModule(task="helical", vocab=16)
+    with pytest.raises(PosencError, match="process.vocab must be 4"):
+        flat_dm(SyntheticLMDataModule, task="helical", vocab=16)

@@ -33,8 +33,26 @@ def test_the_model_table_sends_every_flat_setting_of_before_to_one_group_field()
     for group, names in BEFORE.items():
         assert all(table[name] == f"{group}.{name}" for name in names.split()), group
     assert not set(LINKED) & set(table)
-    assert "revin" not in legacy_keys(DLinearForecaster)  # its own argument, as before
-    assert "linear_path" not in legacy_keys(PatchTSTForecaster)
+    # DLinear's own ``revin`` and PatchTST's own ``linear_path`` of before: one key each now
+    assert legacy_keys(DLinearForecaster)["revin"] == "series.revin"
+    assert legacy_keys(PatchTSTForecaster)["linear_path"] == "output.linear_path"
+    assert not {"d_model", "n_heads", "patch_len", "pe"} & set(legacy_keys(DLinearForecaster))
+
+
+def test_dlinear_takes_no_transformer_setting():
+    """DLinear is a ForecastModule without a Transformer: it takes none of the backbone's settings,
+    keeps RevIN off by default (as the paper) and refuses what it cannot honour."""
+    import inspect
+
+    from pipelines.tasks.transformer import TransformerTask
+
+    model = task(DLinearForecaster, lookback=16, horizon=4, n_targets=2, kernel_size=5)
+    assert not isinstance(model, TransformerTask) and model.revin is None and not hasattr(model, "backbone")
+    assert set(DLinearForecaster.config_groups) == {"optim", "series", "output"}
+    assert {"pe", "net", "attention", "patch_len", "pe_periods"}.isdisjoint(model.hparams)
+    assert "pe" not in inspect.signature(DLinearForecaster).parameters
+    with pytest.raises(PosencError, match="DLinear reads every channel on its own"):
+        task(DLinearForecaster, lookback=16, horizon=4, linear_path=True)
 
 
 def test_flat_and_grouped_arguments_and_saved_hparams_build_the_same_model():

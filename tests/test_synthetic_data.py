@@ -11,6 +11,7 @@ import pytest
 from datamodules.synthetic import generators as gen
 from datamodules.synthetic.datamodule import SyntheticLMDataModule, SyntheticMotifDataModule
 from posenc import PosencError
+from tests.helpers import flat_dm
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -108,8 +109,8 @@ def test_motif_label_noise_sets_the_optimal_accuracy():
 
 # ----------------------------------------------------------------------------- datamodules
 def test_lm_datamodule_tiles_the_same_test_tokens_at_every_length():
-    dm = SyntheticLMDataModule(task="copy", vocab=8, distance=6, seq_len=16, eval_lengths=[16, 32, 128],
-                               eval_tokens=1024, batch_size=8, samples_per_epoch=40)
+    dm = flat_dm(SyntheticLMDataModule, task="copy", vocab=8, distance=6, seq_len=16,
+                 eval_lengths=[16, 32, 128], eval_tokens=1024, batch_size=8, samples_per_epoch=40)
     targets = {}
     for n, loader in zip(dm.eval_lengths, dm.test_dataloader(), strict=True):
         batches = list(loader)
@@ -122,52 +123,53 @@ def test_lm_datamodule_tiles_the_same_test_tokens_at_every_length():
 
 
 def test_periodic_lm_reference_is_scored_on_the_test_windows():
-    dm = SyntheticLMDataModule(task="periodic", vocab=6, period=5, noise=0.2, seq_len=20,
+    dm = flat_dm(SyntheticLMDataModule, task="periodic", vocab=6, period=5, noise=0.2, seq_len=20,
                                eval_lengths=[20, 80], eval_tokens=4000)
     short, long = dm.reference(20)["optimal"], dm.reference(80)["optimal"]
     assert long < short < math.log2(6)  # more cycles in view, a surer vote
 
 
 def test_two_period_lm_datamodule_reference_and_bad_options():
-    dm = SyntheticLMDataModule(task="two_periods", vocab=16, period=3, period2=8, noise=0.1, seq_len=24,
-                               eval_lengths=[24, 48], eval_tokens=2400, batch_size=8, samples_per_epoch=16)
+    dm = flat_dm(SyntheticLMDataModule, task="two_periods", vocab=16, period=3, period2=8, noise=0.1,
+                 seq_len=24, eval_lengths=[24, 48], eval_tokens=2400, batch_size=8, samples_per_epoch=16)
     x = next(iter(dm.train_dataloader()))
     assert x.shape == (8, 25) and int(x.max()) < 16 and dm.vocab_size == 17 and dm.data_periods == (3, 8)
-    assert SyntheticLMDataModule(task="periodic", period=5).data_periods == (5,)
-    assert SyntheticLMDataModule(task="copy").data_periods == ()
+    assert flat_dm(SyntheticLMDataModule, task="periodic", period=5).data_periods == (5,)
+    assert flat_dm(SyntheticLMDataModule, task="copy").data_periods == ()
     ref = dm.reference(24)
     assert ref["trivial"] == 4.0 and dm.reference(48)["optimal"] < ref["optimal"] < 3.0
-    with pytest.raises(PosencError, match="square data.vocab and data.period2"):
-        SyntheticLMDataModule(task="two_periods", vocab=12, period=3, period2=8)
+    with pytest.raises(PosencError, match="square process.vocab and process.period2"):
+        flat_dm(SyntheticLMDataModule, task="two_periods", vocab=12, period=3, period2=8)
     with pytest.raises(PosencError, match="period2 >= 1, got vocab=16, period2=None"):
-        SyntheticLMDataModule(task="two_periods", vocab=16, period=3)
+        flat_dm(SyntheticLMDataModule, task="two_periods", vocab=16, period=3)
 
 
 def test_motif_datamodule_batches_and_bad_options():
-    dm = SyntheticMotifDataModule(distance=4, seq_len=32, eval_lengths=[32, 64], samples_per_epoch=16,
-                                  eval_samples=8, batch_size=8)
+    dm = flat_dm(SyntheticMotifDataModule, distance=4, seq_len=32, eval_lengths=[32, 64],
+                 samples_per_epoch=16, eval_samples=8, batch_size=8)
     batch = next(iter(dm.train_dataloader()))
     assert batch["tokens"].shape == (8, 32) and set(batch["label"].tolist()) <= {0, 1}
     assert [next(iter(t))["tokens"].shape[1] for t in dm.test_dataloader()] == [32, 64]
-    marked = SyntheticMotifDataModule(marker_motifs=True, distance=4, seq_len=32, samples_per_epoch=8)
+    marked = flat_dm(SyntheticMotifDataModule, marker_motifs=True, distance=4, seq_len=32,
+                     samples_per_epoch=8)
     tokens = next(iter(marked.train_dataloader()))["tokens"]
     assert marked.vocab_size == 7 and marked.pad_id == 6
     assert ((tokens == 4).sum(1) == 1).all() and ((tokens == 5).sum(1) == 1).all() and tokens.max() == 5
-    with pytest.raises(PosencError, match="data.motif_a"):
-        SyntheticMotifDataModule(motif_a="ACXT")
-    with pytest.raises(PosencError, match="data.seq_len=16"):
-        SyntheticMotifDataModule(distance=8, seq_len=16)
-    with pytest.raises(PosencError, match="data.task"):
-        SyntheticLMDataModule(task="nope")
+    with pytest.raises(PosencError, match="data.init_args.motifs.motif_a"):
+        flat_dm(SyntheticMotifDataModule, motif_a="ACXT")
+    with pytest.raises(PosencError, match="data.init_args.windows.seq_len=16"):
+        flat_dm(SyntheticMotifDataModule, distance=8, seq_len=16)
+    with pytest.raises(PosencError, match="data.init_args.process.task: must be one of copy"):
+        flat_dm(SyntheticLMDataModule, task="nope")
 
 
 def test_motif_regions_keep_the_pair_in_training_positions_and_test_it_elsewhere():
-    dm = SyntheticMotifDataModule(marker_motifs=True, negative="order", distance=4, seq_len=40,
+    dm = flat_dm(SyntheticMotifDataModule, marker_motifs=True, negative="order", distance=4, seq_len=40,
                                   train_region=[0, 0.5], test_region=[0.5, 1], samples_per_epoch=64,
                                   eval_samples=64, batch_size=64)
     first = lambda tokens: ((tokens == 4) | (tokens == 5)).float().argmax(1)  # noqa: E731
     span = 1 + 4 + 1
     assert (first(next(iter(dm.train_dataloader()))["tokens"]) <= (40 - span) // 2).all()
     assert (first(next(iter(dm.test_dataloader()[0]))["tokens"]) >= (40 - span) // 2).all()
-    with pytest.raises(PosencError, match="data.test_region"):
-        SyntheticMotifDataModule(test_region=[0.7, 0.2])
+    with pytest.raises(PosencError, match="data.init_args.motifs.test_region"):
+        flat_dm(SyntheticMotifDataModule, test_region=[0.7, 0.2])

@@ -6,13 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from datamodules.timeseries.calendar import calendar_features
+from datamodules.timeseries.calendar import calendar_features, estimate_period
 from datamodules.timeseries.parse import parse_series, read_table, vic_elec_path
 from datamodules.timeseries.windows import (
     ForecastWindows,
     apply_scaler,
     check_length,
-    estimate_period,
     fit_scaler,
     gather_windows,
     split_points,

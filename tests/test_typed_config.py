@@ -70,7 +70,7 @@ def test_the_genome_table_and_what_is_left_alone(tmp_path):
     # a dotted null would reach a dataclass field as the string 'None' (jsonargparse): sent as a mapping
     null = translate_args([*dna[:2], "--data.cache_dir=null"])[2]
     assert null == '--data.init_args.genome={"cache_dir": null}'
-    other = ["--data=pipelines.studies.claims.order_data.OrderDataModule", "--data.init_args.seq_len=8"]
+    other = ["--data=elsewhere.datamodules.TheirDataModule", "--data.init_args.seq_len=8"]
     assert translate_args(other) == other
     grouped = ["--data=datamodules.TimeSeriesDataModule", "--data.init_args.windows.lookback=48"]
     assert translate_args(grouped) == grouped

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from datamodules.cache import DEFAULT_CACHE_DIR
 from datamodules.config import at_least, one_of
 from datamodules.dna.fasta import IupacMode
-from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR
 from posenc import PosencError
 
 

@@ -23,6 +23,7 @@ from datamodules.dna.windows import (
     WindowItem,
     aligned_slots,
     aligned_spans,
+    check_regions,
     slot_blocks,
 )
 from datamodules.paths import resolve_path
@@ -100,28 +101,32 @@ class GenomeDataModule(L.LightningDataModule):
         for name, value in (("genome", genome), ("regions", regions), ("windows", windows),
                             ("loader", loader)):
             self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
-        w, fasta, cache_dir = windows, genome.fasta, genome.cache_dir
+        w = windows
         self.tokenizer = KmerTokenizer(w.kmer, w.kmer_stride)
-        self.fasta = resolve_path(fasta) if fasta else default_genome()
         self.seq_len, self.batch_size = w.seq_len, loader.batch_size
         self.samples_per_epoch, self.eval_lengths = loader.samples_per_epoch, w.lengths
         self.rc_prob, self.max_n_fraction = w.rc_prob, w.max_n_fraction
-        self.num_workers, self.seed, self.cache_dir = loader.num_workers, loader.seed, cache_dir
-        self.genome: Genome = load_genome(self.fasta, cache_dir, genome.iupac)
-        report_genome(self.genome)
-        if not (np.asarray(self.genome.codes) < 4).any():  # codes 0-3 are A, C, G, T
-            raise PosencError(f"{self.fasta}: no A, C, G or T in any record (only N): nothing to learn from")
+        self.num_workers, self.seed = loader.num_workers, loader.seed
+        # One pass: read (cache) → report and check → split → every split holds its windows.
+        self.fasta = resolve_path(genome.fasta) if genome.fasta else default_genome()
+        self.cache_dir = genome.cache_dir
+        self.genome: Genome = load_genome(self.fasta, genome.cache_dir, genome.iupac)
         self._check_records(genome.skip_short_records)
         self.regions = (split_regions(self.genome, regions.split, regions.gap) if regions.split_by == "region"
                         else split_whole_records(self.genome, regions.split, regions.split_records))
         extra = int(self.next_token)
         longest = max(self.eval_lengths)
         self.eval_span = self.tokenizer.n_bases(-(-w.eval_tokens // longest) * longest + extra)  # in bases
-        for name in ("train", "val", "test"):
-            tokens = longest if name == "test" else w.seq_len  # the test split serves every length
-            self._check_region(name, self.tokenizer.n_bases(tokens + extra))
+        need = {name: self.tokenizer.n_bases((longest if name == "test" else w.seq_len) + extra)
+                for name in ("train", "val", "test")}  # the test split serves every length
+        check_regions(self.regions, need, self.fasta)
 
     def _check_records(self, skip_short: bool) -> None:
+        """Report the genome read (once per process), refuse one without A, C, G or T, and refuse (or with
+        ``skip_short`` drop) records shorter than one training window."""
+        report_genome(self.genome)
+        if not (np.asarray(self.genome.codes) < 4).any():  # codes 0-3 are A, C, G, T
+            raise PosencError(f"{self.fasta}: no A, C, G or T in any record (only N): nothing to learn from")
         need = self.tokenizer.n_bases(self.seq_len + int(self.next_token))
         short = [(r, int(n)) for r, n in zip(self.genome.ids, self.genome.lengths, strict=True) if n < need]
         if short and not skip_short:
@@ -137,15 +142,6 @@ class GenomeDataModule(L.LightningDataModule):
             g = self.genome
             self.genome = Genome([g.ids[i] for i in keep], g.codes, g.starts[keep], g.ends[keep], g.report,
                                  g.source, g.cache_path, g.cache_hit)
-
-    def _check_region(self, name: str, need: int) -> None:
-        longest = max((b - a for a, b in self.regions[name]), default=0)
-        if longest < need:
-            raise PosencError(
-                f"{self.fasta}: the {name} split ({longest} bases) is shorter than one window "
-                f"of {need} bases; use a longer sequence or a smaller data.init_args.windows.seq_len / "
-                f"data.init_args.windows.eval_lengths"
-            )
 
     @property
     def vocab_size(self) -> int:

@@ -14,10 +14,8 @@ the same way with :func:`cached_array` / :func:`cached_json`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from datamodules.cache import DEFAULT_CACHE_DIR, atomic_write, cached_file
 from datamodules.dna.fasta import EncodeReport, Genome, IupacMode, iter_records, read_fasta
 from datamodules.paths import packaged_file
 from datamodules.progress import interactive, progress_bar
@@ -33,31 +32,7 @@ from posenc import PosencError
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
-DEFAULT_CACHE_DIR = "outputs/cache"
 PROGRESS_MIN_BYTES = 64 << 20  # show the progress bar from this file size (or on a TTY)
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 hex digest of a file's bytes, read in 4 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(4 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
-    """Call ``write(fh)`` on a temporary sibling of ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, mode) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def load_genome(
@@ -82,28 +57,39 @@ def load_genome(
     path = Path(path)
     if not path.is_file():
         raise PosencError(f"{path}: sequence file not found")
-    if cache_dir is None:
-        return read_fasta(path, iupac)
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    digest = file_sha256(path)
-    data, index = cache_dir / f"{digest[:16]}.u8", cache_dir / f"{digest[:16]}.json"
-    genome = _open_cached(path, data, index, digest)
-    if genome is not None and not (iupac == "error" and genome.report.to_n):
-        return genome
+    if cache_dir is not None:
+        return _load_cached(path, Path(cache_dir), iupac, progress)
+    return read_fasta(path, iupac)  # in memory, no cache
+
+
+def _load_cached(path: Path, folder: Path, iupac: IupacMode, progress: bool | None) -> Genome:
+    """:func:`load_genome` through the cache (:func:`~datamodules.cache.cached_file`)."""
     t0 = time.perf_counter()
-    _encode_to_cache(path, data, index, digest, iupac, progress)
-    _prune_stale(cache_dir, path, digest)
-    genome = _open_cached(path, data, index, digest)
-    assert genome is not None
-    genome.cache_hit = False
-    log.info("%s: encoded %d bases into %s in %.2f s", path.name, len(genome.codes), data,
-             time.perf_counter() - t0)
+
+    def open_entry(digest: str) -> Genome | None:  # an entry encoded under iupac N is re-checked under error
+        genome = _open_cached(path, folder, digest)
+        return None if genome is None or (iupac == "error" and genome.report.to_n) else genome
+
+    def make_entry(digest: str) -> None:
+        _encode_to_cache(path, folder, digest, iupac, progress)
+        _prune_stale(folder, path, digest)
+
+    genome, hit = cached_file(path, folder, open_entry, make_entry)
+    if not hit:
+        genome.cache_hit = False
+        log.info("%s: encoded %d bases into %s in %.2f s", path.name, len(genome.codes), genome.cache_path,
+                 time.perf_counter() - t0)
     return genome
 
 
-def _open_cached(path: Path, data: Path, index: Path, digest: str) -> Genome | None:
+def _entry(folder: Path, digest: str) -> tuple[Path, Path]:
+    """The codes and the index of the entry of ``digest``."""
+    return folder / f"{digest[:16]}.u8", folder / f"{digest[:16]}.json"
+
+
+def _open_cached(path: Path, folder: Path, digest: str) -> Genome | None:
     """The cached genome if its index is complete and matches ``digest``, else ``None``."""
+    data, index = _entry(folder, digest)
     if not (index.is_file() and data.is_file()):
         return None
     try:
@@ -120,10 +106,9 @@ def _open_cached(path: Path, data: Path, index: Path, digest: str) -> Genome | N
     return Genome(list(meta["ids"]), codes, ends - lengths, ends, report, path, data, True)
 
 
-def _encode_to_cache(
-    path: Path, data: Path, index: Path, digest: str, iupac: IupacMode, progress: bool | None
-) -> None:
-    """Stream the records into ``data`` (temp + rename), then write the index the same way."""
+def _encode_to_cache(path: Path, folder: Path, digest: str, iupac: IupacMode, progress: bool | None) -> None:
+    """Stream the records into the entry's codes (temp + rename), then write its index the same way."""
+    data, index = _entry(folder, digest)
     size = path.stat().st_size
     show = progress if progress is not None else (size >= PROGRESS_MIN_BYTES or interactive())
     report, ids, lengths = EncodeReport(), [], []

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from datamodules.cache import file_sha256
 from datamodules.dna.annotation import (
     LABEL_NAMES,
     N_LABELS,
@@ -17,7 +18,7 @@ from datamodules.dna.annotation import (
 )
 from datamodules.dna.config import GenomeWindows
 from datamodules.dna.genome import GenomeDataModule
-from datamodules.dna.genome_cache import cached_array, cached_json, file_sha256
+from datamodules.dna.genome_cache import cached_array, cached_json
 from datamodules.dna.windows import WindowItem
 from datamodules.paths import resolve_path
 from posenc import PosencError

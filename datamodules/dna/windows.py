@@ -162,6 +162,18 @@ class RandomWindows(_MemmapPickling, Dataset):
 MAX_BLOCKS = 64
 
 
+def check_regions(regions: dict[str, list[tuple[int, int]]], need: dict[str, int], source: object) -> None:
+    """Every split ``name`` of ``regions`` ({split: [(start, end)…]}) holds one window of ``need[name]``
+    bases in one of its parts; else one line naming the file (``source``) and the split."""
+    for name, bases in need.items():
+        longest = max((b - a for a, b in regions[name]), default=0)
+        if longest < bases:
+            raise PosencError(
+                f"{source}: the {name} split ({longest} bases) is shorter than one window "
+                f"of {bases} bases; use a longer sequence or a smaller data.init_args.windows.seq_len / "
+                f"data.init_args.windows.eval_lengths")
+
+
 def aligned_slots(
     regions: list[tuple[int, int]], budget: int | None, align: int = 1, tail: int = 0
 ) -> list[tuple[int, int]]:

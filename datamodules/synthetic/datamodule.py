@@ -13,28 +13,22 @@ length (bits per token for the LM, accuracy for the classifier), on the same tes
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import asdict
+from typing import ClassVar
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.config import Loader
 from datamodules.memo import memo_item
 from datamodules.synthetic import generators as gen
 from datamodules.synthetic import helical
+from datamodules.synthetic.config import LMProcess, LMWindows, Motifs, SampleWindows, check_lengths, region
 from posenc import PosencError
 
 SALT = {"train": 0, "val": 1, "test": 2}
-
-
-def _lengths(seq_len: int, eval_lengths: list[int] | None) -> list[int]:
-    lengths = [int(n) for n in (eval_lengths or [seq_len])]
-    if lengths[0] != seq_len or any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)):
-        raise PosencError(
-            f"data.eval_lengths must start at data.seq_len={seq_len} and increase, got {lengths}"
-        )
-    return lengths
 
 
 class _TensorWindows(Dataset):
@@ -52,57 +46,39 @@ class SyntheticLMDataModule(L.LightningDataModule):
     """Causal-LM windows of a synthetic process with a known optimum.
 
     Args:
-        task: ``copy`` (token t repeats token t − ``distance``), ``periodic`` (period ``period``) or
-            ``two_periods`` (tokens a·√V + b, ``a`` of period ``period``, ``b`` of period ``period2``)
-            or ``helical`` (bases with AA/TT at ~``helical_period``-bp crests, :mod:`.helical`; V = 4).
-        vocab: tokens of the process (the model's vocabulary adds one unused PAD id); a square for
-            ``two_periods`` (√V symbols per component).
-        distance: the retrieval distance d (copy).
-        period: the period p (periodic; the first component's for two_periods).
-        period2: the second component's period (two_periods).
-        noise: probability that a token is re-drawn uniformly.
-        seq_len: training window L0 (targets per window).
-        eval_lengths: test lengths, the first = ``seq_len`` (e.g. up to 8·L0).
-        batch_size, samples_per_epoch: training batches.
-        eval_tokens: test (and validation) tokens per length, tiled from windows of the longest length.
-        seed: generator seed (train, val and test draw from separate streams).
-        helical_period: the planted helical period in bases (helical).
+        process: the token process: ``copy``, ``periodic``, ``two_periods`` or ``helical``, its
+            vocabulary, distance, periods and noise (:class:`~datamodules.synthetic.config.LMProcess`).
+        windows: training length, test lengths and test tokens per length
+            (:class:`~datamodules.synthetic.config.LMWindows`).
+        loader: batch size, training windows per epoch, workers and the generator's seed (train, val
+            and test draw from separate streams; :class:`~datamodules.config.Loader`).
     """
+
+    config_groups: ClassVar[dict[str, type]] = {"process": LMProcess, "windows": LMWindows, "loader": Loader}
 
     def __init__(
         self,
-        task: str = "copy",
-        vocab: int = 16,
-        distance: int = 32,
-        period: int = 12,
-        period2: int | None = None,
-        noise: float = 0.1,
-        seq_len: int = 64,
-        eval_lengths: list[int] | None = None,
-        batch_size: int = 32,
-        samples_per_epoch: int = 6400,
-        eval_tokens: int = 16384,
-        seed: int = 0,
-        helical_period: float = 10.5,
+        process: LMProcess = LMProcess(),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        windows: LMWindows = LMWindows(),  # noqa: B008
+        loader: Loader = Loader(batch_size=32, samples_per_epoch=6400),  # noqa: B008
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if task not in ("copy", "periodic", "two_periods", "helical"):
-            raise PosencError(f"data.task must be copy, periodic, two_periods or helical, got {task!r}")
-        if task == "helical" and vocab != 4:
-            raise PosencError(f"data.task 'helical' is DNA-like: data.vocab must be 4, got {vocab}")
-        self.helical_period = float(helical_period)
-        self.vocab_each = math.isqrt(vocab) if vocab > 0 else 0
-        if task == "two_periods" and (self.vocab_each**2 != vocab or period2 is None or period2 < 1):
-            raise PosencError(f"data.task 'two_periods' needs a square data.vocab and data.period2 >= 1, got "
-                              f"vocab={vocab}, period2={period2}")
-        if not 0.0 <= noise < 1.0 or vocab < 2:
-            raise PosencError(f"data.noise must be in [0, 1) and data.vocab >= 2, got {noise}, {vocab}")
-        self.task, self.vocab, self.distance, self.period, self.noise = task, vocab, distance, period, noise
-        self.periods = (int(period), int(period2 or 0))
-        self.seq_len, self.eval_lengths = int(seq_len), _lengths(seq_len, eval_lengths)
-        self.batch_size, self.samples_per_epoch, self.seed = batch_size, samples_per_epoch, seed
-        self.eval_tokens = eval_tokens
+        for name, value in (("process", process), ("windows", windows), ("loader", loader)):
+            self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
+        if loader.samples_per_epoch is None:
+            raise PosencError("data.init_args.loader.samples_per_epoch: must be set (training windows are "
+                              "drawn, not read)")
+        p = process
+        self.task, self.vocab, self.distance, self.period = p.task, p.vocab, p.distance, p.period
+        self.noise = p.noise
+        self.helical_period, self.vocab_each = float(p.helical_period), math.isqrt(p.vocab)
+        self.periods = (int(p.period), int(p.period2 or 0))
+        self.seq_len = int(windows.seq_len)
+        self.eval_lengths = check_lengths(windows.seq_len, windows.eval_lengths)
+        self.eval_tokens = windows.eval_tokens
+        self.batch_size, self.samples_per_epoch = loader.batch_size, loader.samples_per_epoch
+        self.seed, self.num_workers = loader.seed, loader.num_workers
         self._cache: dict[str, np.ndarray] = {}
 
     trivial_name = "uniform tokens (log2 V bits)"
@@ -162,16 +138,16 @@ class SyntheticLMDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         x = self.windows("train", self.samples_per_epoch, self.seq_len)
         g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(_TensorWindows(x), batch_size=self.batch_size, shuffle=True, generator=g)
+        return DataLoader(_TensorWindows(x), batch_size=self.batch_size, shuffle=True, generator=g,
+                          num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(_TensorWindows(self.eval_windows("val", self.seq_len)), batch_size=self.batch_size)
+        return DataLoader(_TensorWindows(self.eval_windows("val", self.seq_len)), batch_size=self.batch_size,
+                          num_workers=self.num_workers)
 
     def test_dataloader(self) -> list[DataLoader]:
-        return [
-            DataLoader(_TensorWindows(self.eval_windows("test", n)), batch_size=max(1, self.batch_size))
-            for n in self.eval_lengths
-        ]
+        return [DataLoader(_TensorWindows(self.eval_windows("test", n)), batch_size=self.batch_size,
+                           num_workers=self.num_workers) for n in self.eval_lengths]
 
 
 class _MotifWindows(Dataset):
@@ -203,60 +179,47 @@ class SyntheticMotifDataModule(L.LightningDataModule):
     """Motif-spacing classification on DNA-like bases (see :func:`generators.motif_window`).
 
     Args:
-        motif_a, motif_b: the two motifs (strings over ACGT).
-        marker_motifs: plant two tokens of their own (ids 4 and 5, outside ACGT) instead of
-            ``motif_a``/``motif_b``: the spacing is then the only thing to learn (no motif to detect).
-        train_region, test_region: where the pair may start in training / test windows, as a
-            fraction [lo, hi] of the possible starts (e.g. [0, 0.5] and [0.5, 1]: tested only at
-            positions never trained; validation windows place it anywhere).
-        distance: the spacing (bases between A's end and B's start) that makes label 1.
-        negative: ``spacing`` (label 0 = another spacing) or ``order`` (label 0 = B before A).
-        label_noise: probability that a label is flipped (optimal accuracy = 1 − label_noise).
-        seq_len, eval_lengths: training window and test windows (bases).
-        batch_size, samples_per_epoch, eval_samples: batch size, training and val/test windows.
-        seed: generator seed.
+        motifs: the two motifs (or marker tokens), the spacing that makes label 1, the negatives, the
+            label noise and where the pair may start in training and test windows
+            (:class:`~datamodules.synthetic.config.Motifs`).
+        windows: training window, test windows (bases) and val/test windows per length
+            (:class:`~datamodules.synthetic.config.SampleWindows`).
+        loader: batch size, training windows per epoch, workers and the generator's seed
+            (:class:`~datamodules.config.Loader`).
     """
+
+    config_groups: ClassVar[dict[str, type]] = {"motifs": Motifs, "windows": SampleWindows, "loader": Loader}
 
     def __init__(
         self,
-        motif_a: str = "ACGTTG",
-        motif_b: str = "GATCCA",
-        distance: int = 8,
-        negative: str = "spacing",
-        label_noise: float = 0.0,
-        marker_motifs: bool = False,
-        train_region: tuple[float, float] = (0.0, 1.0),
-        test_region: tuple[float, float] = (0.0, 1.0),
-        seq_len: int = 64,
-        eval_lengths: list[int] | None = None,
-        batch_size: int = 64,
-        samples_per_epoch: int = 8192,
-        eval_samples: int = 1024,
-        seed: int = 0,
+        motifs: Motifs = Motifs(),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        windows: SampleWindows = SampleWindows(),  # noqa: B008
+        loader: Loader = Loader(batch_size=64, samples_per_epoch=8192),  # noqa: B008
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.motif_a, self.motif_b = _motif(motif_a, "motif_a"), _motif(motif_b, "motif_b")
-        if marker_motifs:
+        for name, value in (("motifs", motifs), ("windows", windows), ("loader", loader)):
+            self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
+        if loader.samples_per_epoch is None:
+            raise PosencError("data.init_args.loader.samples_per_epoch: must be set (training windows are "
+                              "drawn, not read)")
+        m = motifs
+        self.motif_a, self.motif_b = _motif(m.motif_a), _motif(m.motif_b)
+        if m.marker_motifs:
             self.motif_a, self.motif_b = np.array([gen.BASES]), np.array([gen.BASES + 1])
-        self.n_tokens = gen.BASES + (2 if marker_motifs else 0)  # ids the windows use
-        if negative not in ("spacing", "order"):
-            raise PosencError(f"data.negative must be 'spacing' or 'order', got {negative!r}")
-        if not 0.0 <= label_noise < 0.5:
-            raise PosencError(f"data.label_noise must be in [0, 0.5), got {label_noise}")
-        self.distance, self.negative, self.label_noise = int(distance), negative, float(label_noise)
-        self.train_region, self.test_region = (
-            _region(train_region, "train_region"),
-            _region(test_region, "test_region"),
-        )
-        self.seq_len, self.eval_lengths = int(seq_len), _lengths(seq_len, eval_lengths)
+        self.n_tokens = gen.BASES + (2 if m.marker_motifs else 0)  # ids the windows use
+        self.distance, self.negative, self.label_noise = int(m.distance), m.negative, float(m.label_noise)
+        self.train_region, self.test_region = region(m.train_region, "train_region"), region(m.test_region,
+                                                                                              "test_region")
+        self.seq_len = int(windows.seq_len)
+        self.eval_lengths = check_lengths(windows.seq_len, windows.eval_lengths)
         need = len(self.motif_a) + len(self.motif_b) + 2 * self.distance
         if self.seq_len < need:
-            raise PosencError(
-                f"data.seq_len={seq_len} cannot hold both motifs {2 * self.distance} bases apart"
-            )
-        self.batch_size, self.seed = batch_size, seed
-        self.sizes = {"train": samples_per_epoch, "val": eval_samples, "test": eval_samples}
+            raise PosencError(f"data.init_args.windows.seq_len={self.seq_len} cannot hold both motifs "
+                              f"{2 * self.distance} bases apart")
+        self.batch_size, self.seed, self.num_workers = loader.batch_size, loader.seed, loader.num_workers
+        self.sizes = {"train": loader.samples_per_epoch, "val": windows.eval_samples,
+                      "test": windows.eval_samples}
 
     num_classes = 2
 
@@ -275,7 +238,8 @@ class SyntheticMotifDataModule(L.LightningDataModule):
     def _loader(self, split: str, length: int, shuffle: bool = False) -> DataLoader:
         g = torch.Generator().manual_seed(self.seed) if shuffle else None
         ds = _MotifWindows(self, split, length, self.sizes[split])
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, generator=g)
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, generator=g,
+                          num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", self.seq_len, shuffle=True)
@@ -287,17 +251,6 @@ class SyntheticMotifDataModule(L.LightningDataModule):
         return [self._loader("test", n) for n in self.eval_lengths]
 
 
-def _motif(text: str, name: str) -> np.ndarray:
-    if not text or set(text) - set("ACGT"):
-        raise PosencError(f"data.{name} must be a non-empty string of A, C, G, T, got {text!r}")
+def _motif(text: str) -> np.ndarray:
+    """A motif over ACGT as base codes (checked by :class:`~datamodules.synthetic.config.Motifs`)."""
     return np.array(["ACGT".index(c) for c in text], dtype=np.int64)
-
-
-def _region(value: Any, name: str) -> tuple[float, float]:
-    try:
-        lo, hi = (float(v) for v in value)
-    except (TypeError, ValueError):
-        lo, hi = 1.0, 0.0
-    if not 0.0 <= lo <= hi <= 1.0:
-        raise PosencError(f"data.{name} must be [lo, hi] with 0 <= lo <= hi <= 1, got {value!r}")
-    return lo, hi

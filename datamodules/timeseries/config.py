@@ -22,11 +22,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from datamodules.config import at_least, one_of
-from datamodules.timeseries.calendar import CALENDAR_FEATURES, CalendarFeature
-from datamodules.timeseries.parse import NanPolicy
-from datamodules.timeseries.timestamps import DuplicatePolicy
-from datamodules.timeseries.windows import PositionMode
 from posenc import PosencError
+
+# The settings' vocabulary, read by the modules that act on it (parse, timestamps, windows, calendar).
+NanPolicy = Literal["interpolate", "ffill", "mask"]
+NAN_POLICIES = ("interpolate", "ffill", "mask")
+DuplicatePolicy = Literal["error", "first", "last", "mean"]
+DUPLICATE_POLICIES = ("error", "first", "last", "mean")
+PositionMode = Literal["index", "time"]
+CalendarFeature = Literal["hour", "dayofweek"]
+CALENDAR_FEATURES = ("hour", "dayofweek")
 
 
 @dataclass(frozen=True)
@@ -74,8 +79,8 @@ class Cleaning:
     fill_gaps: bool = False
 
     def __post_init__(self) -> None:
-        one_of("cleaning", "duplicates", self.duplicates, ("error", "first", "last", "mean"))
-        one_of("cleaning", "nan_policy", self.nan_policy, ("interpolate", "ffill", "mask"))
+        one_of("cleaning", "duplicates", self.duplicates, DUPLICATE_POLICIES)
+        one_of("cleaning", "nan_policy", self.nan_policy, NAN_POLICIES)
         if self.nan_policy == "mask" and self.train_on_filled:
             raise PosencError("data.init_args.cleaning.train_on_filled needs nan_policy interpolate or ffill "
                               "(under 'mask' nothing is filled to train on)")
@@ -150,3 +155,49 @@ class Seasonality:
             raise PosencError(f"data.init_args.seasonality.calendar: must be a list of {CALENDAR_FEATURES}, "
                               f"auto or null, got {self.calendar!r}")
         at_least("seasonality", n_periods=(self.n_periods, 1))
+
+
+# --------------------------------------------------------------------------------------- the LTSF protocol
+PROTOCOLS = ("ett", "custom")
+
+
+@dataclass(frozen=True)
+class LTSFSplit:
+    """How the LTSF benchmark splits a file (:class:`~datamodules.timeseries.ltsf_data.LTSFDataModule`).
+
+    Attributes:
+        protocol: ``ett`` (12 / 4 / 4 months in rows) or ``custom`` (0.7 / 0.1 / 0.2 of the rows);
+            ``None``: recognised from the file name (:func:`~datamodules.timeseries.ltsf.detect_protocol`).
+        borders: explicit row borders (train end, val end, test end) instead of the protocol's.
+        cache_dir: folder of the parsed file's cache, keyed by its content (``None``: no cache; the
+            benchmark's parent parses the file once there, and each of its runs loads it).
+    """
+
+    protocol: Literal["ett", "custom"] | None = None
+    borders: tuple[int, int, int] | None = None
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol is not None:
+            one_of("split", "protocol", self.protocol, PROTOCOLS)
+
+
+@dataclass(frozen=True)
+class LTSFWindows:
+    """The LTSF benchmark's windows: one lookback and one horizon (every window of a split).
+
+    Attributes:
+        lookback: input steps L.
+        horizon: forecast steps H.
+        val_stride: the fit's validation loader (early stopping, the best-epoch checkpoint) reads
+            every ``val_stride``-th val window, spread evenly over the whole val period; the reported
+            val and test metrics still score every window.
+    """
+
+    lookback: int = 336
+    horizon: int = 96
+    val_stride: int = 1
+
+    def __post_init__(self) -> None:
+        at_least("windows", lookback=(self.lookback, 1), horizon=(self.horizon, 1),
+                 val_stride=(self.val_stride, 1))

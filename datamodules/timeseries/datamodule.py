@@ -13,29 +13,12 @@ from torch.utils.data import DataLoader
 from datamodules.config import Loader
 from datamodules.paths import resolve_path
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
-from datamodules.timeseries.calendar import auto_calendar, calendar_cycles, calendar_features
+from datamodules.timeseries.calendar import read_seasons
 from datamodules.timeseries.calendar import season_period as choose_season_period
 from datamodules.timeseries.config import Cleaning, Seasonality, Source, Windows
-from datamodules.timeseries.parse import (
-    VIC_ELEC,
-    Series,
-    format_step,
-    parse_series,
-    read_table,
-    vic_elec_path,
-)
-from datamodules.timeseries.select import future_columns, select_rows
-from datamodules.timeseries.windows import (
-    ForecastWindows,
-    apply_scaler,
-    check_length,
-    check_scaled,
-    estimate_periods,
-    fit_scaler,
-    gather_windows,
-    split_points,
-    window_starts,
-)
+from datamodules.timeseries.parse import VIC_ELEC, Series, parse_series, vic_elec_path
+from datamodules.timeseries.select import future_columns
+from datamodules.timeseries.windows import ForecastWindows, gather_windows, layout_windows, scale_series
 from posenc import PosencError
 
 
@@ -95,23 +78,29 @@ class TimeSeriesDataModule(L.LightningDataModule):
         self.hparams["source"].update(target_cols=list(targets), covariate_cols=covs,
                                       future_cols=list(future), timezone=timezone)
         self.source = str(file)
-        # Read eagerly: a bad file fails before any trainer, logger or run exists.
+        # Read eagerly, in one pass: a bad file fails before any trainer, logger or run exists.
         self.series: Series = parse_series(
-            select_rows(read_table(file), source.select, file.name), source.time_col, list(targets),
-            list(covs), source=file.name, time_format=source.time_format, nan_policy=cleaning.nan_policy,
-            fill_gaps=cleaning.fill_gaps, duplicates=cleaning.duplicates,
-        )
-        rank_zero_info(self.series.report.summary())
-        s = self.series
-        self.step_seconds: float | None = s.report.step_seconds  # None: numeric time or row order
-        self.freq: str = s.report.step_label  # "1h", "30min", "10ms"; "1 row" for row order
-        check_length(len(s), w.lookback, w.horizon, file.name)
-        self.n_train, self.n_trainval = split_points(len(s), w.split)
-        self._scale(seasonality.calendar, timezone)
-        self.future_index = future_columns(s.covariate_cols, list(future), self.covariate_names[len(covs):],
-                                           seasonality.future_calendar)
-        self._make_windows(w.eval_lookbacks, w.context_from_previous, w.stride, w.eval_stride, file.name)
-        self.periods = self._resolve_periods(seasonality.periods, seasonality.n_periods, file.name)
+            file, source.time_col, list(targets), covs, select=source.select, source=file.name,
+            time_format=source.time_format, nan_policy=cleaning.nan_policy, fill_gaps=cleaning.fill_gaps,
+            duplicates=cleaning.duplicates)
+        report = self.series.report
+        rank_zero_info(report.summary())
+        self.step_seconds: float | None = report.step_seconds  # None: numeric time or row order
+        self.freq: str = report.step_label  # "1h", "30min", "10ms"; "1 row" for row order
+        layout = layout_windows(len(self.series), w, file.name)
+        self.n_train, self.n_trainval, self.bounds = layout.n_train, layout.n_trainval, layout.bounds
+        self.starts, self.eval_lookbacks = layout.starts, layout.eval_lookbacks
+        self.target_scaler, self.targets, covariates = scale_series(self.series, layout.n_train)
+        seasons = read_seasons(self.series, seasonality, timezone, n_train=layout.n_train,
+                               lookback=w.lookback, patch_len=w.patch_len, longest=max(layout.eval_lookbacks))
+        self.hparams["seasonality"]["calendar"] = seasons.calendar  # as used (see above)
+        self.covariates = np.concatenate([covariates, seasons.features], axis=1)  # (N, K) float32
+        self.covariate_names = self.series.covariate_cols + seasons.names
+        self.periods = seasons.periods
+        self.future_index = future_columns(covs, list(future), seasons.names, seasonality.future_calendar)
+        for note in (layout.note, seasons.note):
+            if note:
+                rank_zero_info(note)
 
     @staticmethod
     def _resolve_data(source: Source) -> tuple:
@@ -128,99 +117,6 @@ class TimeSeriesDataModule(L.LightningDataModule):
         if not target_cols:
             raise PosencError(f"{file}: set data.init_args.source.target_cols (the columns to forecast)")
         return file, target_cols, covariate_cols or [], future_cols or [], timezone
-
-    def _scale(self, calendar, timezone: str | None) -> None:
-        """Training-row scalers, scaled targets (N, C) and covariates + calendar (N, K)."""
-        s = self.series
-        calendar = auto_calendar(self.step_seconds) if calendar == "auto" else list(calendar or [])
-        self.hparams["seasonality"]["calendar"] = calendar  # as used (see __init__)
-        self.target_scaler = fit_scaler(s.targets, s.observed, self.n_train, s.target_cols)
-        cov_scaler = fit_scaler(s.covariates, s.cov_observed, self.n_train, s.covariate_cols)
-        cal = calendar_features(s.timestamps, calendar, timezone, n_rows=len(s), time_kind=s.report.time_kind)
-        self.targets = check_scaled(apply_scaler(self.target_scaler, s.targets), s.target_cols, s)  # (N, C)
-        covs = check_scaled(apply_scaler(cov_scaler, s.covariates), s.covariate_cols, s)  # (N, K0) float32
-        self.covariates = np.concatenate([covs, cal.astype(np.float32)], axis=1)  # (N, K) float32
-        cal_names = [f"{f}_{fn}" for f in calendar for fn in ("sin", "cos")]
-        self.covariate_names = s.covariate_cols + cal_names
-
-    def _make_windows(self, eval_lookbacks, context_from_previous: bool, stride: int, eval_stride: int,
-                      source: str) -> None:
-        """Window starts per split; test windows leave room for the longest test lookback."""
-        n, L = len(self.series), self.lookback
-        self.bounds = bounds = {"train": (0, self.n_train), "val": (self.n_train, self.n_trainval),
-                                "test": (self.n_trainval, n)}
-        ctx = {name: 0 if context_from_previous else lo for name, (lo, _) in bounds.items()}
-        if eval_lookbacks:
-            lookbacks = sorted({L, *eval_lookbacks})
-        else:  # L, 2L, 4L, 8L where the test split has room for them
-            wanted = [k * L for k in (1, 2, 4, 8)]
-            lookbacks = [n for n in wanted if n == L or len(
-                window_starts(bounds["test"], n, self.horizon, context_from=ctx["test"]))]
-            if len(lookbacks) < len(wanted):
-                rank_zero_info(f"{source}: test lookbacks {lookbacks} (no room before the test split for "
-                               f"{sorted(set(wanted) - set(lookbacks))}; set "
-                               f"data.init_args.windows.eval_lookbacks)")
-        self.eval_lookbacks = lookbacks
-        self.starts: dict[str, np.ndarray] = {}
-        for name, (lo, hi) in bounds.items():
-            need = L if name != "test" else max(lookbacks)
-            step = stride if name == "train" else eval_stride
-            self.starts[name] = window_starts((lo, hi), need, self.horizon, step, context_from=ctx[name])
-            if len(self.starts[name]) == 0 and (name != "val" or hi > lo):
-                raise PosencError(
-                    f"{source}: the {name} split (rows {lo}..{hi - 1}) holds no window of lookback {need} "
-                    f"+ horizon {self.horizon}; use a longer series, other data.init_args.windows.split "
-                    f"fractions or shorter lookbacks (data.init_args.windows.lookback / "
-                    f"data.init_args.windows.eval_lookbacks)"
-                )
-
-    def _durations(self, periods: list[float]) -> str:
-        """`` (1d, 7d)``: periods in steps as durations, when the step is a time."""
-        if self.step_seconds is None:
-            return ""
-        return " (" + ", ".join(format_step(p * self.step_seconds) for p in periods) + ")"
-
-    def _resolve_periods(self, periods, n_periods: int, source: str) -> list[float] | None:
-        """``data.init_args.seasonality.periods`` as a list of steps (estimated from the training split,
-        or the calendar cycles of the step, if asked)."""
-        if periods is None:
-            return None
-        if periods in ("estimate", "calendar"):
-            if periods == "estimate":
-                train = self.series.targets[: self.n_train, 0]  # training rows only: no test leakage
-                found = estimate_periods(train, max_period=self.lookback, min_period=2 * self.patch_len,
-                                         top_k=n_periods)
-                how = "estimated from the training split"
-            else:
-                found = self._calendar_periods(n_periods, source)
-                how = f"calendar cycles of {self.freq} steps"
-            rank_zero_info(f"{source}: periods {how}: {found} steps{self._durations(found)}")
-            return [float(p) for p in found]
-        if isinstance(periods, str) or not periods:
-            raise PosencError(f"data.init_args.seasonality.periods: must be a list of steps, 'estimate', "
-                              f"'calendar' or null, got {periods!r}")
-        for p in periods:
-            if not p >= 2 * self.patch_len:
-                raise PosencError(f"data.init_args.seasonality.periods: period {p} steps is shorter than 2 "
-                                  f"tokens of data.init_args.windows.patch_len={self.patch_len} steps (a "
-                                  f"rotation needs ≥ 2 positions per cycle)")
-        return [float(p) for p in periods]
-
-    def _calendar_periods(self, n_periods: int, source: str) -> list[int]:
-        """The calendar cycles (in steps) of at least 2 patches and at most the longest test lookback."""
-        if self.step_seconds is None:
-            raise PosencError(f"{source}: data.init_args.seasonality.periods: calendar needs datetime "
-                              f"timestamps, but the time is "
-                              f"{'row order' if self.series.report.time_kind == 'rows' else 'numeric'}; "
-                              f"use data.init_args.seasonality.periods: estimate")
-        cycles = [p for _, p in calendar_cycles(self.step_seconds)
-                  if 2 * self.patch_len <= p <= max(self.eval_lookbacks)]
-        if not cycles:
-            raise PosencError(f"{source}: data.init_args.seasonality.periods: calendar found no "
-                              f"daily/weekly/yearly cycle of "
-                              f"{self.freq} steps between 2 patches and {max(self.eval_lookbacks)} steps; "
-                              f"use data.init_args.seasonality.periods: estimate or a list")
-        return cycles[:n_periods]
 
     def season_period(self, max_period: int | None = None) -> tuple[int, str]:
         """The seasonal-naive period in steps and how it was chosen (calendar cycle of the step, or

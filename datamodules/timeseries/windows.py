@@ -1,30 +1,30 @@
-"""Time-series split, scaling, window arithmetic and period estimates (no Lightning/MLflow imports).
+"""Time-series split, scaling and window arithmetic (no Lightning/MLflow imports).
 
 Used after :mod:`datamodules.timeseries.parse` has read and cleaned a series:
 
-- :func:`split_points` cuts the rows chronologically into train / val / test;
-  :func:`fit_scaler` fits a scikit-learn ``StandardScaler`` on the training rows only.
-- :func:`window_starts` is the window arithmetic: a window is identified by the index τ of its
-  first target; its targets are rows ``[τ, τ + horizon)`` and its lookback rows
-  ``[τ - lookback, τ)``. Targets always lie inside one split; the lookback may reach back into
-  earlier splits (the past is known at forecast time) unless ``context_from`` says otherwise.
+- :func:`layout_windows` places every window of a series at once: :func:`split_points` cuts the rows
+  chronologically into train / val / test, :func:`window_starts` is the window arithmetic (a window
+  is identified by the index τ of its first target; its targets are rows ``[τ, τ + horizon)`` and
+  its lookback rows ``[τ - lookback, τ)``; targets always lie inside one split, the lookback may reach
+  back into earlier splits, the past being known at forecast time, unless ``context_from`` says
+  otherwise), and the test lookbacks are chosen.
+- :func:`scale_series` scales targets and covariates with scikit-learn ``StandardScaler`` s fitted
+  on the training rows only (:func:`fit_scaler`).
 - :class:`ForecastWindows` serves windows as tensors.
-- :func:`estimate_periods`: dominant seasonal periods in whole steps.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from sklearn.preprocessing import StandardScaler
 from torch.utils.data import Dataset
 
-from posenc import PosencError, periods_from_data
-
-PositionMode = Literal["index", "time"]
+from datamodules.timeseries.config import PositionMode, Windows
+from posenc import PosencError
 
 
 # --------------------------------------------------------------------------------------- split/scale
@@ -203,31 +203,60 @@ def check_length(n: int, lookback: int, horizon: int, source: str) -> None:
                           f"lookback + horizon = {lookback} + {horizon} = {need} rows")
 
 
-def estimate_periods(values: np.ndarray, max_period: int, min_period: int = 2, top_k: int = 1) -> list[int]:
-    """The ``top_k`` dominant periods (whole steps, strongest first) of a 1-D series within
-    ``[min_period, max_period]``.
+# --------------------------------------------------------------------------------------- a series' layout
+@dataclass
+class Layout:
+    """Where a series' windows are: the split rows, the first-target rows τ of every window per split,
+    and the test lookbacks (all test lookbacks score the same target windows)."""
 
-    NaNs are replaced by the mean and the linear trend removed; the peaks themselves come from
-    :func:`posenc.periods_from_data` (windowed, zero-padded periodogram with peak refinement).
+    n_train: int
+    n_trainval: int
+    bounds: dict[str, tuple[int, int]]
+    starts: dict[str, np.ndarray]
+    eval_lookbacks: list[int]
+    note: str = ""  # why some default test lookbacks were left out (logged by the datamodule)
+
+
+def layout_windows(n: int, w: Windows, source: str) -> Layout:
+    """Split ``n`` rows by ``w.split`` and place every window of each split; test windows leave room
+    for the longest test lookback (default L, 2L, 4L, 8L where the test split has room for them).
+
+    Raises:
+        PosencError: the series is shorter than a window, or a split (val may be empty) holds none.
     """
-    x = np.asarray(values, dtype=np.float64).ravel()
-    x = np.where(np.isnan(x), np.nanmean(x), x)
-    n = len(x)
-    if n < max(8, 2 * min_period):
-        raise PosencError(f"cannot estimate a period from {n} values")
-    x = x - np.polyval(np.polyfit(np.arange(n), x, 1), np.arange(n))  # remove the linear trend
-    top = periods_from_data(x, max_period=min(float(max_period), n / 2), min_period=float(min_period),
-                            top_k=top_k)
-    if not top:
-        raise PosencError(f"no period in [{min_period}, {max_period}] is resolvable from {n} values")
-    out: list[int] = []
-    for p in top:  # whole steps; two peaks rounding to the same step count once
-        whole = max(min_period, int(math.floor(p + 0.5)))
-        if whole not in out:
-            out.append(whole)
-    return out
+    check_length(n, w.lookback, w.horizon, source)
+    n_train, n_trainval = split_points(n, w.split)
+    bounds = {"train": (0, n_train), "val": (n_train, n_trainval), "test": (n_trainval, n)}
+    ctx = {name: 0 if w.context_from_previous else lo for name, (lo, _) in bounds.items()}
+    lookbacks, note = sorted({w.lookback, *(w.eval_lookbacks or [])}), ""
+    if not w.eval_lookbacks:
+        wanted = [k * w.lookback for k in (1, 2, 4, 8)]
+        lookbacks = [m for m in wanted if m == w.lookback or len(
+            window_starts(bounds["test"], m, w.horizon, context_from=ctx["test"]))]
+        if len(lookbacks) < len(wanted):
+            note = (f"{source}: test lookbacks {lookbacks} (no room before the test split for "
+                    f"{sorted(set(wanted) - set(lookbacks))}; set data.init_args.windows.eval_lookbacks)")
+    starts: dict[str, np.ndarray] = {}
+    for name, (lo, hi) in bounds.items():
+        need = w.lookback if name != "test" else max(lookbacks)
+        step = w.stride if name == "train" else w.eval_stride
+        starts[name] = window_starts((lo, hi), need, w.horizon, step, context_from=ctx[name])
+        if len(starts[name]) == 0 and (name != "val" or hi > lo):
+            raise PosencError(
+                f"{source}: the {name} split (rows {lo}..{hi - 1}) holds no window of lookback {need} "
+                f"+ horizon {w.horizon}; use a longer series, other data.init_args.windows.split "
+                f"fractions or shorter lookbacks (data.init_args.windows.lookback / "
+                f"data.init_args.windows.eval_lookbacks)")
+    return Layout(n_train, n_trainval, bounds, starts, lookbacks, note)
 
 
-def estimate_period(values: np.ndarray, max_period: int, min_period: int = 2) -> int:
-    """The dominant period (whole steps) of a 1-D series, see :func:`estimate_periods`."""
-    return estimate_periods(values, max_period, min_period, top_k=1)[0]
+def scale_series(series: Any, n_train: int) -> tuple[StandardScaler, np.ndarray, np.ndarray]:
+    """The targets' scaler and the scaled targets (N, C) and covariates (N, K), float32, each scaler
+    fitted on the observed values of the first ``n_train`` rows only (``series``: a
+    :class:`~datamodules.timeseries.parse.Series`)."""
+    s = series
+    target_scaler = fit_scaler(s.targets, s.observed, n_train, s.target_cols)
+    cov_scaler = fit_scaler(s.covariates, s.cov_observed, n_train, s.covariate_cols)
+    targets = check_scaled(apply_scaler(target_scaler, s.targets), s.target_cols, s)  # (N, C)
+    covariates = check_scaled(apply_scaler(cov_scaler, s.covariates), s.covariate_cols, s)  # (N, K)
+    return target_scaler, targets, covariates

@@ -289,17 +289,19 @@ def score_length(module: Any, adapter: TaskAdapter, length: int, loader: Any, tr
     all) and, with ``window`` / ``log_scale``, the local window / the log-length temperature of the
     training length (unless the model already has it)."""
     scale = adapter.n_positions(module, length) / adapter.n_positions(module, train)
-    specs = {TRAINED: None, **rope_variant_specs(module.pe, scale, adapter.n_positions(module, train))}
+    pe = getattr(module, "pe", None)  # None: a model without an encoding (DLinear)
+    specs = {TRAINED: None, **rope_variant_specs(pe, scale, adapter.n_positions(module, train))}
     cells = []
     for name, spec in specs.items():
         if name != TRAINED and variants is not None and name not in variants:
             continue
         with swapped_encoding(module, spec):
             cells.append(score_loader(module, adapter, name, length, loader, max_batches))
-    if window and module.backbone.window is None:
+    backbone = getattr(module, "backbone", None)
+    if window and backbone is not None and backbone.window is None:
         with backbone_set(module, "window", adapter.n_positions(module, train)):
             cells.append(score_loader(module, adapter, WINDOW, length, loader, max_batches))
-    if log_scale and module.backbone.log_scale_len is None:
+    if log_scale and backbone is not None and backbone.log_scale_len is None:
         with backbone_set(module, "log_scale_len", adapter.n_positions(module, train)):
             cells.append(score_loader(module, adapter, LOG_SCALE, length, loader, max_batches))
     return cells
@@ -339,7 +341,8 @@ def evaluate(
     if unknown:
         raise PosencError(f"unknown RoPE variant(s) {sorted(unknown)}; choose from {sorted(ROPE_VARIANTS)}")
     result = Extrapolation(module.task_name, adapter.metric, adapter.higher_is_better, train,
-                           adapter.length_unit, adapter.position_label, type(module.pe).__name__,
+                           adapter.length_unit, adapter.position_label,
+                           type(getattr(module, "pe", None)).__name__,
                            tolerance=tolerance, retain=retain, trivial_name=adapter.trivial_name, split=split)
     dm = with_lengths(dm, adapter, todo)
     loaders = split_loaders(dm, adapter, todo, split)  # before the baselines: a too short split fails here

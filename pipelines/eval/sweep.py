@@ -140,8 +140,10 @@ def _command(layers: Sequence[Path | str], args: Sequence[str], overlay: dict[st
     arguments and the seed (the logger and a dict overlay's settings are this runner's)."""
     seed = [f"--seed_everything={overlay['seed_everything']}"]
     for key, value in (overlay.get("data") or {}).get("init_args", {}).items():  # {"loader": {"seed": n}}
-        seed.append(f"--data.init_args.{key}.seed={value['seed']}" if isinstance(value, dict)
-                    else f"--data.init_args.{key}={value}")
+        if isinstance(value, dict) and "seed" in value:
+            seed.append(f"--data.init_args.{key}.seed={value['seed']}")
+        elif key == "seed":  # a datamodule's own seed argument
+            seed.append(f"--data.init_args.seed={value}")
     configs = [a for p in layers for a in ("--config", str(p))]
     return " ".join(["python -m pipelines.train fit", *configs, *args, *seed])
 

@@ -1,5 +1,6 @@
 """Tasks: one module per task, each a :class:`~pipelines.tasks.base.TaskModule` that owns its metrics,
-baselines, extrapolation adapter, predictor and data description.
+baselines, extrapolation adapter, predictor and data description; those built on the project's
+Transformer extend :class:`~pipelines.tasks.transformer.TransformerTask`.
 
 Defining a ``TaskModule`` subclass with a ``task_name`` registers it in :data:`TASKS`; the built-in
 tasks are imported here, so :func:`task_class` knows them all. A task of your own registers as soon as
@@ -12,6 +13,7 @@ from pipelines.tasks.dna.lm import DNALanguageModel
 from pipelines.tasks.dna.mlm import MaskedDNAModel
 from pipelines.tasks.dna.segment import FrameSegmenter
 from pipelines.tasks.forecast.model import Forecaster
+from pipelines.tasks.transformer import TransformerTask
 from posenc import PosencError
 
 BUILTIN = (DNALanguageModel, MaskedDNAModel, FrameSegmenter, SequenceClassifier, Forecaster)
@@ -26,4 +28,4 @@ def task_class(name: str | None) -> type[TaskModule]:
     return TASKS[name]
 
 
-__all__ = ["BUILTIN", "TASKS", "TaskAdapter", "TaskModule", "task_class"]
+__all__ = ["BUILTIN", "TASKS", "TaskAdapter", "TaskModule", "TransformerTask", "task_class"]

@@ -27,15 +27,13 @@ import torch
 from torch import Tensor
 
 from datamodules.config import as_group
-from pipelines.tasks.options import TASK_GROUPS, Net, Optim
+from pipelines.tasks.options import Optim
 from pipelines.tracking.scrub import scrub_checkpoint
-from posenc import PosencError, PositionalEncoding, build_encoding
-from posenc.nn import AttentionSettings, Transformer
-from posenc.registry import EncodingFactory
+from posenc import PosencError
 
 #: the spelling of the settings this code writes into checkpoints (``checkpoint["config_version"]``);
 #: older checkpoints are upgraded where they are read (:mod:`pipelines.tasks.upgrade`)
-CONFIG_VERSION = 5
+CONFIG_VERSION = 6
 
 #: ``{task_name: TaskModule subclass}``; filled as task classes are defined (``pipelines.tasks.task_class``
 #: looks tasks up after importing the built-in ones).
@@ -113,19 +111,16 @@ class TaskAdapter:
 
 
 class TaskModule(L.LightningModule):
-    """Base LightningModule: builds the Transformer with its positional encoding.
+    """Base LightningModule of every task: what a task declares about itself, its optimiser, and the
+    checkpoint it writes. The network is the task's own; tasks built on the project's Transformer
+    extend :class:`~pipelines.tasks.transformer.TransformerTask`.
 
-    Hyperparameters stay primitive: the encoding is stored as its ``{class_path, init_args}``
-    spec and each group as a mapping, so checkpoints load with ``torch.load(weights_only=True)`` and
+    Hyperparameters stay primitive: each group is stored as a mapping (an encoding as its
+    ``{class_path, init_args}`` spec), so checkpoints load with ``torch.load(weights_only=True)`` and
     rebuild the same model. A task lists the typed groups it takes as ``config_groups``.
 
     Args:
-        pe: the positional encoding, given as a class (YAML ``class_path``/``init_args`` without
-            d_model/n_heads, which come from this model); ``None`` means no encoding.
-        net: the Transformer's shape (:class:`~pipelines.tasks.options.Net`).
         optim: AdamW and its schedule (:class:`~pipelines.tasks.options.Optim`).
-        attention: how the attention runs (kernels, ``compile``; :class:`~posenc.nn.AttentionSettings`); a
-            checkpoint from before it existed loads with the defaults.
 
     Each group is given as its dataclass, or as a mapping over its defaults (saved hyperparameters).
     Flat keys of before the groups are translated where settings come in (configs, checkpoints), not
@@ -140,11 +135,12 @@ class TaskModule(L.LightningModule):
     predict_input: ClassVar[Literal["sequences", "table"]] = "sequences"
     writes_intervals: ClassVar[bool] = False  # per-base labels that can be written as GFF/BED intervals
     batch_records: ClassVar[bool] = False  # many short records scored together (classification)
-    config_groups: ClassVar[dict[str, type]] = TASK_GROUPS
+    config_groups: ClassVar[dict[str, type]] = {"optim": Optim}
     #: weight names this task's older checkpoints used → today's (``None``: dropped; a name ending in ``.``
     #: is a prefix), applied once where a checkpoint is read (:mod:`pipelines.tasks.upgrade`)
     old_weights: ClassVar[dict[str, str | None]] = {}
-    has_backbone: ClassVar[bool] = True  # False: a model without attention (DLinear): no Transformer, no pe
+    #: settings this task's older checkpoints saved that it no longer takes (dropped where read)
+    old_settings: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -154,34 +150,15 @@ class TaskModule(L.LightningModule):
                 raise PosencError(f"task name {name!r} is taken by {TASKS[name].__qualname__}")
             TASKS[name] = cls
 
-    def __init__(
-        self,
-        pe: EncodingFactory | None = None,
-        net: Net = Net(),  # noqa: B008 - frozen dataclasses: a shared default is safe
-        optim: Optim = Optim(),  # noqa: B008
-        attention: AttentionSettings = AttentionSettings(),  # noqa: B008
-    ) -> None:
+    def __init__(self, optim: Optim = Optim()) -> None:  # noqa: B008 - frozen: a shared default is safe
         super().__init__()
-        given = {name: as_group(TASK_GROUPS[name], value, name)
-                 for name, value in (("net", net), ("optim", optim), ("attention", attention))}
-        self.net, self.optim, attention = given["net"], given["optim"], given["attention"]
-        self._base_hparams = {name: asdict(value) for name, value in given.items()}
-        n = self.net
-        self.backbone: Transformer | None = None
-        if not self.has_backbone:
-            self.posenc_inference: dict[str, Any] = {}
-            return
-        encoding = build_encoding(pe, n.d_model, n.n_heads)
-        self.backbone = Transformer(n.d_model, n.n_heads, n.n_layers, encoding, d_ff=n.d_ff,
-                                    dropout=n.dropout, causal=self.causal, scale_embedding=n.scale_embedding,
-                                    log_scale_len=n.log_scale_len, embedding_dropout=n.embedding_dropout,
-                                    window=n.attention_window, settings=attention)
+        self.optim = as_group(Optim, optim, "optim")
+        self._base_hparams: dict[str, Any] = {"optim": asdict(self.optim)}
         self.posenc_inference: dict[str, Any] = {}
 
     def _save_hparams(self, **task_hparams: Any) -> None:
-        """Save all hyperparameters, the encoding as its primitive spec (call once, from the task)."""
-        hp = {**self._base_hparams, **task_hparams, "pe": self.pe.spec() if self.pe is not None else None}
-        self.save_hyperparameters(hp)
+        """Save all hyperparameters, the groups as mappings (call once, from the task)."""
+        self.save_hyperparameters({**self._base_hparams, **task_hparams})
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Name the task and the settings' version, and scrub what the checkpoint says about the run
@@ -189,16 +166,6 @@ class TaskModule(L.LightningModule):
         checkpoint["posenc_task"] = self.task_name
         checkpoint["config_version"] = CONFIG_VERSION
         scrub_checkpoint(checkpoint)
-
-    @property
-    def pe(self) -> PositionalEncoding | None:
-        """The backbone's encoding; ``None`` for a model without one (``has_backbone`` False)."""
-        return self.backbone.pe if self.backbone is not None else None
-
-    @property
-    def d_model(self) -> int:
-        """The model width D (of the backbone, its embeddings and its outputs)."""
-        return int(self.net.d_model)
 
     # ------------------------------------------------------------------ inference hooks
     def describe_data(self, dm: Any) -> dict[str, Any]:

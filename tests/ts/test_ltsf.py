@@ -220,7 +220,7 @@ def test_etth1_children_are_nested_runs_of_the_sweep_runner(tmp_path):
         assert len(child.data.tags["posenc.ltsf.key"]) == 16
         config = yaml.safe_load(Path(client.download_artifacts(child.info.run_id, "config.yaml",
                                                                  str(tmp_path))).read_text())
-        assert config["data"]["init_args"]["path"] == str(data) and config["seed_everything"] == 0
+        assert config["data"]["init_args"]["source"]["path"] == str(data) and config["seed_everything"] == 0
         assert Path(child.data.tags["posenc.ltsf.checkpoint"]).is_file()
     assert "linear_alpha=" in rows.loc["tiny_warm", "chosen"]
     assert "posenc.ltsf.key" not in by_model["ridge"].data.tags  # a baseline is fitted, not trained
@@ -337,13 +337,16 @@ def test_warm_started_model_starts_as_ridge_and_never_ends_worse_on_val(tmp_path
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from datamodules.config import Loader
+    from datamodules.timeseries.config import LTSFSplit, LTSFWindows, Source
     from datamodules.timeseries.ltsf_data import LTSFDataModule
     from pipelines.studies.ltsf.fit import LTSFProtocol
     from pipelines.studies.ltsf.models import forecast
     from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
 
-    dm = LTSFDataModule(str(small_csv(tmp_path / "small.csv")), lookback=48, horizon=8,
-                        borders=(600, 800, 1000), batch_size=32, samples_per_epoch=64)
+    dm = LTSFDataModule(Source(path=str(small_csv(tmp_path / "small.csv")), time_col="date"),
+                        LTSFSplit(borders=(600, 800, 1000)), LTSFWindows(lookback=48, horizon=8),
+                        Loader(batch_size=32, samples_per_epoch=64))
     L.seed_everything(0)
     model = task(PatchTSTForecaster, lookback=48, n_targets=2, horizon=8, d_model=16, n_heads=2, n_layers=2,
                                d_ff=32, linear_path=True, revin_affine=False, lr=0.01, pe=None,
@@ -395,8 +398,9 @@ def test_every_ltsf_config_loads_and_becomes_a_trainer_config(path):
     assert cli["trainer"]["accelerator"] == "gpu" and cli["trainer"]["devices"] == 1
     layer = yaml.safe_load(path.read_text())
     assert cli["trainer"]["max_epochs"] == layer["trainer"]["max_epochs"]
-    loader = layer["data"]["init_args"]
-    assert cli["data"]["init_args"]["samples_per_epoch"] == loader.get("samples_per_epoch")
+    loader = layer["data"]["init_args"]["loader"]
+    assert cli["data"]["init_args"]["loader"]["samples_per_epoch"] == loader.get("samples_per_epoch")
+    assert cli["data"]["init_args"]["windows"]["lookback"] == 336
     assert len(MODEL_CONFIGS) >= 6
     if path.stem.endswith("_paper"):  # the paper's budget: every window each epoch, lr 1e-4
         assert "samples_per_epoch" in loader and loader["samples_per_epoch"] is None

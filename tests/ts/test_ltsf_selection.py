@@ -46,11 +46,13 @@ def test_block_gain_refuses_errors_of_different_windows():
 
 
 def test_val_stride_thins_the_early_stopping_loader_only(tmp_path):
+    from datamodules.timeseries.config import LTSFSplit, LTSFWindows, Source
     from datamodules.timeseries.ltsf_data import LTSFDataModule
 
-    path = str(small_csv(tmp_path / "small.csv"))
-    every = LTSFDataModule(path, lookback=48, horizon=8, borders=(600, 800, 1000))
-    thin = LTSFDataModule(path, lookback=48, horizon=8, borders=(600, 800, 1000), val_stride=4)
+    source, split = Source(path=str(small_csv(tmp_path / "small.csv")), time_col="date"), LTSFSplit(
+        borders=(600, 800, 1000))
+    every = LTSFDataModule(source, split, LTSFWindows(lookback=48, horizon=8))
+    thin = LTSFDataModule(source, split, LTSFWindows(lookback=48, horizon=8, val_stride=4))
     n = len(every.data.starts("val", 48, 8))
     assert len(every.val_dataloader().dataset) == n
     ds = thin.val_dataloader().dataset
@@ -58,7 +60,7 @@ def test_val_stride_thins_the_early_stopping_loader_only(tmp_path):
     np.testing.assert_array_equal(ds.starts, every.data.starts("val", 48, 8)[::4])
     assert len(thin.eval_dataloader("test").dataset) == len(every.eval_dataloader("test").dataset)
     with pytest.raises(PosencError, match="val_stride"):
-        LTSFDataModule(path, lookback=48, horizon=8, borders=(600, 800, 1000), val_stride=0)
+        LTSFWindows(lookback=48, horizon=8, val_stride=0)
 
 
 def test_ridge_baseline_chooses_its_penalty_on_val_from_the_wide_grid():

@@ -158,8 +158,7 @@ def test_moving_average_matches_a_float64_reference():
 
 def test_dlinear_is_the_sum_of_two_linear_maps_and_cuts_longer_lookbacks():
     torch.manual_seed(0)
-    model = task(DLinearForecaster, lookback=16, n_targets=2, n_covariates=3, n_future=2, horizon=4,
-                              patch_len=4).eval()
+    model = task(DLinearForecaster, lookback=16, n_targets=2, n_covariates=3, n_future=2, horizon=4).eval()
     x = torch.randn(3, 16, 2)
     y = model(x, torch.randn(3, 16, 3), None, torch.randn(3, 4, 2))
     seq = x[..., 1]  # channel 1: (B, L)
@@ -213,7 +212,7 @@ def test_dlinear_is_an_affine_map_of_the_lookback_that_the_ridge_fits_in_closed_
     """Why no DLinear baseline is trained beside a run: ``baseline/linear_ar`` fits its function class."""
     torch.manual_seed(0)
     lookback, horizon, kernel = 24, 6, 5
-    model = task(DLinearForecaster, lookback=lookback, n_targets=1, horizon=horizon, patch_len=4,
+    model = task(DLinearForecaster, lookback=lookback, n_targets=1, horizon=horizon,
                  kernel_size=kernel).eval()
     avg = np.zeros((lookback, lookback))  # the moving average as a matrix, ends repeated (float64)
     for i in range(lookback):

@@ -113,3 +113,26 @@ def test_the_default_config_is_within_5_percent_of_the_ridge_on_every_shipped_se
     code = ts_defaults.main(["--", "--trainer.max_epochs=2", "--data.init_args.samples_per_epoch=2048",
                              "--trainer.enable_progress_bar=false", "--register.register=false"])
     assert code == 0
+
+
+def test_one_forecasting_base_one_fit_entry_and_one_validation_rule():
+    """Every forecaster is a ForecastModule: the linear path is fitted through one method and validation
+    follows one rule (the best of the model's weights of its network on the path); the Transformer
+    part is TransformerTask's, which DLinear is not."""
+    from pipelines.tasks.forecast.linear import DLinearForecaster
+    from pipelines.tasks.forecast.module import ForecastModule
+    from pipelines.tasks.forecast.patchtst import PatchTSTForecaster
+    from pipelines.tasks.transformer import TransformerTask
+
+    for cls in (Forecaster, PatchTSTForecaster, DLinearForecaster):
+        assert issubclass(cls, ForecastModule) and cls.fit_linear_path is ForecastModule.fit_linear_path
+        assert cls.validation_step is ForecastModule.validation_step
+    assert issubclass(Forecaster, TransformerTask) and not issubclass(DLinearForecaster, TransformerTask)
+    forecaster = task(Forecaster, lookback=24, horizon=4, linear_path=True, **TINY)
+    patchtst = task(PatchTSTForecaster, lookback=32, horizon=4, patch_len=16, patch_stride=8,
+                    linear_path=True, **TINY)
+    assert forecaster.chooses_blend and not patchtst.chooses_blend  # PatchTST: the LTSF protocol chooses
+    assert not forecaster.linear.per_channel and patchtst.linear.per_channel  # one key, two layouts
+    assert patchtst.hparams["output"]["linear_path"] and "linear_path" not in patchtst.hparams
+    with pytest.raises(PosencError, match="no linear path"):
+        task(Forecaster, lookback=24, horizon=4, **TINY).fit_linear_path()

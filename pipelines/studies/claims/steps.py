@@ -60,7 +60,7 @@ class StepsToCriterion(Experiment):
     def child(self, seed: int, label: str) -> Child:
         cond = self.conditions[label]
         over = _merge(cond.get("overrides") or {}, {
-            "data": {"init_args": {"samples_per_epoch": self.budget * self.batch}},
+            "data": {"init_args": {"loader": {"samples_per_epoch": self.budget * self.batch}}},
             # every ``every`` global steps (None: not tied to an epoch's length, so a smoke run's two
             # batches simply validate never)
             "trainer": {"val_check_interval": self.every, "check_val_every_n_epoch": None, "callbacks": [{

@@ -91,10 +91,11 @@ def untrained_positions(module: Any, dm: Any) -> str:
     longer than the training length: its extra rows never received a gradient), else ``""``."""
     adapter = adapter_for(module)
     seen = adapter.n_positions(module, adapter.train_length(dm))
-    max_len = getattr(module.pe, "max_len", None)
+    pe = getattr(module, "pe", None)  # None: a model without an encoding (DLinear)
+    max_len = getattr(pe, "max_len", None)
     if max_len is None or max_len <= seen:
         return ""
-    return (f"{type(module.pe).__name__} max_len {max_len} > the {seen} positions seen in training: "
+    return (f"{type(pe).__name__} max_len {max_len} > the {seen} positions seen in training: "
             f"positions {seen}…{max_len - 1} were never trained")
 
 

@@ -155,20 +155,20 @@ class LTSFProtocol(Callback):
         return out
 
 
-def log_interval(data: dict[str, Any], default: int = 50) -> int:
+def log_interval(loader: dict[str, Any], default: int = 50) -> int:
     """Lightning's ``log_every_n_steps``: its default, or the steps of one epoch when an epoch is
     shorter (2,048 windows in batches of 128: 16 steps), so every epoch logs its training loss and
-    Lightning has nothing to warn about. ``data``: the datamodule's init_args."""
-    if not data.get("samples_per_epoch"):
+    Lightning has nothing to warn about. ``loader``: the datamodule's loader group."""
+    if not loader.get("samples_per_epoch"):
         return default
-    steps = -(-int(data["samples_per_epoch"]) // int(data.get("batch_size", 128)))  # ceil
+    steps = -(-int(loader["samples_per_epoch"]) // int(loader.get("batch_size", 128)))  # ceil
     return max(1, min(default, steps))
 
 
 def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon: int, *,
                time_col: str = "date", protocol: str | None = None, test: bool = True,
                test_lookbacks: tuple[int, ...] = (), accelerator: str = "cpu",
-               predictions: str | Path | None = None) -> dict:
+               predictions: str | Path | None = None, cache_dir: str | Path | None = None) -> dict:
     """A benchmark model config (:func:`~pipelines.studies.ltsf.models.load_model_config`: a CLI layer)
     completed with the protocol's overlay: the windows of ``data`` at ``lookback`` → ``horizon``
     (:class:`LTSFDataModule`), the best val epoch checkpointed before the layer's callbacks,
@@ -176,10 +176,12 @@ def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon:
     lookbacks; no Forecaster test pass, model registration or resume checkpoints. ``accelerator``:
     Lightning's (``cpu``, ``gpu``, ``auto``), one device, float32 either way; ``protocol``: the file's
     split rule (``ett`` / ``custom``; ``None``: recognised from the file); ``predictions``: the folder
-    the protocol saves the model's forecasts in (``--ensemble``)."""
+    the protocol saves the model's forecasts in (``--ensemble``); ``cache_dir``: where the parent
+    cached the parsed file (:func:`~datamodules.timeseries.ltsf.load_ltsf`), loaded there, not parsed."""
     layer = config["layer"]
-    given = (layer.get("data") or {}).get("init_args") or {}
-    loader = {"batch_size": 128, "samples_per_epoch": None, **given}
+    given = (layer.get("data") or {}).get("init_args") or {}  # grouped by load_model_config
+    loader = {"batch_size": 128, "samples_per_epoch": None, **(given.get("loader") or {})}
+    windows = {**(given.get("windows") or {}), "lookback": lookback, "horizon": horizon}
     trainer = {"gradient_clip_val": None, **(layer.get("trainer") or {})}
     told = {"name": config["name"], "test": test, "test_lookbacks": list(test_lookbacks),
             "predictions": None if predictions is None else str(predictions)}
@@ -192,8 +194,9 @@ def cli_config(config: dict[str, Any], data: str | Path, lookback: int, horizon:
         "model": {"class_path": config["model"]["class_path"],
                   "init_args": {**(config["model"].get("init_args") or {}), "plot_examples": 0}},
         "data": {"class_path": DATAMODULE, "init_args": {
-            "path": str(Path(data).resolve()), "time_col": time_col, "protocol": protocol,
-            "lookback": lookback, "horizon": horizon, **loader}},
+            "source": {"path": str(Path(data).resolve()), "time_col": time_col},
+            "split": {"protocol": protocol, "cache_dir": None if cache_dir is None else str(cache_dir)},
+            "windows": windows, "loader": loader}},
         "trainer": {**trainer, "accelerator": accelerator, "devices": 1,
                     "log_every_n_steps": log_interval(loader), "num_sanity_val_steps": 0,
                     "enable_model_summary": False, "callbacks": callbacks},
@@ -216,8 +219,8 @@ def train_child(config: dict[str, Any], horizon: int, seed: int, args: Any, pare
     overlay = cli_config(config, args.data, args.lookback, horizon, time_col=args.time_col,
                          protocol=getattr(args, "protocol", None),
                          test=not args.val_only, test_lookbacks=tuple(args.test_lookbacks),
-                         accelerator=args.accelerator,
-                         predictions=predictions)
+                         accelerator=args.accelerator, predictions=predictions,
+                         cache_dir=getattr(args, "cache_dir", None))
     return train_run([], overlay, seed, experiment=args.experiment,
                      run_name=f"{config['name']}-H{horizon}-seed{seed}", parent_run_id=parent,
                      namespace=NAMESPACE, key=config_key([overlay]), tags=child_tags(config["name"], horizon),

@@ -21,9 +21,11 @@ import torch
 import yaml
 
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
+from datamodules.timeseries.ltsf_data import LTSFDataModule
 from datamodules.timeseries.windows import gather_windows
 from pipelines.tasks.forecast.baselines import ridge_on_val, seasonal_naive
 from pipelines.tasks.forecast.blend import channel_rows
+from pipelines.tasks.upgrade.legacy import move_class_paths, regroup
 from posenc import PosencError
 
 
@@ -62,8 +64,8 @@ LTSF_ALPHAS = tuple(10.0**k for k in range(-1, 7))
 #: ETTh1 at 96 (0.1) and on Weather at 720 (10⁶).
 LTSF_ALPHA_BOUNDS = (1e-4, 1e9)
 LAYER_KEYS = {"model", "data", "trainer", "test_after_fit", "register"}  # what a model config may set
-#: what a model config may set in data.init_args (the rest of it is the protocol's overlay)
-DATA_KEYS = {"batch_size", "samples_per_epoch", "val_stride"}
+#: what a model config may set in data.init_args, per group (the rest of it is the protocol's overlay)
+DATA_KEYS = {"loader": ("batch_size", "samples_per_epoch"), "windows": ("val_stride",)}
 
 
 def missing_package(package: str) -> str | None:
@@ -76,24 +78,31 @@ def missing_package(package: str) -> str | None:
 
 
 def load_model_config(path: str | Path) -> dict[str, Any]:
-    """A benchmark model config: an ordinary CLI layer (``model``; ``data.init_args`` batch_size and
-    samples_per_epoch; ``trainer`` with its callbacks, :class:`~pipelines.studies.ltsf.fit.LTSFProtocol`
-    among them, whose ``name`` labels the model's rows) that :func:`~pipelines.studies.ltsf.fit.cli_config`
+    """A benchmark model config: an ordinary CLI layer (``model``; ``data.init_args`` ``loader``'s
+    batch_size and samples_per_epoch and ``windows.val_stride``, flat ones of before grouped; ``trainer``
+    with its callbacks, :class:`~pipelines.studies.ltsf.fit.LTSFProtocol` among them, whose ``name``
+    labels the model's rows) that :func:`~pipelines.studies.ltsf.fit.cli_config`
     completes with the protocol's overlay. ``{"name", "model", "layer"}``; a clear error naming the file
     and key when something is missing or unknown."""
     file = Path(path)
     if not file.is_file():
         raise PosencError(f"{file}: no such model config")
-    layer = yaml.safe_load(file.read_text()) or {}
+    layer = move_class_paths(yaml.safe_load(file.read_text()) or {})  # old spellings read as today's
     if not isinstance(layer.get("model"), dict) or "class_path" not in layer["model"]:
         raise PosencError(f"{file}: needs model.class_path (and model.init_args)")
-    loader = (layer.get("data") or {}).get("init_args") or {}
+    data = layer.get("data") if isinstance(layer.get("data"), dict) else {}
+    given = regroup(LTSFDataModule, data.get("init_args") or {})  # the flat spelling of before, grouped
+    layer = {**layer, "data": {**data, "init_args": given}} if given else layer
     unknown = sorted(set(layer) - LAYER_KEYS)
-    unknown += [f"data.init_args.{k}" for k in sorted(set(loader) - DATA_KEYS)]
+    for group, values in sorted(given.items()):
+        if group not in DATA_KEYS or not isinstance(values, dict):
+            unknown.append(f"data.init_args.{group}")
+        else:
+            unknown += [f"data.init_args.{group}.{k}" for k in sorted(set(values) - set(DATA_KEYS[group]))]
     if unknown:
+        allowed = ", ".join(f"{g}.{k}" for g, keys in DATA_KEYS.items() for k in keys)
         raise PosencError(f"{file}: keys the benchmark sets or does not know: {', '.join(unknown)} (a model "
-                          f"config sets {', '.join(sorted(LAYER_KEYS))}; data.init_args "
-                          f"{', '.join(sorted(DATA_KEYS))})")
+                          f"config sets {', '.join(sorted(LAYER_KEYS))}; data.init_args {allowed})")
     callbacks = (layer.get("trainer") or {}).get("callbacks") or []
     protocol = [c for c in callbacks if isinstance(c, dict) and c.get("class_path") == PROTOCOL]
     if len(protocol) != 1:

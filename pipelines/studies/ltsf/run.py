@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
+from datamodules.cache import DEFAULT_CACHE_DIR
+from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, detect_protocol, load_ltsf, scaled_errors
 from pipelines.children import MAX_JOBS, stop_pool, worker_pool
 from pipelines.console import configure, user_errors_exit
 from pipelines.studies.compare.run import scheme_file
@@ -334,8 +335,9 @@ def run(argv: Sequence[str] | None = None) -> Path:
 
         torch.set_num_threads(args.threads)
     configs = model_configs(args)
-    data = read_ltsf(args.data, time_col=args.time_col, protocol=args.protocol)
-    args.protocol = data.protocol  # the children read the file under the same rule
+    args.protocol = args.protocol or detect_protocol(args.data)  # the children read it under the same rule
+    args.cache_dir = str(Path(DEFAULT_CACHE_DIR).resolve())  # parsed once here; each child loads it there
+    data = load_ltsf(args.data, time_col=args.time_col, protocol=args.protocol, cache_dir=args.cache_dir)
     print(describe_data(data), file=sys.stderr)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-from pipelines.tasks.base import TaskModule
+from pipelines.tasks.transformer import TransformerTask
 
 
-class DNATask(TaskModule):
+class DNATask(TransformerTask):
     """A task over k-mer tokens of DNA records: ``predict`` takes sequences (a string, records, a
     DataFrame with ``sequence``, or a FASTA/GenBank path; see :mod:`pipelines.tasks.dna.predict`)."""
 

@@ -29,9 +29,9 @@ import scipy.linalg
 from lightning.pytorch.utilities import rank_zero_info
 from scipy.linalg import LinAlgWarning
 
-from datamodules.timeseries.calendar import calendar_cycles
-from datamodules.timeseries.parse import format_step
-from datamodules.timeseries.windows import estimate_period, gather_windows
+from datamodules.timeseries.calendar import calendar_cycles, estimate_period
+from datamodules.timeseries.timestamps import format_step
+from datamodules.timeseries.windows import gather_windows
 from pipelines.tasks.base import baseline_datamodule
 from posenc import PosencError
 

@@ -6,7 +6,7 @@ windows.
 validation windows). The :class:`~pipelines.tasks.forecast.model.Forecaster` reads it multivariate and
 :class:`~pipelines.tasks.forecast.patchtst.PatchTSTForecaster` per channel (:meth:`LinearPath.fit_windows`).
 
-With the Forecaster's ``model.linear_path: true`` the forecast is
+With the Forecaster's ``model.output.linear_path: true`` the forecast is
 ``ridge(x, cov, fut) + w · transformer(x, cov, fut)``:
 
 - the ridge part's coefficients are set before training from the same-inputs ridge of
@@ -145,13 +145,14 @@ class LinearPath(nn.Module):
         self.set_ridge(fit, alpha)
         return alpha
 
-    def fit_for(self, trainer: Any, future: bool) -> None:
-        """:meth:`fit` on the trainer's datamodule, with its :class:`ForecastBaselines` callback's
+    def fit_for(self, trainer: Any, dm: Any, future: bool) -> None:
+        """:meth:`fit` on the datamodule ``dm``, with the ``trainer``'s :class:`ForecastBaselines` callback's
         settings (penalty, caps) or the defaults, so that the path is exactly ``baseline/linear``."""
-        dm = getattr(trainer, "datamodule", None)
         if dm is None or not hasattr(dm, "windows"):
-            raise PosencError("model.linear_path needs a time-series datamodule (data: TimeSeriesDataModule)")
-        found = next((c for c in trainer.callbacks if isinstance(c, ForecastBaselines)), None)
+            raise PosencError("model.output.linear_path needs a time-series datamodule (data: "
+                              "TimeSeriesDataModule)")
+        callbacks = getattr(trainer, "callbacks", None) or []
+        found = next((c for c in callbacks if isinstance(c, ForecastBaselines)), None)
         self.fit(dm, found or ForecastBaselines(), future)
 
     def rows(self, inputs: Tensor) -> Tensor:

@@ -21,7 +21,6 @@ import torch
 from torch import Tensor, nn
 
 from datamodules.config import as_group
-from pipelines.tasks.forecast.baselines import RIDGE_ALPHAS
 from pipelines.tasks.forecast.model import Forecaster
 from pipelines.tasks.options import ForecastOutput, SeriesInput
 from posenc import PosencError, PositionOutOfRange
@@ -65,32 +64,34 @@ class PatchTSTForecaster(Forecaster):
     Targets only (no covariates or known-future inputs). Positions given to the encoding are the
     patch indices 0..N−1, so a periodic encoding's periods count in strides (24 h at stride 8 = 3).
 
+    With ``output.linear_path`` (not in the paper) the forecaster's linear path, per channel (a fixed
+    ridge from each channel's lookback to its horizon, :class:`~pipelines.tasks.forecast.blend.LinearPath`),
+    is added to the forecast and the flatten head starts at 0, so the untrained model *is* that ridge
+    and the Transformer learns what it misses. It is fitted before training
+    (:meth:`~pipelines.tasks.forecast.module.ForecastModule.fit_linear_path`, on an
+    :class:`~datamodules.timeseries.ltsf_data.LTSFDataModule`'s windows) unless already fitted; the
+    Transformer keeps weight 1 (:attr:`blend_weights`): the LTSF protocol chooses between the start and
+    the trained model on val instead.
+
     Args:
         lookback: training lookback L (the flatten head's width depends on it).
         patch_len: steps per patch P (16 in the paper).
         patch_stride: steps between patch starts S (8 in the paper).
         head_dropout: dropout before the flatten head (0 for ETTh1 in the paper's scripts).
-        linear_path: add the Forecaster's linear path (:class:`~pipelines.tasks.forecast.blend.LinearPath`,
-            per channel: a fixed ridge from the lookback to the horizon) to the forecast, the flatten
-            head starting at 0, so the untrained model *is* that ridge and the Transformer learns
-            what it misses. Not in the paper. Fitted before training (:meth:`fit_linear_path`, on an
-            :class:`~datamodules.timeseries.ltsf_data.LTSFDataModule`'s windows) unless already
-            fitted; the Transformer's weight is not blended on validation (the LTSF protocol
-            chooses between the start and the trained model instead).
         linear_input: what the linear path reads: ``revin``, the RevIN-normalised lookback (its
             output then denormalised with the head's: RLinear, Li et al. 2023), or ``raw``, the
             lookback as given (a plain linear model; the head then forecasts its residual, scaled by
             the window's std but not shifted by its mean). Without RevIN it reads the raw lookback.
-        **kwargs: the Forecaster's arguments (``n_targets``, ``horizon``, ``revin``, ``loss``, backbone
-            and optimiser); ``channel_independent`` and ``head`` are fixed.
+        **kwargs: the Forecaster's arguments (``n_targets``, ``horizon``, ``series``, ``output``, the
+            encoding, ``net``, ``optim``); ``series.channel_independent`` and ``output.head`` are fixed.
     """
 
     task_name = "ts_forecast_patchtst"
-    blend_on_val = False
+    blend_weights = (1.0,)
+    linear_per_channel = True
 
     def __init__(self, lookback: int = 336, patch_len: int = 16, patch_stride: int = 8,
-                 head_dropout: float = 0.0, linear_path: bool = False, linear_input: str = "revin",
-                 **kwargs: Any) -> None:
+                 head_dropout: float = 0.0, linear_input: str = "revin", **kwargs: Any) -> None:
         if linear_input not in ("revin", "raw"):
             raise PosencError(f"model.linear_input must be 'revin' or 'raw', got {linear_input!r}")
         if patch_stride < 1:
@@ -103,28 +104,15 @@ class PatchTSTForecaster(Forecaster):
         self.patch_stride = patch_stride
         self.n_patches = n_patches(lookback, patch_len, patch_stride)
         self.head = FlattenHead(self.n_patches, self.d_model, self.horizon, head_dropout)
-        self.linear = self._linear_path(linear_path, lookback, 0, per_channel=True)
+        self.start_from_linear_path()
         self.linear_input = linear_input
         self.save_hyperparameters({**self.hparams, "patch_stride": patch_stride, "head_dropout": head_dropout,
-                                   "linear_path": linear_path, "linear_input": linear_input})
+                                   "linear_input": linear_input})
 
     @property
     def normalised_path(self) -> bool:
         """Whether the linear path reads the RevIN-normalised lookback (``linear_input: revin``)."""
         return self.linear is not None and self.linear_input == "revin" and self.revin is not None
-
-    def fit_linear_path(self, data: Any = None, alphas: tuple[float, ...] = RIDGE_ALPHAS,
-                        bounds: tuple[float, float] | None = None) -> float:
-        """Fit the linear path (:meth:`LinearPath.fit_windows`) on the train windows of ``data`` (an
-        :class:`~datamodules.timeseries.ltsf.LTSFData`; default: the trainer's datamodule's), its
-        penalty the best of ``alphas`` on val (past their ends as far as ``bounds``); returns the penalty."""
-        data = data if data is not None else getattr(getattr(self.trainer, "datamodule", None), "data", None)
-        if not hasattr(data, "windows"):
-            raise PosencError("PatchTSTForecaster's linear path is fitted on an LTSFDataModule's windows "
-                              "(data: datamodules.timeseries.ltsf_data.LTSFDataModule)")
-        train, val = (data.windows(split, self.lookback, self.horizon) for split in ("train", "val"))
-        return self.linear.fit_windows(train, val, normalised=self.normalised_path, alphas=alphas,
-                                       bounds=bounds)
 
     def forward(self, x: Tensor, cov: Tensor | None = None, pos: Tensor | None = None,
                 fut: Tensor | None = None) -> Tensor:

@@ -24,8 +24,8 @@ import pandas as pd
 import torch
 
 from datamodules.timeseries.calendar import calendar_features
-from datamodules.timeseries.parse import parse_series, read_table
-from datamodules.timeseries.select import future_columns, select_rows
+from datamodules.timeseries.parse import parse_series
+from datamodules.timeseries.select import future_columns
 from datamodules.timeseries.windows import check_scaled, fit_scaler, to_float32
 from pipelines.tasks.windows import inference_meta
 from posenc import PosencError
@@ -44,10 +44,8 @@ def prepare(model: torch.nn.Module, data: pd.DataFrame | str | Path) -> tuple:
     """Parse and scale a table: (series, scaled targets (N, C), covariates (N, K), settings)."""
     cfg = forecast_settings(model)
     source = Path(data).name if isinstance(data, (str, Path)) else "<DataFrame>"
-    df = read_table(data) if isinstance(data, (str, Path)) else data
-    df = select_rows(df, cfg.get("select"), source)
-    s = parse_series(df, cfg["time_col"], list(cfg["target_cols"]), list(cfg["covariate_cols"]),
-                     source=source, time_format=cfg.get("time_format"),
+    s = parse_series(data, cfg["time_col"], list(cfg["target_cols"]), list(cfg["covariate_cols"]),
+                     select=cfg.get("select"), source=source, time_format=cfg.get("time_format"),
                      nan_policy=cfg.get("nan_policy", "interpolate"),
                      fill_gaps=bool(cfg.get("fill_gaps", False)), duplicates=cfg.get("duplicates", "error"))
     x = (s.targets - np.asarray(cfg["target_loc"])) / np.asarray(cfg["target_scale"])  # (N, C)
@@ -60,8 +58,7 @@ def prepare(model: torch.nn.Module, data: pd.DataFrame | str | Path) -> tuple:
                             n_rows=len(s), time_kind=s.report.time_kind)
     cov = np.concatenate([cov, cal.astype(np.float32)], axis=1)  # (N, K)
     if s.timestamps is None:  # numeric time: keep the first value to write times in the column's units
-        col = cfg["time_col"]  # None: row order, times are row numbers
-        cfg["_time0"] = float(pd.to_numeric(df[col]).min()) if col is not None else 0.0
+        cfg["_time0"] = s.report.time0  # row order: 0, times are row numbers
     return s, x, cov, cfg
 
 

@@ -21,6 +21,10 @@ only:
 * 4 → 5: a rotary encoding's flat scaling arguments (``scaling: yarn``, ``scale_factor``, ``train_len``,
   β, ``truncate``) as one ``scaling`` mapping (:class:`~posenc.rope_scaling.RopeScaling`;
   :mod:`pipelines.tasks.upgrade.legacy_rope`), Compose's children included.
+* 5 → 6: the settings of classes that took typed groups since (the synthetic, order and LTSF
+  datamodules; PatchTST's ``linear_path``, now ``output.linear_path`` as every forecaster's) moved into
+  them, as in 1 → 2 (the same translation: every flat key its group's field), and the settings a task
+  no longer takes dropped (``TaskModule.old_settings``: DLinear's of the Transformer it was built on).
 
 A checkpoint of a newer version than this code is refused (one line).
 """
@@ -32,7 +36,7 @@ from typing import Any
 import torch
 
 from pipelines.tasks.base import CONFIG_VERSION, TASKS
-from pipelines.tasks.upgrade.legacy import move_class_paths, moved, project_class, regroup
+from pipelines.tasks.upgrade.legacy import data_class, move_class_paths, moved, regroup
 from pipelines.tasks.upgrade.legacy_rope import upgrade_rope_specs
 from posenc import PosencError
 
@@ -48,7 +52,7 @@ def _grouped(ckpt: dict[str, Any]) -> dict[str, Any]:
     if task is not None and isinstance(out.get("hyper_parameters"), dict):
         out["hyper_parameters"] = regroup(task, out["hyper_parameters"])
     data = out.get("datamodule_hyper_parameters")
-    dm = project_class(moved(data.get("_class_path")), "datamodules") if isinstance(data, dict) else None
+    dm = data_class(moved(data.get("_class_path"))) if isinstance(data, dict) else None
     if dm is not None:
         out["datamodule_hyper_parameters"] = regroup(dm, data)
     return out
@@ -91,8 +95,20 @@ def _rope_scaling(ckpt: dict[str, Any]) -> dict[str, Any]:
     return {**ckpt, "hyper_parameters": upgrade_rope_specs(hp)} if isinstance(hp, dict) else ckpt
 
 
+def _regrouped(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 → 6: the settings regrouped as in 1 → 2 (classes that took groups since, PatchTST's
+    ``linear_path`` now ``output.linear_path``), and the settings the task no longer takes dropped
+    (``TaskModule.old_settings``: DLinear's of the Transformer it was once built on)."""
+    out = _grouped(ckpt)
+    old = set(getattr(TASKS.get(str(out.get("posenc_task"))), "old_settings", ()))
+    hp = out.get("hyper_parameters")
+    if old and isinstance(hp, dict):
+        out["hyper_parameters"] = {k: v for k, v in hp.items() if k not in old}
+    return out
+
+
 #: version → the step that upgrades a checkpoint of that version to the next
-STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names, 4: _rope_scaling}
+STEPS = {1: _grouped, 2: _one_linear_path, 3: _state_names, 4: _rope_scaling, 5: _regrouped}
 
 
 def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:

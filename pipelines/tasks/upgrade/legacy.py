@@ -177,7 +177,8 @@ def _class_in(doc: Any, section: str) -> str | None:
 def section_class(args: list[str], section: str = "data", resolve: Any = None) -> type | None:
     """The class the arguments name last for ``section`` (a config's ``<section>.class_path``,
     ``--<section>=…`` or ``--<section>.class_path=…``), resolved by ``resolve`` (class path → class or
-    ``None``; default: this project's datamodules), when it has typed groups; ``None`` otherwise."""
+    ``None``; default: this project's datamodules, :func:`data_class`), when it has typed groups; ``None``
+    otherwise."""
     found = None
     for i, arg in enumerate(args):
         if arg == "--config" and i + 1 < len(args):
@@ -186,8 +187,14 @@ def section_class(args: list[str], section: str = "data", resolve: Any = None) -
             found = _class_in(_load_config(arg.split("=", 1)[1]), section) or found
         elif arg.startswith((f"--{section}=", f"--{section}.class_path=")):
             found = arg.split("=", 1)[1]
-    cls = resolve(found) if resolve else project_class(found, "datamodules")
+    cls = resolve(found) if resolve else data_class(found)
     return cls if cls is not None and groups_of(cls) else None
+
+
+def data_class(class_path: Any) -> type | None:
+    """The datamodule class of a class path of this project: under ``datamodules``, or beside the study
+    that uses it (the claims' order task); ``None`` for anything else (:func:`project_class`)."""
+    return project_class(class_path, "datamodules") or project_class(class_path, "pipelines")
 
 
 def project_class(class_path: Any, package: str) -> type | None:
