@@ -32,12 +32,13 @@ import pandas as pd
 from datamodules.dna.annotation import label_intervals
 from datamodules.dna.fasta import EncodeReport, iter_records
 from datamodules.progress import progress_bar
-from pipelines.console import add_console_args, configure
+from pipelines.console import add_console_args, configure, print_error
 from pipelines.inference.loading import load_model
 from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
 from pipelines.tracking.failure import stop_on_sigterm
 from posenc import PosencError
+from posenc.registry import without_working_folder
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
 INTERVAL_SUFFIXES = (".gff", ".gff3", ".bed")
@@ -186,13 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.input).is_file():
             raise PosencError(f"{args.input}: input file not found")
 
-        with stop_on_sigterm():
+        with stop_on_sigterm(), without_working_folder():  # called from a script too: nothing from its folder
             out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
             model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
             run = predict_table if model.predict_input == "table" else predict_dna
             print(run(model, args, out), file=sys.stderr)
     except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     finally:
         warnings.formatwarning = before

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from pipelines.console import print_error
 from posenc import PosencError, PositionalEncoding, build_encoding, diagnostic_plots
 
 
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pe = load_scheme(args.config, args.d_model, args.n_heads).eval()
         written = diagnostic_plots.write_all(pe, Path(args.out), args.length, args.train_len)
     except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     if not written:
         print(f"{type(pe).__name__}: no position features or bias to plot (no positional encoding)",

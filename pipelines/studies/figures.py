@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipelines.console import add_console_args, configure
+from pipelines.console import add_console_args, configure, print_error
 from pipelines.eval.evaluate import build_from_checkpoint, load_config
 from pipelines.eval.evaluate import run as evaluate
 from pipelines.inference.loading import read_checkpoint
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         written = make_all(Path(args.out))
     except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     for path in written:
         print(path)

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipelines.console import print_error
 from pipelines.eval.evaluate import load_config
 from pipelines.eval.statistics import estimate
 from pipelines.eval.sweep import config_key, read_layers, train_run
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         _client().set_terminated(parent, "FINISHED")
         print(f"{text}\n\nMLflow parent run {parent} (experiment {args.experiment})")
     except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     return 0
 

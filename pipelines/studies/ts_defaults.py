@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.console import print_error
 from pipelines.eval.statistics import estimate
 from pipelines.studies.forecast_seeds import SeedRun, _client, decimals, split_passthrough, train_seeds
 from pipelines.studies.tables import md_table
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(rows[-1:]), flush=True)
         print(table(rows))
     except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     return 0 if all(r["worst"] <= TARGET_RATIO for r in rows) else 1
 

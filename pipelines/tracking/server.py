@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from datamodules.scrub import scrub_text
+from pipelines.console import print_error
 from posenc import PosencError
 
 ADMIN_USER, ADMIN_PASSWORD = "MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             raise PosencError(f"--port and --workers must be positive (got {args.port}, {args.workers})")
         command, env, summary = plan(args, dict(os.environ))
     except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     print(summary, file=sys.stderr, flush=True)
     os.execve(command[0], command, env)

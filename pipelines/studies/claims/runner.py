@@ -302,7 +302,7 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     print(table)
     if args.docs:
         write_docs(Path(args.docs), results, table, out)
-    print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {client.tracking_uri})")
+    print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {scrub_text(client.tracking_uri)})")
     return results
 
 

@@ -262,7 +262,8 @@ def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:
         client.set_tag(parent, "posenc.compare.skipped", "; ".join(skipped)[:5000])
     client.set_terminated(parent, "FINISHED")
     print(md.read_text())
-    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {client.tracking_uri}")
+    store = scrub_text(client.tracking_uri)
+    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {store}")
     print(f"see it: make ui, then {run_url(client.get_run(parent).info.experiment_id, parent)}")
 
 
