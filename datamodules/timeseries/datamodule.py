@@ -19,6 +19,7 @@ from datamodules.timeseries.config import Cleaning, Seasonality, Source, Windows
 from datamodules.timeseries.parse import (
     VIC_ELEC,
     Series,
+    check_mostly_observed,
     format_step,
     parse_series,
     read_table,
@@ -103,6 +104,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
         )
         rank_zero_info(self.series.report.summary())
         s = self.series
+        check_mostly_observed(s.observed, s.target_cols, file.name)  # the benchmark's rule, the same
         self.step_seconds: float | None = s.report.step_seconds  # None: numeric time or row order
         self.freq: str = s.report.step_label  # "1h", "30min", "10ms"; "1 row" for row order
         check_length(len(s), w.lookback, w.horizon, file.name)

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from sklearn.preprocessing import StandardScaler
 
-from datamodules.timeseries.parse import Series, parse_series, read_table
+from datamodules.timeseries.parse import Series, check_mostly_observed, parse_series, read_table
 from datamodules.timeseries.windows import apply_scaler, fit_scaler, gather_windows, window_starts
 from posenc import PosencError
 
@@ -43,7 +43,6 @@ from posenc import PosencError
 ETT_HOURLY_BORDERS = (8640, 11520, 14400)
 SPLITS = ("train", "val", "test")
 #: the largest share of a target column that may be missing in the protocol's rows (all in train)
-MAX_MISSING = 0.10
 PROTOCOLS = ("ett", "custom")
 #: The values the literature's files use for "not measured" (kept, counted, reported).
 SENTINELS = (-9999.0,)
@@ -211,12 +210,9 @@ def check_filled(series: Series, borders: tuple[int, int, int], source: str) -> 
     """
     end = min(borders[2], len(series))
     missing = ~series.observed[:end]
+    check_mostly_observed(series.observed[:end], series.target_cols, source, "protocol rows",
+                          "the benchmark would score forecasts against filled values")
     for j, col in enumerate(series.target_cols):
-        share = missing[:, j].mean() if end else 0.0
-        if share > MAX_MISSING:
-            raise PosencError(f"{source}: column {col!r} is {share:.0%} empty ({int(missing[:, j].sum())} of "
-                              f"{end} protocol rows): the benchmark refuses a target more than "
-                              f"{MAX_MISSING:.0%} missing (it would score forecasts against filled values)")
         scored = np.flatnonzero(missing[borders[0]:end, j])
         if len(scored):
             row = borders[0] + int(scored[0])
