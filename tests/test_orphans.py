@@ -22,13 +22,13 @@ from tests.hostile import alive, command_of, process_children
 #: a tiny PatchTST that trains for as long as the test needs (no early stopping)
 ENDLESS_MODEL = """\
 model:
-  class_path: pipelines.tasks.forecast_patchtst.PatchTSTForecaster
+  class_path: pipelines.tasks.forecast.patchtst.PatchTSTForecaster
   init_args: {patch_len: 16, patch_stride: 8, d_model: 16, n_heads: 2, n_layers: 2, d_ff: 32, lr: 0.001,
               pe: {class_path: posenc.Learned, init_args: {max_len: 8}}}
 data: {init_args: {batch_size: 16, samples_per_epoch: 64}}
 trainer:
   max_epochs: 100000
-  callbacks: [{class_path: pipelines.studies.ltsf_fit.LTSFProtocol, init_args: {name: endless}}]
+  callbacks: [{class_path: pipelines.studies.ltsf.fit.LTSFProtocol, init_args: {name: endless}}]
 """
 GONE_WITHIN_S = 20.0
 

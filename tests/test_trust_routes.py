@@ -59,14 +59,14 @@ def test_a_model_class_path_that_runs_a_program_is_never_imported(tmp_path, capf
 
 def test_an_ltsf_model_config_is_checked_before_any_run_or_import(tmp_path, capfd):
     """``--configs`` file naming ``this.X``: refused in one line before the parent run exists."""
-    from pipelines.studies.ltsf import main
+    from pipelines.studies.ltsf.run import main
     from tests.helpers import small_csv
 
     forget("this")
     data = small_csv(tmp_path / "series.csv")
     (tmp_path / "m.yaml").write_text(
         "model: {class_path: this.X, init_args: {}}\n"
-        "trainer: {callbacks: [{class_path: pipelines.studies.ltsf_fit.LTSFProtocol}]}\n")
+        "trainer: {callbacks: [{class_path: pipelines.studies.ltsf.fit.LTSFProtocol}]}\n")
     with workdir_with_store(tmp_path), pytest.raises(SystemExit) as exc:
         main(["--data", str(data), "--configs", str(tmp_path / "m.yaml"), "--baselines", "naive",
               "--horizons", "8", "--lookback", "32", "--seeds", "0", "--out", str(tmp_path / "out")])

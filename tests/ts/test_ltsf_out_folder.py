@@ -24,7 +24,7 @@ HEADER = ("model,horizon,seed,n_test_windows,test/mse_scaled,test/mae_scaled,val
 def bench(tmp: Path, *extra: str, out: Path | None = None, data: Path | None = None,
           baselines: tuple[str, ...] = ("naive",)) -> int:
     """``python -m pipelines.studies.ltsf`` in-process on a 1,000-row series; its exit status."""
-    from pipelines.studies.ltsf import main
+    from pipelines.studies.ltsf.run import main
 
     data = data or small_csv(tmp / "series.csv")
     argv = ["--data", str(data), "--lookback", "32", "--horizons", "8", "--seeds", "0", "--baselines",
@@ -54,8 +54,8 @@ def test_a_model_name_that_is_a_path_is_refused(tmp_path, capsys, name):
     victim = tmp_path / "x-H8-seed0"
     victim.mkdir()
     (tmp_path / "m.yaml").write_text(
-        "model: {class_path: pipelines.tasks.forecast_linear.DLinearForecaster, init_args: {}}\n"
-        "trainer: {max_epochs: 1, callbacks: [{class_path: pipelines.studies.ltsf_fit.LTSFProtocol, "
+        "model: {class_path: pipelines.tasks.forecast.linear.DLinearForecaster, init_args: {}}\n"
+        "trainer: {max_epochs: 1, callbacks: [{class_path: pipelines.studies.ltsf.fit.LTSFProtocol, "
         f"init_args: {{name: '{name}'}}}}]}}\n")
     code = bench(tmp_path, "--configs", str(tmp_path / "m.yaml"))
     line = one_error(capsys.readouterr().err)
@@ -152,12 +152,12 @@ def test_a_fresh_run_clears_stale_forecasts(tmp_path):
 # ------------------------------------------------------------------------------------- the ensemble
 MEMBER = """\
 model:
-  class_path: pipelines.tasks.forecast_linear.DLinearForecaster
+  class_path: pipelines.tasks.forecast.linear.DLinearForecaster
   init_args: {{kernel_size: 5, optim: {{lr: 0.001, warmup_steps: 0}}}}
 data: {{init_args: {{batch_size: 32, samples_per_epoch: 64}}}}
 trainer:
   max_epochs: 1
-  callbacks: [{{class_path: pipelines.studies.ltsf_fit.LTSFProtocol, init_args: {{name: {name}}}}}]
+  callbacks: [{{class_path: pipelines.studies.ltsf.fit.LTSFProtocol, init_args: {{name: {name}}}}}]
 """
 
 
