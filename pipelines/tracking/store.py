@@ -16,6 +16,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
 from datamodules.scrub import scrub_run_tags, scrub_text
+from pipelines.console import scrub_library_lines
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: MLflow's settings for every command (a value in the environment wins). MLflow prints a run's URL
@@ -32,20 +33,22 @@ TRAINING_KIND = "custom_model_development"
 
 class RetryLine(logging.Handler):
     """One line on stderr when a request to the MLflow store is first retried (urllib3 logs each retry;
-    nothing showed them): which store (scrubbed), why, and how long the retries may take."""
+    nothing showed them): which host (never its user-info), why, and how long the retries may take."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.said: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not str(record.msg).startswith("Retrying") or tracking_uri() in self.said:
+        host = str((getattr(record, "__urllib3-retry-warning", None) or {}).get("host", "?"))
+        if not str(record.msg).startswith("Retrying") or host in self.said:
             return
-        self.said.add(tracking_uri())
+        self.said.add(host)
+        scrub_library_lines()  # MLflow is loaded by now: its own lines are scrubbed too
         cause = str(record.args[1] if len(record.args or ()) > 1 else "")
         why = next((w for w in ("Connection refused", "timed out", "Name or service not known",
                                 "Connection reset") if w in cause), "no answer")
-        print(f"warning: MLflow store {scrub_text(tracking_uri())}: {why}; retrying, {retry_budget()} "
+        print(f"warning: the MLflow store at {host} does not answer ({why}); retrying {retry_budget()} "
               "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR and "
               "MLFLOW_HTTP_REQUEST_TIMEOUT set this)", file=sys.stderr, flush=True)
 

@@ -46,7 +46,7 @@ import torch
 from datamodules.scrub import scrub_text
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, read_ltsf, scaled_errors
 from pipelines.children import MAX_JOBS, stop_pool, worker_pool
-from pipelines.console import configure, user_errors_exit
+from pipelines.console import configure, scrub_library_lines, user_errors_exit
 from pipelines.safety import add_trust_args, apply_trust_args
 from pipelines.studies.compare.run import scheme_file
 from pipelines.studies.ltsf import models as ltsf_models
@@ -343,6 +343,7 @@ def parent_run(args: argparse.Namespace, data: LTSFData, argv: Sequence[str] | N
     raises, never left RUNNING."""
     import mlflow  # heavy: mlflow, loaded only when tracking
 
+    scrub_library_lines()  # MLflow's own log lines, now that it is loaded
     client = mlflow.MlflowClient(tracking_uri())
     exp_id = experiment_id(client, args.experiment)
     parent = client.create_run(exp_id, run_name=f"ltsf-{Path(args.data).stem}",
