@@ -1,5 +1,5 @@
 """The memory this process may still take on the host, read from the kernel (no third-party import,
-so the file parsers can bound what they decompress by it).
+so the file parsers can bound what they decompress by it: :class:`BoundedStream`).
 
 ``MemAvailable`` of ``/proc/meminfo``, the cgroup (v2 or v1) limit minus its usage and
 ``$POSENC_MEMORY_LIMIT`` (``8G``, ``512M``: a cap of your own on a shared machine), the smallest;
@@ -8,8 +8,12 @@ so the file parsers can bound what they decompress by it).
 
 from __future__ import annotations
 
+import io
 import os
+from collections.abc import Callable
 from pathlib import Path
+
+from posenc import PosencError
 
 CHECK_ENV = "POSENC_MEMORY_CHECK"
 LIMIT_ENV = "POSENC_MEMORY_LIMIT"
@@ -62,4 +66,44 @@ def checks_enabled() -> bool:
     return os.environ.get(CHECK_ENV, "1") != "0"
 
 
-__all__ = ["CHECK_ENV", "LIMIT_ENV", "checks_enabled", "host_available_bytes", "parse_size"]
+class BoundedStream(io.RawIOBase):
+    """A decompressed stream that stops, in one line naming the file, once what it has yielded will
+    take more memory than is available: a decompression bomb (gigabytes from a few megabytes) is refused
+    instead of exhausting the machine. ``cost(chunk)`` is the memory, in bytes, that a chunk adds to the
+    total (the reader's estimate of what it keeps of it); the total never restarts."""
+
+    def __init__(self, fh: io.BufferedIOBase, path: Path, available: int, cost: Callable[[bytes], int],
+                 what: str) -> None:
+        self._fh, self._path, self._available, self._cost, self._what = fh, path, available, cost, what
+        self._spent, self._read = 0, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        n = self._fh.readinto(buf) or 0
+        self._read += n
+        self._spent += self._cost(bytes(memoryview(buf)[:n]))
+        if self._spent > self._available:
+            raise PosencError(
+                f"{self._path}: decompresses past {self._read / 1e9:.2f} GB, which as {self._what} needs "
+                f"more than the {self._available / 1e9:.1f} GB of memory available: a decompression bomb, "
+                f"or a file too large for this machine ({CHECK_ENV}=0 skips this check)")
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def bounded(fh: io.BufferedIOBase, path: Path, cost: Callable[[bytes], int], what: str) -> io.BufferedIOBase:
+    """``fh`` (a decompressing stream) read through :class:`BoundedStream` when the memory available is
+    known and the checks are on (else ``fh`` itself)."""
+    have = host_available_bytes() if checks_enabled() else None
+    if have is None:
+        return fh
+    return io.BufferedReader(BoundedStream(fh, path, have, cost, what), buffer_size=1 << 20)
+
+
+__all__ = ["CHECK_ENV", "LIMIT_ENV", "BoundedStream", "bounded", "checks_enabled", "host_available_bytes",
+           "parse_size"]

@@ -21,6 +21,16 @@ if (sys.argv[:1] == ["-m"] and sys.path and sys.path[0] in ("", ".", os.getcwd()
         and os.path.dirname(os.path.dirname(os.path.abspath(__file__))) != os.getcwd()):
     del sys.path[0]
 
+# A spawned worker (`--jobs`) imports this package first thing, while it re-imports the command's main
+# module (torch, Lightning, MLflow: tens of seconds on a busy machine): it dies with its parent from now
+# on, not only once its pool's initializer runs (a parent killed meanwhile left it and the resource
+# tracker running). multiprocessing marks the process `_inheriting` while it prepares it.
+if getattr(sys.modules.get("multiprocessing") and sys.modules["multiprocessing"].current_process(),
+           "_inheriting", False):
+    from pipelines.children import die_with_parent
+
+    die_with_parent()
+
 # No network at run time: MLflow 3's usage telemetry sends events to a remote host from a background
 # thread unless switched off (a user who wants it sets MLFLOW_DISABLE_TELEMETRY=false).
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

@@ -1,11 +1,12 @@
 """Processes a command starts die with it: a stopped or killed parent leaves no worker training on.
 
-* :func:`die_with_parent` — called first thing in a child (a claims ``--jobs`` worker, a compare child,
-  a DDP rank): on Linux the kernel sends the child ``SIGTERM`` when its parent exits, however it exits
-  (``SIGTERM``, ``SIGKILL``, a crash), via ``prctl(PR_SET_PDEATHSIG)``. The child's own ``SIGTERM``
+* :func:`die_with_parent` — called first thing in a child (a claims or LTSF ``--jobs`` worker, a compare
+  child, a DDP rank): on Linux the kernel sends the child ``SIGTERM`` when its parent exits, however it
+  exits (``SIGTERM``, ``SIGKILL``, a crash), via ``prctl(PR_SET_PDEATHSIG)``. The child's own ``SIGTERM``
   handling (:func:`pipelines.tracking.failure.stop_on_sigterm` in a training) then marks its MLflow run
   KILLED. A parent that is already gone when the child gets there (the race between ``fork`` and the
-  ``prctl``) is noticed by its PID: the child stops at once.
+  ``prctl``) is noticed by its PID: the child stops at once. A watchdog (:func:`watch_parent`) ends the
+  child for good a few seconds after its parent is gone, whatever the child was doing with the signal.
 * :func:`child_environment` — the environment to start a child with: it names the parent's PID
   (:data:`PARENT_ENV`), which :func:`die_with_parent_from_env` reads in the child.
 * :func:`terminate` — ``SIGTERM`` to a list of live child processes (a stopped parent's workers), then
@@ -13,7 +14,8 @@
 * :func:`worker_pool` / :func:`stop_pool` — spawned worker processes, one torch thread each, that die with
   this process (the claims' and the LTSF benchmark's ``--jobs``); :func:`default_jobs` how many.
 
-On other systems :func:`die_with_parent` does nothing (and says so by returning ``False``).
+On other systems there is no parent-death signal (:func:`die_with_parent` returns ``False``); the
+watchdog still ends an orphan.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -35,16 +38,26 @@ MAX_JOBS = 2  # the budgets are set on 2 cores; more workers than cores only slo
 
 
 def die_with_parent(parent_pid: int | None = None, signum: int = signal.SIGTERM) -> bool:
-    """Have the kernel send ``signum`` to this process when its parent exits (Linux).
+    """Have the kernel send ``signum`` to this process when its parent exits (Linux), and end it for
+    good :data:`ORPHAN_GRACE_S` seconds after (:func:`watch_parent`, every system).
+
+    The signal lets a training stop cleanly (its run marked KILLED); the watchdog makes sure it stops:
+    a pool worker turns the signal into an exception inside the training, reports it, and would then
+    wait for ever on a queue nobody reads (the parent was killed with ``kill -9``), keeping itself and
+    multiprocessing's resource tracker alive.
 
     Args:
-        parent_pid: the parent's PID as the parent saw it; if this process's parent is no longer that
-            process (it already exited), ``signum`` is sent to this process now.
+        parent_pid: the parent's PID as the parent saw it (default: this process's parent now); if
+            this process's parent is no longer that process (it already exited), ``signum`` is sent to
+            this process now.
         signum: the signal to receive (``SIGTERM``: a training marks its run KILLED and exits 143).
 
     Returns:
-        Whether the kernel will send it (``False`` off Linux or if ``prctl`` failed).
+        Whether the kernel will send it (``False`` off Linux or if ``prctl`` failed; the watchdog runs
+        either way).
     """
+    parent = os.getppid() if parent_pid is None else parent_pid
+    watch_parent(parent)
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -53,9 +66,31 @@ def die_with_parent(parent_pid: int | None = None, signum: int = signal.SIGTERM)
             return False
     except (OSError, AttributeError):
         return False
-    if parent_pid is not None and os.getppid() != parent_pid:
+    if os.getppid() != parent:
         os.kill(os.getpid(), signum)
     return True
+
+
+#: how long a process whose parent is gone has to stop by itself (a training marking its run KILLED)
+#: before :func:`watch_parent` ends it
+ORPHAN_GRACE_S = 5.0
+_WATCHED: list[int] = []
+
+
+def watch_parent(parent: int, grace_s: float = ORPHAN_GRACE_S, every_s: float = 0.5) -> None:
+    """A daemon thread that ends this process (``os._exit(143)``, no cleanup: whatever it waits on will
+    never come) ``grace_s`` seconds after its parent ``parent`` is gone; once per process."""
+    if _WATCHED:
+        return
+    _WATCHED.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        time.sleep(grace_s)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="posenc-parent-watch", daemon=True).start()
 
 
 def child_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -134,4 +169,4 @@ def stop_pool(executor: Any) -> None:
 
 
 __all__ = ["MAX_JOBS", "PARENT_ENV", "child_environment", "default_jobs", "die_with_parent",
-           "die_with_parent_from_env", "stop_pool", "terminate", "worker_pool"]
+           "die_with_parent_from_env", "stop_pool", "terminate", "watch_parent", "worker_pool"]

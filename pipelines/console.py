@@ -30,6 +30,7 @@ from typing import Any
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from datamodules.progress import LineProgress, set_progress
+from pipelines.tracking.scrub import scrub_text
 from posenc import PosencError
 
 #: (message regex, category, module regex): library warnings with nothing to act on.
@@ -113,18 +114,46 @@ def configure(verbose: bool | None = None, progress: bool | None = None) -> None
         loud()
     else:
         quiet()
+    scrub_library_lines()
     if progress is not None:
         set_progress(progress)
+
+
+def print_error(message: object) -> None:
+    """A command's last line, ``error: <message>`` on stderr, scrubbed: consoles end up in CI logs,
+    ``nohup.out`` and scheduler logs, so no credential (a tracking URI's password) or secret value
+    reaches one (:func:`pipelines.tracking.scrub.scrub_text`, the scrubber of everything a run records)."""
+    print(f"error: {scrub_text(str(message))}", file=sys.stderr)
+
+
+class ScrubLines(logging.Filter):
+    """Rewrite a library's log line through :func:`~pipelines.tracking.scrub.scrub_text` (MLflow's and
+    Lightning's lines may quote the tracking URI, password included)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        clean = scrub_text(text)
+        if clean != text:
+            record.msg, record.args = clean, None
+        return True
+
+
+def scrub_library_lines(names: Sequence[str] = ("mlflow", "lightning.pytorch", "")) -> None:
+    """:class:`ScrubLines` on every handler of these loggers (``""``: the root), once each."""
+    for name in names:
+        for handler in logging.getLogger(name or None).handlers:
+            if not any(isinstance(f, ScrubLines) for f in handler.filters):
+                handler.addFilter(ScrubLines())
 
 
 @contextmanager
 def user_errors_exit() -> Iterator[None]:
     """A command's body: a user mistake (:class:`posenc.PosencError`) ends as one ``error: …`` line on
-    stderr and exit status 2, no traceback."""
+    stderr (:func:`print_error`) and exit status 2, no traceback."""
     try:
         yield
     except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         raise SystemExit(2) from None
 
 

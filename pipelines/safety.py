@@ -183,7 +183,41 @@ def add_trust_args(parser: argparse.ArgumentParser) -> None:
 
 def apply_trust_args(args: argparse.Namespace) -> None:
     """Trust the modules given with ``--trust-module``."""
-    trust_modules(*getattr(args, "trust_module", []) or [])
+    trust_here_and_below(getattr(args, "trust_module", []) or [])
+
+
+def trust_here_and_below(modules: list[str]) -> None:
+    """Trust ``modules`` in this process and in the processes it starts (workers, DDP ranks, compare's
+    children: through ``$POSENC_TRUSTED_MODULES``, which they read)."""
+    trust_modules(*modules)
+    if modules:
+        given = os.environ.get(TRUST_ENV, "").replace(",", " ").split()
+        os.environ[TRUST_ENV] = " ".join(dict.fromkeys([*given, *modules]))
+
+
+def take_trust_args(argv: list[str]) -> list[str]:
+    """``argv`` without its ``--trust-module MODULE`` (or ``--trust-module=MODULE``) options, whose modules
+    are trusted now: the training CLI's, taken out before its parser (whose import policy reads the
+    trusted modules as they are when it is built) sees them.
+
+    Raises:
+        PosencError: a module that is not a dotted name, or the option without one.
+    """
+    out: list[str] = []
+    modules: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg == "--trust-module":
+            module = next(rest, None)
+            if module is None:
+                raise PosencError("--trust-module: expected a module name (e.g. --trust-module mypkg)")
+            modules.append(module)
+        elif arg.startswith("--trust-module="):
+            modules.append(arg.split("=", 1)[1])
+        else:
+            out.append(arg)
+    trust_here_and_below(modules)
+    return out
 
 
 def drop_working_folder() -> None:
@@ -199,4 +233,5 @@ def drop_working_folder() -> None:
 
 __all__ = ["LOCAL_KEYWORDS", "add_trust_args", "apply_trust_args", "check_class_paths",
            "check_local_checkpoint", "check_plain_names", "drop_working_folder", "enforce_import_policy",
-           "imports_a_name", "local_checkpoint_path", "unsafe_checkpoint", "weights_only_reason"]
+           "imports_a_name", "local_checkpoint_path", "take_trust_args", "trust_here_and_below",
+           "unsafe_checkpoint", "weights_only_reason"]

@@ -27,6 +27,8 @@ TRUST_ENV = "POSENC_TRUSTED_MODULES"
 #: trusted, whatever the prefixes say
 NEVER_TRUSTED = ("this", "antigravity")
 RUNS_AT_IMPORT = "__main__"
+#: the folder this library is imported from (a development checkout's root, or site-packages)
+_SOURCE_TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def trust_modules(*prefixes: str) -> None:
@@ -103,7 +105,7 @@ def import_class(class_path: str, base: type | None = None, what: str = "class")
         raise PosencError(f"{what} {class_path!r} is not a dotted path (package.module.Name)")
     check_trusted(class_path, what)
     try:
-        with _without_working_folder():
+        with without_working_folder():
             cls = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError):
         raise PosencError(f"unknown {what} {class_path!r} (cannot import it)") from None
@@ -113,11 +115,30 @@ def import_class(class_path: str, base: type | None = None, what: str = "class")
     return cls
 
 
+def trusted_class(class_path: Any) -> type | None:
+    """The class a dotted ``class_path`` names when its module is trusted (:func:`is_trusted`, checked
+    before anything is imported) and imports without the working folder on the path; ``None``
+    otherwise. For code that only looks a class up (to translate a config) and leaves refusing it to
+    the one that imports it: an untrusted name is never imported here either."""
+    module_name, _, name = str(class_path or "").rpartition(".")
+    if not module_name or not is_trusted(module_name):
+        return None
+    try:
+        with without_working_folder():
+            cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return cls if isinstance(cls, type) else None
+
+
 @contextmanager
-def _without_working_folder() -> Iterator[None]:
-    """``sys.path`` without the working folder ('' or its path, which ``python -m`` puts first) while
-    importing, so a file of the same name beside the data cannot stand in for a trusted module."""
-    here = {"", ".", os.getcwd()}
+def without_working_folder() -> Iterator[None]:
+    """``sys.path`` without the working folder ('' or its path, which ``python -m`` and ``python -c`` put
+    first) while inside, so a file of the same name beside the data cannot stand in for a module.
+    Inside the project's own source tree (a development checkout) the working folder is the project
+    and is kept."""
+    cwd = os.getcwd()
+    here = set() if cwd == _SOURCE_TREE else {"", ".", cwd}
     saved = list(sys.path)
     sys.path[:] = [p for p in saved if p not in here]
     try:

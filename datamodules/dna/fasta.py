@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from datamodules.memory import checks_enabled, host_available_bytes
+from datamodules.memory import bounded
 from posenc import PosencError
 
 ALPHABET = "ACGTN"
@@ -157,49 +157,34 @@ class _CountingRaw(io.RawIOBase):
         super().close()
 
 
-#: bytes of memory one decompressed base of a record costs while it is read and encoded (the peak of
-#: a 100 Mb record, docs/reliability.md: ≈ 7.7)
+#: bytes of memory one decompressed base costs while its record is read and encoded (the peak of a
+#: 100 Mb record, docs/reliability.md: ≈ 7.7), and once it is encoded and kept (its code, and a copy
+#: when the records are joined into one genome)
 BYTES_PER_BASE = 8
+KEPT_PER_BASE = 2
 _RECORD_STARTS = (b"\n>", b"\nLOCUS")
 
 
-class _BoundedRaw(io.RawIOBase):
-    """A decompressed stream that stops, in one line, once the record being read has grown past what
-    the memory available can hold (:data:`BYTES_PER_BASE` per byte): a gzip bomb (gigabytes from a few
-    megabytes) is refused instead of exhausting memory. The count restarts at every record."""
+class _FastaCost:
+    """The memory a FASTA/GenBank file's decompressed bytes take, as a change per chunk (for
+    :class:`datamodules.memory.BoundedStream`): :data:`BYTES_PER_BASE` per byte of the record being
+    read, :data:`KEPT_PER_BASE` per byte of the records finished — the whole genome is kept, so the
+    bound is on the file's total, not one record's (twelve records each just under a per-record bound
+    reached 2.7 GB under an 800 MB limit)."""
 
-    def __init__(self, fh: io.BufferedIOBase, path: Path, limit: int) -> None:
-        self._fh, self._path, self._limit, self._record, self._total = fh, path, limit, 0, 0
+    def __init__(self) -> None:
+        self.record = self.finished = self.total = 0  # bytes of the record being read, of those before
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:
-        n = self._fh.readinto(buf) or 0
-        chunk = bytes(memoryview(buf)[:n])
+    def __call__(self, chunk: bytes) -> int:
         start = max(chunk.rfind(mark) for mark in _RECORD_STARTS)
-        self._record = n - start - 1 if start >= 0 else self._record + n
-        self._total += n
-        if self._record > self._limit:
-            raise PosencError(
-                f"{self._path}: a record decompresses past {self._record / 1e9:.2f} GB "
-                f"({self._total / 1e9:.2f} GB read so far); at ~{BYTES_PER_BASE} bytes of memory per base "
-                f"that needs more than the {self._limit * BYTES_PER_BASE / 1e9:.1f} GB available: a "
-                "decompression bomb, or a record too large for this machine (POSENC_MEMORY_CHECK=0 skips "
-                "this check)")
-        return n
-
-    def close(self) -> None:
-        self._fh.close()
-        super().close()
-
-
-def _bounded(gz: io.BufferedIOBase, path: Path) -> io.BufferedIOBase:
-    """``gz`` read through :class:`_BoundedRaw` when the memory available is known and checks are on."""
-    have = host_available_bytes() if checks_enabled() else None
-    if have is None:
-        return gz
-    return io.BufferedReader(_BoundedRaw(gz, path, have // BYTES_PER_BASE), buffer_size=1 << 20)
+        if start < 0:
+            self.record += len(chunk)
+        else:
+            self.finished += self.record + start + 1
+            self.record = len(chunk) - start - 1
+        total = KEPT_PER_BASE * self.finished + BYTES_PER_BASE * self.record
+        change, self.total = total - self.total, total
+        return change
 
 
 def _open_text(path: Path, on_read: Callable[[int], object] | None = None) -> io.TextIOBase:
@@ -210,7 +195,8 @@ def _open_text(path: Path, on_read: Callable[[int], object] | None = None) -> io
     if on_read is not None:
         raw = io.BufferedReader(_CountingRaw(raw, on_read), buffer_size=1 << 20)
     if magic == b"\x1f\x8b":
-        raw = _bounded(gzip.GzipFile(fileobj=raw, mode="rb"), path)  # type: ignore[assignment]
+        what = f"sequence (~{BYTES_PER_BASE} bytes a base while its record is read, {KEPT_PER_BASE} kept)"
+        raw = bounded(gzip.GzipFile(fileobj=raw, mode="rb"), path, _FastaCost(), what)  # type: ignore[assignment]
     # latin-1 decodes any byte: a non-ASCII header (say 'µ') is fine, a non-ASCII base is reported
     # by encode_bases as "not a nucleotide code" with its record and position
     return io.TextIOWrapper(raw, encoding="latin-1")

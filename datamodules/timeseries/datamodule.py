@@ -16,7 +16,7 @@ from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_s
 from datamodules.timeseries.calendar import read_seasons
 from datamodules.timeseries.calendar import season_period as choose_season_period
 from datamodules.timeseries.config import Cleaning, Seasonality, Source, Windows
-from datamodules.timeseries.parse import VIC_ELEC, Series, parse_series, vic_elec_path
+from datamodules.timeseries.parse import VIC_ELEC, Series, check_mostly_observed, parse_series, vic_elec_path
 from datamodules.timeseries.select import future_columns
 from datamodules.timeseries.windows import ForecastWindows, gather_windows, layout_windows, scale_series
 from posenc import PosencError
@@ -85,6 +85,7 @@ class TimeSeriesDataModule(L.LightningDataModule):
             duplicates=cleaning.duplicates)
         report = self.series.report
         rank_zero_info(report.summary())
+        check_mostly_observed(self.series.observed, self.series.target_cols, file.name)  # LTSF's rule
         self.step_seconds: float | None = report.step_seconds  # None: numeric time or row order
         self.freq: str = report.step_label  # "1h", "30min", "10ms"; "1 row" for row order
         layout = layout_windows(len(self.series), w, file.name)

@@ -41,7 +41,7 @@ from sklearn.preprocessing import StandardScaler
 
 from datamodules.cache import atomic_write, cached_file
 from datamodules.timeseries.config import PROTOCOLS
-from datamodules.timeseries.parse import Series, parse_series, read_table
+from datamodules.timeseries.parse import Series, check_mostly_observed, parse_series, read_table
 from datamodules.timeseries.timestamps import step_minutes
 from datamodules.timeseries.windows import apply_scaler, fit_scaler, gather_windows, window_starts
 from posenc import PosencError
@@ -49,8 +49,6 @@ from posenc import PosencError
 #: The hourly ETT row borders: train [0, 8640), val [8640, 11520), test [11520, 14400).
 ETT_HOURLY_BORDERS = (8640, 11520, 14400)
 SPLITS = ("train", "val", "test")
-#: the largest share of a target column that may be missing in the protocol's rows (all in train)
-MAX_MISSING = 0.10
 #: The values the literature's files use for "not measured" (kept, counted, reported).
 SENTINELS = (-9999.0,)
 
@@ -260,9 +258,10 @@ def _read_entry(entry: Path) -> LTSFData | None:
 
 
 def check_filled(series: Series, borders: tuple[int, int, int], source: str) -> int:
-    """Nothing fabricated is scored: a target column more than :data:`MAX_MISSING` empty in the
-    protocol's rows is refused, and so is any missing value in the scored (val and test) rows; missing
-    train values are filled (linear in time), counted on stderr, trained on and never scored.
+    """Nothing fabricated is scored: a target column more than
+    :data:`~datamodules.timeseries.parse.MAX_MISSING` empty in the protocol's rows is refused, and so is
+    any missing value in the scored (val and test) rows; missing train values are filled (linear in
+    time), counted on stderr, trained on and never scored.
 
     Returns:
         How many train values were filled.
@@ -272,12 +271,9 @@ def check_filled(series: Series, borders: tuple[int, int, int], source: str) -> 
     """
     end = min(borders[2], len(series))
     missing = ~series.observed[:end]
+    check_mostly_observed(series.observed[:end], series.target_cols, source, "protocol rows",
+                          "the benchmark would score forecasts against filled values")
     for j, col in enumerate(series.target_cols):
-        share = missing[:, j].mean() if end else 0.0
-        if share > MAX_MISSING:
-            raise PosencError(f"{source}: column {col!r} is {share:.0%} empty ({int(missing[:, j].sum())} of "
-                              f"{end} protocol rows): the benchmark refuses a target more than "
-                              f"{MAX_MISSING:.0%} missing (it would score forecasts against filled values)")
         scored = np.flatnonzero(missing[borders[0]:end, j])
         if len(scored):
             row = borders[0] + int(scored[0])

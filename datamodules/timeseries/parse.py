@@ -23,18 +23,27 @@ or row. Rows are counted from 0 in file order, like pandas; in a CSV, row ``i`` 
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from datamodules.memory import bounded
 from datamodules.paths import packaged_file, resolve_path
 from datamodules.timeseries.config import NAN_POLICIES, DuplicatePolicy, NanPolicy
 from datamodules.timeseries.timestamps import SeriesReport, place_in_time, row_name
 from posenc import PosencError
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: the share of a target column's rows that may be empty: more, and it is refused rather than filled
+#: (a model trained and scored on values the filling made up says nothing about the series)
+MAX_MISSING = 0.10
 #: the largest magnitude whose square is finite in float32 (≈ 1.84e19)
 SQUARE_MAX = float(np.sqrt(np.float64(FLOAT32_MAX)))
 #: file endings whose rows are lines (messages then give the line number too)
@@ -88,8 +97,40 @@ def vic_elec_path() -> Path:
     return packaged_file("tsdata", "fpp3/vic_elec.csv")
 
 
+#: bytes of memory one decompressed byte of a CSV may take once parsed: a number's text becomes a
+#: float64 (8 bytes for ``1,``: 4 a byte), a short text cell a Python string (~50 bytes for ``x,``), and
+#: the datamodule keeps scaled copies and windows of the values
+CSV_BYTES_PER_BYTE = 16
+#: how each compression's file starts, and how to open it (what pandas would infer from the suffix)
+_COMPRESSED = ((b"\x1f\x8b", lambda fh: gzip.GzipFile(fileobj=fh, mode="rb")),
+               (b"BZh", lambda fh: bz2.BZ2File(fh)), (b"\xfd7zXZ\x00", lambda fh: lzma.LZMAFile(fh)))
+
+
+def _open_csv(path: Path) -> Any:
+    """What ``pd.read_csv`` reads: a compressed CSV (gzip, bzip2, xz; a zip of one file) as a stream
+    bounded by the memory available (:func:`datamodules.memory.bounded`: a decompression bomb is one
+    line, as for FASTA), a plain one as its path."""
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    raw: Any = None
+    for start, opener in _COMPRESSED:
+        if magic.startswith(start):
+            raw = opener(open(path, "rb"))  # noqa: SIM115 - closed by pandas with the wrapper
+    if magic.startswith(b"PK\x03\x04"):
+        archive = zipfile.ZipFile(path)
+        names = archive.namelist()
+        if len(names) != 1:
+            raise PosencError(f"{path}: a zip archive of {len(names)} files; a table is one CSV file")
+        raw = archive.open(names[0])
+    if raw is None:
+        return path
+    return bounded(raw, path, lambda chunk: CSV_BYTES_PER_BYTE * len(chunk),
+                   f"a table (~{CSV_BYTES_PER_BYTE} bytes of memory a byte of text)")
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV (optionally compressed) or parquet file (or ``package:`` file)."""
+    """Read a CSV (optionally compressed: the decompression is bounded, :func:`_open_csv`) or parquet
+    file (or ``package:`` file)."""
     path = resolve_path(path)
     if not path.is_file():
         raise PosencError(f"{path}: time-series file not found")
@@ -97,10 +138,35 @@ def read_table(path: str | Path) -> pd.DataFrame:
     try:
         if suffixes and suffixes[-1] in (".parquet", ".pq"):
             return pd.read_parquet(path)
-        return pd.read_csv(path)
-    except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, ImportError) as exc:
+        source = _open_csv(path)
+        try:
+            return pd.read_csv(source, compression=None) if source is not path else pd.read_csv(path)
+        finally:
+            if source is not path:
+                source.close()
+    except PosencError:
+        raise
+    except (ValueError, OSError, UnicodeDecodeError, pd.errors.ParserError, ImportError, EOFError,
+            zipfile.BadZipFile, lzma.LZMAError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else ""
         raise PosencError(f"{path}: cannot read as a table ({type(exc).__name__}: {msg})") from None
+
+
+def check_mostly_observed(observed: np.ndarray, target_cols: list[str], source: str, rows: str = "rows",
+                          why: str = "a model would be trained and scored on filled values") -> None:
+    """Refuse a target column more than :data:`MAX_MISSING` empty in ``observed`` (N, C) — the rows
+    trained and scored on — naming the file and the column, in one line.
+
+    Raises:
+        PosencError: ``source``, the column, how empty it is and ``why`` that is refused.
+    """
+    for j, col in enumerate(target_cols):
+        empty = int((~observed[:, j]).sum())
+        share = empty / len(observed) if len(observed) else 0.0
+        if share > MAX_MISSING:
+            raise PosencError(f"{source}: column {col!r} is {share:.0%} empty ({empty} of {len(observed)} "
+                              f"{rows}): a target more than {MAX_MISSING:.0%} missing is refused ({why}); "
+                              "fill it yourself or leave the column out")
 
 
 def select_rows(df: pd.DataFrame, select: dict[str, object] | None, source: str) -> pd.DataFrame:

@@ -6,9 +6,9 @@ User mistakes (bad files, bad values) end as one ``error: …`` line and exit st
 
 from __future__ import annotations
 
-import importlib
 import os
 import pickle
+import re
 import signal
 import sys
 from pathlib import Path
@@ -24,7 +24,7 @@ from datamodules.progress import interactive, progress_enabled
 from pipelines.children import die_with_parent
 from pipelines.cli.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.cli.config_errors import user_error
-from pipelines.console import LineProgressBar, configure, spell_out_verbose
+from pipelines.console import LineProgressBar, configure, print_error, spell_out_verbose
 from pipelines.inference.loading import read_checkpoint
 from pipelines.inference.registry import RegisterModel
 from pipelines.safety import (
@@ -32,12 +32,13 @@ from pipelines.safety import (
     check_local_checkpoint,
     enforce_import_policy,
     local_checkpoint_path,
+    take_trust_args,
     unsafe_checkpoint,
 )
 from pipelines.tasks.base import TaskModule
 from pipelines.tasks.distributed import end_process_group
 from pipelines.tasks.resources import check_fit
-from pipelines.tasks.upgrade.legacy import SAFE_LOADER, translate_cli
+from pipelines.tasks.upgrade.legacy import SAFE_LOADER, named_class_path, translate_cli
 from pipelines.tracking.card import command_line, update_card
 from pipelines.tracking.failure import (
     FailedRunGuard,
@@ -61,6 +62,7 @@ from pipelines.tracking.store import (
 )
 from pipelines.tracking.system_metrics import GpuSystemMetrics
 from posenc import PosencError
+from posenc.registry import trusted_class, without_working_folder
 
 
 class PosencCLI(LightningCLI):
@@ -155,6 +157,12 @@ class PosencCLI(LightningCLI):
         class paths of moved modules, and flat datamodule and model settings
         (``--data.init_args.lookback=48``, ``--model.init_args.d_model=64``, a config whose ``init_args``
         are flat) moved into their groups."""
+        listed = isinstance(args, list | tuple)
+        given = sys.argv[1:] if args is None else [str(a) for a in args] if listed else []
+        for section in ("model", "data"):  # before translating, which looks the model's class up
+            found = named_class_path(given, section)
+            if found and DOTTED_CLASS.fullmatch(found):  # (a bare name: one of the project's classes)
+                check_class_paths({"class_path": found}, section)
         if args is None:
             sys.argv[1:] = translate_cli(sys.argv[1:], model_class)
         elif isinstance(args, list | tuple):
@@ -276,14 +284,11 @@ class PosencCLI(LightningCLI):
 
 def model_class(class_path: Any) -> type | None:
     """The task (:class:`TaskModule` subclass, this project's or one added from outside) a class path
-    names; ``None`` for anything else, or one that does not import (left to jsonargparse, which names
-    it, and which imports the config's class paths right after this anyway)."""
-    module, _, name = str(class_path or "").rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name) if module else None
-    except (ImportError, AttributeError, ValueError):
-        return None
-    return cls if isinstance(cls, type) and issubclass(cls, TaskModule) else None
+    names; ``None`` for anything else, for an untrusted module (checked before anything is imported:
+    :func:`posenc.registry.trusted_class`) or one that does not import — left to jsonargparse, whose
+    import policy refuses it in one line (:func:`pipelines.safety.enforce_import_policy`)."""
+    cls = trusted_class(class_path)
+    return cls if cls is not None and issubclass(cls, TaskModule) else None
 
 
 def named_subcommand(args: Any) -> str | None:
@@ -317,6 +322,7 @@ def run_name(cfg: Any) -> str:
 
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
+DOTTED_CLASS = re.compile(r"[A-Za-z_][\w.]*\.\w+")  # package.module.Name
 
 
 def make_cli(args: list[str] | None = None, run: bool = True, command: str | None = None) -> PosencCLI:
@@ -350,12 +356,14 @@ def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI
     """
     if os.environ.get("LOCAL_RANK", "0") != "0":  # a DDP rank started by rank 0: it dies with rank 0
         die_with_parent()
-    if args is None:
-        sys.argv[1:] = spell_out_verbose(sys.argv[1:])
-    else:
-        args = spell_out_verbose(args)
     try:
-        with stop_on_sigterm():
+        if args is None:
+            sys.argv[1:] = take_trust_args(spell_out_verbose(sys.argv[1:]))
+        else:
+            args = take_trust_args(spell_out_verbose(args))
+        # called from a script too (``pipelines.train.main``): nothing it imports, a class a config names
+        # included, comes from the caller's working folder
+        with stop_on_sigterm(), without_working_folder():
             cli = make_cli(args, command=command)
     except Terminated as exc:  # the run (if any) is marked KILLED: the same command resumes it
         print(f"error: stopped by signal {signal.Signals(exc.signum).name}", file=sys.stderr)
@@ -364,7 +372,7 @@ def main(args: list[str] | None = None, command: str | None = None) -> PosencCLI
         message = user_error(exc) or environment_error(exc)
         if message is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
+        print_error(message)
         raise SystemExit(2) from None
     finally:
         release_run_locks()

@@ -274,7 +274,7 @@ def run(argv: Sequence[str] | None = None) -> Extrapolation:
             client.set_terminated(run_id)
         else:
             log_to_mlflow(result, client, run_id)
-        print(f"MLflow run {run_id} in {client.tracking_uri} (keys {prefix(result)}/…)")
+        print(f"MLflow run {run_id} in {scrub_text(client.tracking_uri)} (keys {prefix(result)}/…)")
         print(f"see it: make ui, then {run_url(client.get_run(run_id).info.experiment_id, run_id)}")
     return result
 

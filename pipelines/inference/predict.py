@@ -38,6 +38,7 @@ from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
 from pipelines.tracking.failure import stop_on_sigterm
 from posenc import PosencError
+from posenc.registry import without_working_folder
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
 INTERVAL_SUFFIXES = (".gff", ".gff3", ".bed")
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             if not Path(args.input).is_file():
                 raise PosencError(f"{args.input}: input file not found")
 
-            with stop_on_sigterm():
+            # called from a script too: nothing it imports comes from the caller's folder
+            with stop_on_sigterm(), without_working_folder():
                 out = check_output(args.output, [args.input, args.ckpt], args.overwrite)  # before any work
                 model = load_model(args.ckpt, args.device, tracking_uri=args.tracking_uri)
                 run = predict_table if model.predict_input == "table" else predict_dna

@@ -160,11 +160,12 @@ def _read(path: Path) -> dict[str, Any] | None:
         link = os.path.islink(path)
         why = "is a symbolic link, not a lock file" if link else f"cannot be read ({exc.strerror})"
         raise NotAFile(f"{path} {why}: {REMOVE_IT}") from None
+    mode = os.fstat(fd).st_mode  # before fdopen, which refuses a folder with "4: Is a directory"
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device"
+        raise NotAFile(f"{path} is {kind}, not a lock file: {REMOVE_IT}")
     with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fh.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device"
-            raise NotAFile(f"{path} is {kind}, not a lock file: {REMOVE_IT}")
         data = fh.read(MAX_LOCK_BYTES + 1)
     try:
         info = json.loads(data) if len(data) <= MAX_LOCK_BYTES else None
@@ -212,8 +213,17 @@ class RunLock:
                 folder.rmdir()  # only when empty
 
 
-def acquire(run_dir: Path, take_over: bool = False) -> RunLock:
+#: what a live lock's holder is doing and what else to do, in the refusal (the training CLI's words)
+TRAINING = ("this config is already training", "--resume false trains a separate run")
+
+
+def acquire(run_dir: Path, take_over: bool = False, busy: tuple[str, str] = TRAINING) -> RunLock:
     """Take ``run_dir``'s lock, replacing a stale one (announced on stderr).
+
+    Args:
+        run_dir: the folder the lock guards (created if missing).
+        take_over: take any lock, a live one too (``--take_over_lock true``).
+        busy: what the holder of a live lock is doing, and what to do instead, for the refusal.
 
     Raises:
         RunLocked: a live process holds it (the message names it and what to do).
@@ -229,7 +239,7 @@ def acquire(run_dir: Path, take_over: bool = False) -> RunLock:
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
                 break
             except FileExistsError:
-                _take_over_or_refuse(path, take_over)
+                _take_over_or_refuse(path, take_over, busy)
         else:
             raise RunLocked(f"{path}: could not take the run lock (it keeps changing hands)")
         with os.fdopen(fd, "w") as fh:
@@ -245,7 +255,7 @@ def _run_id(run_dir: Path) -> str | None:
         return None
 
 
-def _take_over_or_refuse(path: Path, take_over: bool) -> None:
+def _take_over_or_refuse(path: Path, take_over: bool, busy: tuple[str, str] = TRAINING) -> None:
     """Remove ``path`` if its lock is stale (said on stderr), else raise :class:`RunLocked`."""
 
     try:
@@ -259,8 +269,8 @@ def _take_over_or_refuse(path: Path, take_over: bool) -> None:
         which = f"MLflow run {run}, " if run else ""
         clear = ("" if checkable(held or {}) else "; its process cannot be checked from here (another host, "
                  "container or PID namespace): if it no longer runs, pass --take_over_lock true")
-        raise RunLocked(f"{path.parent}: this config is already training ({which}{describe(held or {})}): "
-                        f"wait for it or stop it{clear}; --resume false trains a separate run")
+        raise RunLocked(f"{path.parent}: {busy[0]} ({which}{describe(held or {})}): "
+                        f"wait for it or stop it{clear}; {busy[1]}")
     print(f"taking over the stale run lock {path}: {reason}", file=sys.stderr)
     path.unlink(missing_ok=True)
 
@@ -279,5 +289,5 @@ def release_all() -> None:
         _HELD.pop().release()
 
 
-__all__ = ["LOCK", "NotAFile", "RunLock", "RunLocked", "acquire", "checkable", "describe", "hold",
+__all__ = ["LOCK", "TRAINING", "NotAFile", "RunLock", "RunLocked", "acquire", "checkable", "describe", "hold",
            "machine_identity", "release_all", "stale_reason"]

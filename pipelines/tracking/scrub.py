@@ -6,7 +6,8 @@ datamodule's arguments, the data description for inference). :func:`scrub_text` 
 
 * the home directory by ``~`` (``/home/alice/data/g.fa`` → ``~/data/g.fa``, which
   ``datamodules.paths.resolve_path`` expands again);
-* the user-info of URLs by ``***`` (``postgresql://bob:pw@db/x`` → ``postgresql://***@db/x``), and
+* the user-info of URLs, up to the last ``@`` before the host, by ``***`` (``postgresql://bob:p@ss@db/x``
+  → ``postgresql://***@db/x``), and
   the values of secret-looking query parameters (``?password=…``, ``&sslpassword=…``, ``?token=…``);
 * the values of secret-looking environment variables (``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``,
   ``*KEY*``…) by ``***``.
@@ -22,7 +23,8 @@ from pathlib import PurePath
 from typing import Any
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
+#: a URL's user-info, up to the *last* ``@`` before the host (a password may hold ``@``: ``user:p@ss@host``)
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s'\"]+@")
 _SECRET_QUERY = re.compile(r"(?P<name>[?&;][\w.-]*(?:pass|pwd|token|secret|key|credential|auth)[\w.-]*=)"
                            r"[^&;#\s'\"]+", re.IGNORECASE)
 #: checkpoint entries that describe the run (what it was given), scrubbed in every checkpoint

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,13 +15,64 @@ from typing import Any
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
+from pipelines.console import scrub_library_lines
 from pipelines.tracking.scrub import scrub_run_tags, scrub_text
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+#: MLflow's settings for every command (a value in the environment wins). MLflow prints a run's URL
+#: itself when the run ends ("View run … at http://user:password@host/…"): off, the run summary says
+#: where the run is, scrubbed. A store that does not answer was retried 7 times with a doubling wait,
+#: 264 s in silence: 3 tries, ~12 s, each announced (:class:`RetryLine`).
+STORE_ENV = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+             "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "2"}
 # MLflow 3's UI reads an experiment's kind from this tag (the value its own "Machine learning" switch
 # writes): the project's experiments hold model-training runs, not GenAI traces.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
+
+
+class RetryLine(logging.Handler):
+    """One line on stderr when a request to the MLflow store is first retried (urllib3 logs each retry;
+    nothing showed them): which host (never its user-info), why, and how long the retries may take."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        host = str((getattr(record, "__urllib3-retry-warning", None) or {}).get("host", "?"))
+        if not str(record.msg).startswith("Retrying") or host in self.said:
+            return
+        self.said.add(host)
+        scrub_library_lines()  # MLflow is loaded by now: its own lines are scrubbed too
+        cause = str(record.args[1] if len(record.args or ()) > 1 else "")
+        why = next((w for w in ("Connection refused", "timed out", "Name or service not known",
+                                "Connection reset") if w in cause), "no answer")
+        print(f"warning: the MLflow store at {host} does not answer ({why}); retrying {retry_budget()} "
+              "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR and "
+              "MLFLOW_HTTP_REQUEST_TIMEOUT set this)", file=sys.stderr, flush=True)
+
+
+def retry_budget() -> str:
+    """How MLflow's settings retry a store that does not answer, in words (urllib3 waits 0, 2f, 4f… s
+    between tries, f the backoff factor)."""
+    tries = int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7"))
+    factor = float(os.environ.get("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "2"))
+    timeout = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
+    wait = sum(min(factor * 2 ** (k - 1), 120.0) for k in range(2, tries + 1))
+    return f"up to {tries} times over ~{wait:.0f} s (each try waits up to {timeout} s for an answer)"
+
+
+def configure_store() -> None:
+    """:data:`STORE_ENV` as defaults and :class:`RetryLine` on urllib3's retries (once per process)."""
+    for key, value in STORE_ENV.items():
+        os.environ.setdefault(key, value)
+    pool = logging.getLogger("urllib3.connectionpool")
+    if not any(isinstance(h, RetryLine) for h in pool.handlers):
+        pool.addHandler(RetryLine())
+
+
+configure_store()  # every command that tracks imports this module before it opens a store
 
 
 def tracking_uri() -> str:
@@ -103,7 +156,7 @@ def run_summary(logger: MLFlowLogger, prefixes: tuple[str, ...] = ("val/", "test
 
     run = logger.experiment.get_run(logger.run_id)
     metrics = {k: v for k, v in run.data.metrics.items() if k.startswith(prefixes) and "_by_" not in k}
-    lines = [f"MLflow run {logger.run_id} ({run.info.run_name}) in {logger._tracking_uri}"]
+    lines = [f"MLflow run {logger.run_id} ({run.info.run_name}) in {scrub_text(logger._tracking_uri)}"]
     lines += [f"  {key:<40} {value:.4f}" for key, value in sorted(metrics.items())]
     if model_uri:
         lines.append(f"  model: {model_uri} (make predict CKPT={model_uri} INPUT=… OUTPUT=…)")

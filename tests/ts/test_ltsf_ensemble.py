@@ -34,7 +34,7 @@ def member(out: Path, data, name: str, noise: float, seed: int, test: bool = Tru
 
 
 def args_for(out: Path) -> SimpleNamespace:
-    return SimpleNamespace(out=str(out), lookback=LOOKBACK, test_lookbacks=[512])
+    return SimpleNamespace(out=str(out), lookback=LOOKBACK, test_lookbacks=[512], val_only=False)
 
 
 def test_the_ensemble_scores_the_mean_forecast_and_deletes_what_it_read(tmp_path):
@@ -82,10 +82,10 @@ def test_the_mean_is_never_worse_than_its_members_on_average(tmp_path_factory, s
     for i, p in enumerate(preds):
         save_forecast(out / f"m{i}", "val", p)
         folders.append(out / f"m{i}")
-    mean = mean_forecast(folders, "val")
+    mean = mean_forecast(folders, "val", truth.shape)
     members = [scaled_errors(p.astype(np.float32), truth)["mse_scaled"] for p in preds]
     assert scaled_errors(mean, truth)["mse_scaled"] <= np.mean(members) + 1e-9
-    assert mean_forecast(folders, "test") is None
+    assert mean_forecast(folders, "test", truth.shape) is None
 
 
 @pytest.mark.parametrize("ensemble, match", [

@@ -34,6 +34,13 @@ MSE = "row 2 (line 3), column 'test/mse_scaled'"
      "row 2 (line 3), column 'model' starts like a spreadsheet formula"),
     ("naive,96,0,2785,0.5,0.4,0.6,1.0,1.0,@SUM(A1)\n",
      "row 2 (line 3), column 'chosen' starts like a spreadsheet"),
+    # issue 56: ranges, digits that are not 0-9, and a row given twice
+    ("naive,96,0,2785,-0.5,0.4,0.6,1.0,1.0,x\n", f"{MSE}: -0.5 is negative"),
+    ("naive,96,0,2785,1e308,0.4,0.6,1.0,1.0,x\n", f"{MSE}: 1e+308 is beyond any float32 forecast's error"),
+    ("naive,\u00b2,0,2785,0.5,0.4,0.6,1.0,1.0,x\n",
+     "row 2 (line 3), column 'horizon': expected a whole number"),
+    ("naive,96,0,2785,0.5,0.4,0.6,1.0,1.0,lag=24\n",
+     "row 2 (line 3) repeats row 1 (naive, horizon 96, seed 0)"),
 ])
 def test_a_bad_results_csv_is_one_line_before_any_job(tmp_path, capsys, bad, message):
     from pipelines.studies.ltsf.run import main

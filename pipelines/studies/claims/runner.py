@@ -36,6 +36,7 @@ import yaml
 
 from pipelines.children import MAX_JOBS, default_jobs
 from pipelines.console import user_errors_exit
+from pipelines.safety import add_trust_args, apply_trust_args
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.studies.claims.jobs import ChildPool, cost_rows, cost_table
@@ -255,6 +256,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="pilot seeds for every experiment instead of its declared ones (to size a testbed "
                    "on seeds that are not reported); the table says PILOT")
+    add_trust_args(p)
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs: expected at least 1, got {args.jobs}")
@@ -269,6 +271,7 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     import mlflow  # heavy: mlflow, loaded only when tracking
 
     args = parse_args(argv)
+    apply_trust_args(args)  # before any config is read; the workers inherit it
     torch.set_num_threads(max(1, args.threads))
     configs = experiment_configs(Path(args.configs))
     if args.list:
@@ -302,7 +305,7 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     print(table)
     if args.docs:
         write_docs(Path(args.docs), results, table, out)
-    print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {client.tracking_uri})")
+    print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {scrub_text(client.tracking_uri)})")
     return results
 
 

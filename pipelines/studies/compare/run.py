@@ -42,6 +42,7 @@ from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.lengths import DEFAULT_FACTORS, check_factors
 from pipelines.eval.sweep import TrainingFailed, train_run
+from pipelines.safety import add_trust_args, apply_trust_args
 from pipelines.studies.compare.report import figure, markdown, whole_window_figure, write_csvs
 from pipelines.studies.compare.runs import (
     NAMESPACE,
@@ -111,6 +112,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--test-after-fit", action="store_true",
                    help="also run the task's own test pass per child")
     add_console_args(p)
+    add_trust_args(p)
     return p.parse_args(argv)
 
 
@@ -162,6 +164,7 @@ def run(argv: Sequence[str] | None = None) -> tuple[str, Comparison, Path]:
     import mlflow  # heavy: mlflow, loaded only when tracking
 
     args = parse_args(argv)
+    apply_trust_args(args)  # before any config is read; the workers inherit it
     configure(args.verbose, args.progress)  # the children's trainings inherit both
     labels = check_args(args)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per child otherwise
@@ -262,7 +265,8 @@ def finish(client: Any, parent: str, cmp: Comparison, out: Path) -> None:
         client.set_tag(parent, "posenc.compare.skipped", "; ".join(skipped)[:5000])
     client.set_terminated(parent, "FINISHED")
     print(md.read_text())
-    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {client.tracking_uri}")
+    store = scrub_text(client.tracking_uri)
+    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {store}")
     print(f"see it: make ui, then {run_url(client.get_run(parent).info.experiment_id, parent)}")
 
 

@@ -11,6 +11,7 @@ chosen. The test windows are forecast once, after every choice (epoch, penalty) 
 from __future__ import annotations
 
 import importlib
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import yaml
 from datamodules.timeseries.ltsf import LTSFData, scaled_errors
 from datamodules.timeseries.ltsf_data import LTSFDataModule
 from datamodules.timeseries.windows import gather_windows
+from pipelines.safety import check_class_paths
 from pipelines.tasks.forecast.baselines import ridge_on_val, seasonal_naive
 from pipelines.tasks.forecast.blend import channel_rows
 from pipelines.tasks.upgrade.legacy import move_class_paths, regroup
@@ -107,8 +109,28 @@ def load_model_config(path: str | Path) -> dict[str, Any]:
     protocol = [c for c in callbacks if isinstance(c, dict) and c.get("class_path") == PROTOCOL]
     if len(protocol) != 1:
         raise PosencError(f"{file}: trainer.callbacks needs exactly one {PROTOCOL}")
-    name = (protocol[0].get("init_args") or {}).get("name") or file.stem
-    return {"name": str(name), "model": layer["model"], "layer": layer}
+    check_class_paths(layer, str(file))  # before anything imports what the file names
+    name = str((protocol[0].get("init_args") or {}).get("name") or file.stem)
+    return {"name": checked_name(name, f"{file}: LTSFProtocol's name"), "model": layer["model"],
+            "layer": layer}
+
+
+#: a model's name: one path component of letters, digits, ``_``, ``-`` and ``.`` (not first), so that
+#: ``--out/predictions/<name>-H<h>-seed<s>`` stays inside ``--out``; ``+`` joins an ensemble's members
+MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+def checked_name(name: str, where: str) -> str:
+    """``name`` if it is a model name (:data:`MODEL_NAME`), else one line naming ``where``.
+
+    Raises:
+        PosencError: a name that is not one path component (``../../x``, ``a/b``, ``..``) or holds other
+            characters.
+    """
+    if not MODEL_NAME.fullmatch(name):
+        raise PosencError(f"{where} {name!r} is not a model name: it names files under --out, so it must be "
+                          "one path component of letters, digits, '_', '-' and '.' (not first)")
+    return name
 
 
 def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, Any]:
@@ -117,7 +139,9 @@ def with_encoding(config: dict[str, Any], scheme_file: str | Path) -> dict[str, 
     scheme = (yaml.safe_load(Path(scheme_file).read_text()) or {}).get("model") or {}
     pe = (scheme.get("init_args") or {}).get("pe")
     model = {**config["model"], "init_args": {**config["model"].get("init_args", {}), "pe": pe}}
-    return {**config, "model": model, "name": f"{config['name']}-{Path(scheme_file).stem}"}
+    check_class_paths(pe, str(scheme_file))
+    name = checked_name(f"{config['name']}-{Path(scheme_file).stem}", f"{scheme_file}: the encoding's model")
+    return {**config, "model": model, "name": name}
 
 
 def forecast(model: Any, x: np.ndarray, batch: int = 256) -> np.ndarray:

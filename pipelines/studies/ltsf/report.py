@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 from pipelines.eval.statistics import estimate
 from pipelines.studies.bootstrap import Arm
+from pipelines.studies.out_folder import write_file
 from pipelines.studies.tables import md_lines
 from pipelines.studies.verdicts import paired_difference, retained
 
@@ -263,9 +265,12 @@ def _pyplot() -> Any:
 
 
 def _save(plt: Any, fig: Any, path: Any) -> None:
+    """The figure as a PNG at ``path``, written whole (a link planted there is replaced, not followed)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format="png")
     plt.close(fig)
+    write_file(path, buffer.getvalue())
 
 
 def figure(rows: list[dict[str, Any]], path: Any, data: Any = "ETTh1.csv", lookback: int = 336) -> None:
@@ -375,11 +380,12 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(k for r in merged for k in r))
-    with (out / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(merged)
-    (out / "summary.md").write_text(summary_markdown(merged, args, []))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(merged)
+    write_file(out / "results.csv", text.getvalue())  # whole files: a link there is replaced, not followed
+    write_file(out / "summary.md", summary_markdown(merged, args, []))
     drawn = figures(merged, out, args.data, args.lookback)
     print(f"files: {out / 'results.csv'} {out / 'summary.md'} {' '.join(map(str, drawn))}")
 

@@ -34,9 +34,9 @@ beside the published numbers) go to ``--out`` and the parent run.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +46,19 @@ import torch
 from datamodules.cache import DEFAULT_CACHE_DIR
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, detect_protocol, load_ltsf, scaled_errors
 from pipelines.children import MAX_JOBS, stop_pool, worker_pool
-from pipelines.console import configure, user_errors_exit
+from pipelines.console import configure, scrub_library_lines, user_errors_exit
+from pipelines.safety import add_trust_args, apply_trust_args
 from pipelines.studies.compare.run import scheme_file
 from pipelines.studies.ltsf import models as ltsf_models
 from pipelines.studies.ltsf import stats as ltsf_stats
 from pipelines.studies.ltsf import trees as ltsf_trees
-from pipelines.studies.ltsf.ensemble import ensemble_name, ensemble_row
+from pipelines.studies.ltsf.ensemble import ensemble_name, ensemble_row, pending
 from pipelines.studies.ltsf.fit import NAMESPACE, child_tags, train_child
 from pipelines.studies.ltsf.models import Result, load_model_config, with_encoding
-from pipelines.studies.ltsf.report import BASELINES, FIELDS, figures, summary_markdown
-from pipelines.studies.results_table import read_results
+from pipelines.studies.ltsf.out import OUT_FILES, PREDICTIONS, append_row, prepare_out, write_summary
+from pipelines.studies.ltsf.report import BASELINES, FIELDS
+from pipelines.studies.out_folder import open_out
+from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 
@@ -97,6 +100,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--val-only", action="store_true",
                    help="model selection: train and score on val only; the test windows are never forecast")
     p.add_argument("--resume", action="store_true", help="keep --out/results.csv and skip the rows it has")
+    add_trust_args(p)
     return p.parse_args(argv)
 
 
@@ -252,24 +256,6 @@ def row_for(job: tuple, result: Result, data: LTSFData, args: argparse.Namespace
     return row
 
 
-def done_rows(path: Path, resume: bool) -> list[dict[str, Any]]:
-    """``--resume``: the rows of an earlier ``results.csv``, checked before any job runs (one line
-    naming the row and column: :func:`pipelines.studies.results_table.read_results`)."""
-    if not resume or not path.is_file():
-        return []
-    return read_results(path, FIELDS, integers=("horizon", "seed", "n_test_windows"),
-                        text=("model", "chosen"))
-
-
-def append_row(path: Path, row: dict[str, Any], fields: list[str]) -> None:
-    new = not path.is_file()
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-
-
 def metric_name(column: str) -> str:
     """A column name as an MLflow metric key (letters, digits, ``_-./`` and spaces only)."""
     return "".join(ch if ch.isalnum() and ch.isascii() or ch in "_-./ " else "_" for ch in column)
@@ -325,38 +311,73 @@ def describe_data(data: LTSFData) -> str:
 
 
 def run(argv: Sequence[str] | None = None) -> Path:
-    import mlflow  # heavy: mlflow, loaded only when tracking
-
-
     args = parse_args(argv)
     configure(verbose=False, progress=False)
     check_args(args)
+    apply_trust_args(args)
     if args.threads:
-
         torch.set_num_threads(args.threads)
     configs = model_configs(args)
-    args.protocol = args.protocol or detect_protocol(args.data)  # the children read it under the same rule
-    args.cache_dir = str(Path(DEFAULT_CACHE_DIR).resolve())  # parsed once here; each child loads it there
-    data = load_ltsf(args.data, time_col=args.time_col, protocol=args.protocol, cache_dir=args.cache_dir)
-    print(describe_data(data), file=sys.stderr)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results = out / "results.csv"
-    rows = done_rows(results, args.resume)
-    if not args.resume and results.exists():
-        results.unlink()
-    have = {(r["model"], int(r["horizon"]), int(r["seed"])) for r in rows}
-    fields = FIELDS + [f"test/mse_scaled_L{n}" for n in args.test_lookbacks] + ["chosen"]
+    lock = open_out(out, OUT_FILES, (PREDICTIONS,), [("--data", args.data)])
+    try:
+        args.protocol = args.protocol or detect_protocol(args.data)  # the children read it so too
+        args.cache_dir = str(Path(DEFAULT_CACHE_DIR).resolve())  # parsed once here; each child loads it there
+        data = load_ltsf(args.data, time_col=args.time_col, protocol=args.protocol, cache_dir=args.cache_dir)
+        print(describe_data(data), file=sys.stderr)
+        fields = FIELDS + [f"test/mse_scaled_L{n}" for n in args.test_lookbacks] + ["chosen"]
+        rows = prepare_out(out, data, args, fields)
+        with parent_run(args, data, argv) as (client, parent):
+            skipped = run_all(configs, data, rows, fields, args, client, parent)
+            files = write_summary(out, rows, args, skipped)
+            for f in files:
+                client.log_artifact(parent, str(f))
+    finally:
+        lock.release()
+    store = scrub_text(client.tracking_uri)
+    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {store}")
+    return out
+
+
+@contextmanager
+def parent_run(args: argparse.Namespace, data: LTSFData, argv: Sequence[str] | None) -> Iterator[tuple]:
+    """The benchmark's MLflow parent run, FINISHED at the end; FAILED (KILLED when stopped) if anything
+    raises, never left RUNNING."""
+    import mlflow  # heavy: mlflow, loaded only when tracking
+
+    scrub_library_lines()  # MLflow's own log lines, now that it is loaded
     client = mlflow.MlflowClient(tracking_uri())
     exp_id = experiment_id(client, args.experiment)
     parent = client.create_run(exp_id, run_name=f"ltsf-{Path(args.data).stem}",
                                tags={"posenc.ltsf": "parent"}).info.run_id
-    command = " ".join(["python -m pipelines.studies.ltsf", *(argv or sys.argv[1:])])
-    client.log_param(parent, "command", command[:500])
-    client.log_param(parent, "protocol", data.protocol)
-    for column, count in data.sentinels.items():  # e.g. Weather's -9999 values, kept as published
-        client.log_metric(parent, f"data/sentinels/{metric_name(column)}", count)
-    skipped = []
+    try:
+        command = " ".join(["python -m pipelines.studies.ltsf", *(argv or sys.argv[1:])])
+        client.log_param(parent, "command", scrub_text(command)[:500])
+        client.log_param(parent, "protocol", data.protocol)
+        for column, count in data.sentinels.items():  # e.g. Weather's -9999 values, kept as published
+            client.log_metric(parent, f"data/sentinels/{metric_name(column)}", count)
+        yield client, parent
+    except BaseException as exc:
+        stopped = isinstance(exc, KeyboardInterrupt | SystemExit)  # Ctrl-C, SIGTERM
+        client.set_terminated(parent, "KILLED" if stopped else "FAILED")
+        raise
+    client.set_terminated(parent, "FINISHED")
+
+
+def run_all(configs: list[dict[str, Any]], data: LTSFData, rows: list[dict[str, Any]], fields: list[str],
+            args: argparse.Namespace, client: Any, parent: str) -> list[str]:
+    """Every job not in ``rows`` yet, each row written as it comes (and the ensemble rows it completes,
+    or that an earlier run left unfinished); the reasons of the jobs skipped."""
+    results, skipped = Path(args.out) / "results.csv", []
+    have = {(r["model"], int(r["horizon"]), int(r["seed"])) for r in rows}
+
+    def record(row: dict[str, Any], ensemble: bool = False) -> None:
+        append_row(results, row, fields)
+        rows.append(row)
+        if ensemble:  # the ensemble: a nested run as a baseline's
+            log_child(client, parent, row, args.val_only)
+        print(progress_line(row, args.val_only), file=sys.stderr, flush=True)
+
     todo = [job for job in jobs(args, configs) if job[:3] not in have]
     for job, row in run_jobs(todo, data, args, client, parent):
         if isinstance(row, str):
@@ -364,22 +385,14 @@ def run(argv: Sequence[str] | None = None) -> Path:
             client.set_tag(parent, f"posenc.ltsf.skipped.{job[0]}", row[:250])
             print(f"skipped {job[0]}: {row}", file=sys.stderr)
             continue
-        for done in (row, *combined(row, rows, data, args)):
-            append_row(results, done, fields)
-            rows.append(done)
-            if done is not row:  # the ensemble: a nested run as a baseline's
-                log_child(client, parent, done, args.val_only)
-            print(progress_line(done, args.val_only), file=sys.stderr, flush=True)
-    summary = out / "summary.md"
-    summary.write_text(summary_markdown(rows, args, sorted(set(skipped))))
-    files = [results, summary]
-    if rows and not args.val_only:
-        files += figures(rows, out, args.data, args.lookback)
-    for f in files:
-        client.log_artifact(parent, str(f))
-    client.set_terminated(parent, "FINISHED")
-    print(f"files: {' '.join(map(str, files))}\nMLflow parent run {parent} in {client.tracking_uri}")
-    return out
+        record(row)
+        for done in combined(row, rows[:-1], data, args):
+            record(done, ensemble=True)
+    for h, seed in pending(rows, args):  # --resume: members done, their mean not yet
+        done = ensemble_row(args.ensemble, h, seed, rows, data, args)
+        if done:
+            record(done, ensemble=True)
+    return sorted(set(skipped))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

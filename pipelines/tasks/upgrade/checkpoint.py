@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from datamodules.config import groups_of
 from pipelines.tasks.base import CONFIG_VERSION, TASKS
 from pipelines.tasks.upgrade.legacy import data_class, move_class_paths, moved, regroup
 from pipelines.tasks.upgrade.legacy_rope import upgrade_rope_specs
@@ -121,9 +122,32 @@ def upgrade_checkpoint(ckpt: dict[str, Any], source: str) -> dict[str, Any]:
     if not isinstance(version, int) or not 1 <= version <= CONFIG_VERSION:
         raise PosencError(f"{source}: checkpoint config_version {version!r}; this code reads 1 to "
                           f"{CONFIG_VERSION} (a newer posenc wrote it)")
+    check_groups(ckpt, source)
     for step in range(version, CONFIG_VERSION):
         ckpt = STEPS[step](ckpt)
     return {**ckpt, VERSION_KEY: CONFIG_VERSION}
 
 
-__all__ = ["STEPS", "VERSION_KEY", "upgrade_checkpoint"]
+def check_groups(ckpt: dict[str, Any], source: str) -> None:
+    """The settings entries are mappings, and so is each settings group of the checkpoint's task
+    (``net``, ``optim``…): a crafted or damaged file with ``net: "evil"`` is one line, not a traceback
+    from whatever reads it first.
+
+    Raises:
+        PosencError: ``source`` and the entry or group.
+    """
+    for key in SETTINGS:
+        if ckpt.get(key) is not None and not isinstance(ckpt[key], dict):
+            raise PosencError(f"{source}: checkpoint entry {key!r} is a {type(ckpt[key]).__name__}, not a "
+                              "mapping: not a checkpoint this code wrote")
+    task = TASKS.get(str(ckpt.get("posenc_task")))
+    hparams = ckpt.get("hyper_parameters") or {}
+    for group in groups_of(task) if task is not None else {}:
+        value = hparams.get(group)
+        if value is not None and not isinstance(value, dict):
+            raise PosencError(f"{source}: hyper_parameters.{group} is a {type(value).__name__} "
+                              f"({str(value)[:40]!r}), not a mapping of settings: not a checkpoint this "
+                              "code wrote")
+
+
+__all__ = ["STEPS", "VERSION_KEY", "check_groups", "upgrade_checkpoint"]

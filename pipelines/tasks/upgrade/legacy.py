@@ -21,7 +21,6 @@ A flat key given beside its group wins over the group's field (it is the later, 
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -33,6 +32,7 @@ import yaml
 
 from datamodules.config import as_mapping, groups_of
 from pipelines.tasks.upgrade.legacy_rope import rope_overrides, upgrade_rope_specs
+from posenc.registry import trusted_class
 
 #: (old module, new module) of the modules that moved; a class path under an old one is read as the new
 MOVED: tuple[tuple[str, str], ...] = (
@@ -174,11 +174,9 @@ def _class_in(doc: Any, section: str) -> str | None:
     return part.get("class_path") if isinstance(part, dict) else (part if isinstance(part, str) else None)
 
 
-def section_class(args: list[str], section: str = "data", resolve: Any = None) -> type | None:
-    """The class the arguments name last for ``section`` (a config's ``<section>.class_path``,
-    ``--<section>=…`` or ``--<section>.class_path=…``), resolved by ``resolve`` (class path → class or
-    ``None``; default: this project's datamodules, :func:`data_class`), when it has typed groups; ``None``
-    otherwise."""
+def named_class_path(args: list[str], section: str = "data") -> str | None:
+    """The class path the arguments name last for ``section``: a config's ``<section>.class_path``,
+    ``--<section>=…`` or ``--<section>.class_path=…`` (nothing is imported)."""
     found = None
     for i, arg in enumerate(args):
         if arg == "--config" and i + 1 < len(args):
@@ -187,6 +185,14 @@ def section_class(args: list[str], section: str = "data", resolve: Any = None) -
             found = _class_in(_load_config(arg.split("=", 1)[1]), section) or found
         elif arg.startswith((f"--{section}=", f"--{section}.class_path=")):
             found = arg.split("=", 1)[1]
+    return found if isinstance(found, str) else None
+
+
+def section_class(args: list[str], section: str = "data", resolve: Any = None) -> type | None:
+    """The class the arguments name last for ``section`` (:func:`named_class_path`), resolved by
+    ``resolve`` (class path → class or ``None``; default: this project's datamodules), when it has
+    typed groups; ``None`` otherwise."""
+    found = named_class_path(args, section)
     cls = resolve(found) if resolve else data_class(found)
     return cls if cls is not None and groups_of(cls) else None
 
@@ -199,14 +205,11 @@ def data_class(class_path: Any) -> type | None:
 
 def project_class(class_path: Any, package: str) -> type | None:
     """The class of a ``<package>.…`` class path (only this project's classes have groups; other
-    paths, and ones that do not import, are left to jsonargparse, which names them)."""
-    module, _, name = str(class_path or "").rpartition(".")
+    paths, untrusted ones and ones that do not import are left to jsonargparse, which names them)."""
+    module = str(class_path or "").rpartition(".")[0]
     if module != package and not module.startswith(f"{package}."):
         return None
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
+    return trusted_class(class_path)  # trusted first, never from the working folder
 
 
 def translate_config(doc: Any, cls: type, section: str = "data") -> Any:
