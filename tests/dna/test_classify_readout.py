@@ -12,7 +12,8 @@ from posenc import PosencError, PositionOutOfRange
 from tests.helpers import task
 
 L = 32  # the training crop length of these tiny models
-TINY = {"vocab_size": 6, "pad_id": 5, "num_classes": 2, "seq_len": L, "d_model": 16, "n_heads": 2, "n_layers": 2}
+TINY = {"vocab_size": 6, "pad_id": 5, "num_classes": 2, "seq_len": L,
+        "d_model": 16, "n_heads": 2, "n_layers": 2}
 
 
 def tiny(readout: dict, pe: dict | None = None, **net) -> SequenceClassifier:

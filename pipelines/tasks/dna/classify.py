@@ -1,5 +1,5 @@
 """Sequence classification: a bidirectional encoder whose per-token class logits are pooled over the crop
-(uniformly, or with a learned prior over its positions: :mod:`pipelines.tasks.classify_readout`)."""
+(uniformly, or with a learned prior over its positions: :mod:`pipelines.tasks.dna.classify_readout`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.base import TaskAdapter, baseline_datamodule
 from pipelines.tasks.dna.classify_baselines import auroc, fit_baselines, score_lengths
-from pipelines.tasks.dna.classify_readout import ConvStem, PositionPrior, Readout, crop_positions, mean_weights
+from pipelines.tasks.dna.classify_readout import (
+    ConvStem,
+    PositionPrior,
+    Readout,
+    crop_positions,
+    mean_weights,
+)
 from pipelines.tasks.dna.per_length import PerLengthTest
 from pipelines.tasks.dna.predict import predict_classify
 from pipelines.tasks.options import TASK_GROUPS
@@ -147,7 +153,7 @@ class SequenceClassifier(PerLengthTest):
             PosencError: the model has more than two classes (no single per-token logit).
         """
         if self.num_classes != 2:
-            raise PosencError(f"token_logits needs a two-class model, this one has {self.num_classes} classes")
+            raise PosencError(f"token_logits needs a two-class model, this one has {self.num_classes}")
         z = self.class_logits(tokens, positions)  # (B, T, 2)
         return z[..., 1] - z[..., 0]
 
