@@ -144,7 +144,8 @@ class SequenceClassifier(PerLengthTest):
         return torch.einsum("bt,btc->bc", w, z)
 
     def token_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """The two-class logit (class 1 minus class 0) of every token (B, T), read in one pass over
+        """The two-class logit (class 1 minus class 0; class names sorted, so for ``{promoter,
+        non_promoter}`` the promoter logit) of every token (B, T), read in one pass over
         tokens (B, T) of any length at explicit ``positions`` (T,) or (B, T). A crop's logit (the
         difference of :meth:`forward`'s two logits) is the sum of these weighted by
         :meth:`pool_weights`.
