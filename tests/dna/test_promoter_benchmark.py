@@ -135,3 +135,50 @@ def test_the_documented_command_at_tiny_size(tmp_path):
     assert parents[0].data.metrics["model/mcc_mean"] == pytest.approx(model_mcc)
     card = client.get_registered_model("promoters-ecoli_prom").description
     assert "Published on this data: CNNProm" in card and "| published | 0.90 | 0.96 | 0.84 |" in card
+
+
+def fake_rows(name: str, methods: dict[str, float], runs: int = 6) -> list[dict]:
+    """Rows of ``runs`` folds × seeds: each method's MCC its mean plus a shared per-run wobble."""
+    rng = np.random.default_rng(0)
+    wobble = rng.normal(0, 0.01, runs)
+    return [{"set": name, "method": m, "fold": i % 3, "seed": i // 3, "mcc": mcc + wobble[i], "sn": 0.9,
+             "sp": 0.95, "auroc": 0.97, "auprc": 0.9, "threshold": 0.5} for m, mcc in methods.items()
+            for i in range(runs)]
+
+
+def test_the_summary_pairs_by_fold_and_seed_calls_with_holm_and_labels_the_ratio(tmp_path):
+    from argparse import Namespace
+
+    from pipelines.studies.promoters.report import set_section
+    from pipelines.studies.promoters.sets import PromoterSet
+
+    args = Namespace(schemes=[], folds=3, seeds=[0, 1], quick=False)
+    pset = PromoterSet("arabidopsis_tata", Path("Arabidopsis_tata.fa"), Path("Arabidopsis_non_prom_big.fa"),
+                       1497, 11459, (251, 251), published_for(Path("Arabidopsis_tata.fa")))
+    text = set_section(pset, fake_rows(pset.name, {"model": 0.80, "pwm": 0.70, "cnnprom": 0.80}), args)
+    assert "| **model** | 0.80" in text and "| CNNProm (published) | 0.91 | 0.95 | 0.97 |" in text
+    lines = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| pwm") or
+             line.startswith("| cnnprom")}
+    assert lines["| pwm"].endswith("| ▲ |") and "+0.100" in lines["| pwm"]  # the same wobble: called
+    assert lines["| cnnprom"].endswith("| · |")  # no difference: not called
+    assert "Holm over the 2 comparisons" in text
+    assert "the files' ratio is not" in text
+    assert "Computed, not measured: our mean Sn 0.900 and Sp 0.950 give MCC 0.810 at 4.70" in text
+
+
+def test_quick_runs_fold_0_and_the_first_seed_and_later_encodings_skip_the_baselines():
+    from argparse import Namespace
+
+    from pipelines.studies.promoters.run import child_overlay, jobs
+    from pipelines.studies.promoters.sets import PromoterSet
+
+    pset = PromoterSet("s", Path("s_prom.fa"), Path("s_non_prom.fa"), 30, 60, (40, 81))
+    args = Namespace(schemes=["none", "rope"], folds=5, seeds=[3, 4], quick=True, max_epochs=None,
+                     accelerator="cpu")
+    assert [(m, f, s) for _, m, f, s in jobs([pset], args)] == [("none", 0, 3), ("rope", 0, 3)]
+    config = {"trainer": {"callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint"},
+                                        {"class_path": "pipelines.ClassifyBaselines"}]}}
+    first, second = (child_overlay(pset, m, 0, args, config, register=False) for m in ("none", "rope"))
+    assert "callbacks" not in first["trainer"] and len(second["trainer"]["callbacks"]) == 1
+    assert first["data"]["init_args"]["windows"] == {"seq_len": 81, "eval_lengths": [81]}
+    assert first["data"]["init_args"]["samples"]["folds"] == 5
