@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.tasks.classify_metrics import (
+from pipelines.tasks.dna.classify_metrics import (
     average_precision,
     choose_threshold,
     confusion,

@@ -8,7 +8,7 @@ with Holm over the comparisons of the table (:func:`pipelines.studies.verdicts.h
 the adjusted p-value is below 0.05 (the interval shown at Holm's level), · where not called.
 
 Class ratio: MCC depends on how many negatives a test set holds per positive; Sn and Sp do not. The
-published (Sn, Sp, CC) triple holds only at some ratios (:func:`~pipelines.tasks.classify_metrics.
+published (Sn, Sp, CC) triple holds only at some ratios (:func:`~pipelines.tasks.dna.classify_metrics.
 consistent_ratios`); where the files' ratio is not among them, the table adds what our Sn and Sp give at
 the consistent ratio nearest the files' — computed from them, labelled so, never in the MCC column.
 """
@@ -22,9 +22,9 @@ import numpy as np
 
 from pipelines.eval.statistics import estimate
 from pipelines.studies.bootstrap import Arm
-from pipelines.studies.compare import scheme_label
+from pipelines.studies.compare.run import scheme_label
 from pipelines.studies.verdicts import holm_calls, paired
-from pipelines.tasks.classify_metrics import consistent_ratios, mcc_at_ratio
+from pipelines.tasks.dna.classify_metrics import consistent_ratios, mcc_at_ratio
 
 METRICS = ("mcc", "sn", "sp", "auroc", "auprc", "threshold")
 FIELDS = ["set", "method", "fold", "seed", "n_test_pos", "n_test_neg", *METRICS, "cpu_s", "wall_s", "run_id"]

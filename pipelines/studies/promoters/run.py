@@ -11,7 +11,7 @@ The protocol (docs/promoters.md): stratified ``--folds``-fold cross-validation (
 folds, every record read whole. Each fold × seed is one child run of the training CLI on ``--config``
 (default ``configs/dna_promoter.yaml``, the classification task with ``samples.class_fastas``), trained
 by the sweep runner (:func:`pipelines.eval.sweep.train_run`) and tested once; the baselines
-(:class:`~pipelines.tasks.classify.ClassifyBaselines`) are fitted inside the same child on the same
+(:class:`~pipelines.tasks.dna.classify.ClassifyBaselines`) are fitted inside the same child on the same
 folds. Every method reports test AUROC, AUPRC, and Sn, Sp, MCC at its own threshold of best validation
 MCC. ``--quick``: fold 0 of the K and the first seed only (said in the table). ``--schemes a b …``:
 the first config's encoding swapped for each ``configs/posenc/<name>.yaml`` (the encoding table).
@@ -36,7 +36,7 @@ from pipelines.children import MAX_JOBS, stop_pool, worker_pool
 from pipelines.console import configure
 from pipelines.eval.evaluate import load_config
 from pipelines.eval.sweep import config_key, read_layers, train_run
-from pipelines.studies.compare import scheme_file, scheme_label
+from pipelines.studies.compare.run import scheme_file, scheme_label
 from pipelines.studies.promoters.report import (
     FIELDS,
     METRICS,

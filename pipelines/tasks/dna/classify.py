@@ -23,7 +23,7 @@ from pipelines.tasks.dna.classify_baselines import (
     score_lengths,
     two_class_reports,
 )
-from pipelines.tasks.classify_metrics import two_class_report
+from pipelines.tasks.dna.classify_metrics import two_class_report
 from pipelines.tasks.dna.per_length import PerLengthTest, token_positions
 from pipelines.tasks.dna.predict import predict_classify
 from posenc import PosencError
@@ -61,7 +61,7 @@ class TwoClassTest:
     """For a two-class classifier, after the test pass: the class-1 probability of every validation and
     test sequence at the first test length (the training length), and from them ``test/auprc`` and
     ``test/{mcc,sn,sp}`` at the threshold of best validation MCC (``test/threshold``, a class-1
-    probability; :func:`~pipelines.tasks.classify_metrics.two_class_report`). Class 1 is the positive
+    probability; :func:`~pipelines.tasks.dna.classify_metrics.two_class_report`). Class 1 is the positive
     class: the second class name in sorted order (``promoter`` against ``non_promoter``)."""
 
     def on_test_epoch_end(self) -> None:
@@ -217,7 +217,7 @@ class ClassifyBaselines(L.Callback):
         cnn_epochs: most CNN training epochs (early stop after 3 without a better validation AUROC).
         stride: bases between the windows a longer crop is read as.
         seed: CNN initialisation and shuffling seed (``None``: the datamodule's ``seed``).
-        baselines: which to fit (names of :data:`~pipelines.tasks.classify_baselines.BASELINES`).
+        baselines: which to fit (names of :data:`~pipelines.tasks.dna.classify_baselines.BASELINES`).
         k: k-mer length of ``kmer_lr``.
     """
 

@@ -15,7 +15,7 @@ is trained on) with its one setting chosen on the validation split only (:data:`
   log-probabilities plus the class's log prior. For two classes the class-1 score ranks windows exactly
   as the PWM log-odds (positives vs negatives) does.
 * ``cnn`` — the Genomic Benchmarks CNN, and ``cnnprom`` — a CNNProm-like CNN
-  (:mod:`pipelines.tasks.classify_cnns`), the epoch chosen on validation AUROC.
+  (:mod:`pipelines.tasks.dna.classify_cnns`), the epoch chosen on validation AUROC.
 
 The position-aware ones need a fixed input length. A test crop of n > L0 bases is read as every L0 window
 in it (stride ``stride``): a class's score is the maximum over the windows of its log-probability
@@ -37,8 +37,8 @@ from torch import Tensor
 
 from datamodules.dna.samples import SampleSet, SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
-from pipelines.tasks.classify_cnns import CNNPromLike, SmallCNN, train_cnn, window_scores
-from pipelines.tasks.classify_metrics import auroc, two_class_report
+from pipelines.tasks.dna.classify_cnns import CNNPromLike, SmallCNN, train_cnn, window_scores
+from pipelines.tasks.dna.classify_metrics import auroc, two_class_report
 
 #: penalties C tried for the one-hot logistic regression (chosen on validation AUROC)
 C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
@@ -264,7 +264,7 @@ def fit_baselines(sets: dict[str, SampleSet], width: int, num_classes: int, cnn_
 
 def two_class_reports(scorers: dict[str, object], sets: dict[str, SampleSet], width: int) -> dict[str, dict]:
     """Per two-class scorer: test AUROC, AUPRC, and Sn, Sp, MCC at the threshold of best validation MCC
-    (:func:`~pipelines.tasks.classify_metrics.two_class_report`), both read at the training length."""
+    (:func:`~pipelines.tasks.dna.classify_metrics.two_class_report`), both read at the training length."""
     (xv, yv), (xt, yt) = crops(sets["val"], width, width), crops(sets["test"], width, width)
     with one_thread():
         return {name: two_class_report(yv, scorer.scores(xv)[:, 1], yt, scorer.scores(xt)[:, 1])

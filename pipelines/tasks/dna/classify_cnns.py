@@ -1,4 +1,4 @@
-"""The two CNN baselines of the classifier (:mod:`pipelines.tasks.classify_baselines`), on one-hot windows.
+"""The two CNN baselines of the classifier (:mod:`pipelines.tasks.dna.classify_baselines`), one-hot input.
 
 * :class:`SmallCNN` — the baseline CNN of Genomic Benchmarks (Grešová et al., 2023): three blocks of
   convolution (kernel 8; 16, 8, 4 filters), batch norm, ReLU and max-pool 2, flattened into a dense layer
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipelines.tasks.classify_metrics import auroc
+from pipelines.tasks.dna.classify_metrics import auroc
 
 
 def window_scores(logits: Callable[[Tensor, int], Tensor], x: Tensor, stride: int = 1) -> np.ndarray:
