@@ -25,7 +25,9 @@ def tiny(readout: dict, pe: dict | None = None, **net) -> SequenceClassifier:
 
 
 @pytest.mark.parametrize("readout", [{"pool": "mean"}, {"pool": "tokens", "stem": 5},
-                                     {"pool": "tokens", "positions": "centre", "stem": 3}])
+                                     {"pool": "tokens", "positions": "centre", "stem": 3},
+                                     {"pool": "tokens", "positions": "centre", "stem": 3, "max_tokens": 11},
+                                     {"pool": "tokens", "stem": 3, "composition": 3}])
 def test_crop_logit_is_the_pooled_token_logits_in_float64(readout):
     model = tiny(readout, {"class_path": "posenc.RoPE"})
     tokens = torch.randint(0, 4, (3, L))
@@ -39,11 +41,12 @@ def test_crop_logit_is_the_pooled_token_logits_in_float64(readout):
     torch.testing.assert_close(pooled, crop[:, 1] - crop[:, 0], rtol=1e-12, atol=1e-12)
 
 
-def test_token_logits_read_any_length_in_one_pass_and_refuse_more_than_two_classes():
-    model = tiny({"pool": "tokens", "stem": 5}, {"class_path": "posenc.RoPE"})
-    long = torch.randint(0, 4, (1, 10 * L))
+@pytest.mark.parametrize("readout", [{}, {"max_tokens": 16, "composition": 2}])
+def test_token_logits_read_any_length_in_one_pass_and_refuse_more_than_two_classes(readout):
+    model = tiny({"pool": "tokens", "stem": 5, **readout}, {"class_path": "posenc.RoPE"})
+    long = torch.randint(0, 4, (1, 10 * L + 1))
     with torch.no_grad():
-        assert model.token_logits(long, torch.arange(10 * L)).shape == (1, 10 * L)
+        assert model.token_logits(long, torch.arange(10 * L + 1)).shape == (1, 10 * L + 1)
     three = task(SequenceClassifier, **{**TINY, "num_classes": 3})
     with pytest.raises(PosencError, match="two-class"):
         three.token_logits(long, torch.arange(10 * L))
@@ -80,11 +83,46 @@ def test_a_longer_crop_pools_the_centre_the_model_was_trained_on(factor):
         learned(longer)
 
 
+def test_a_strided_stem_reads_fewer_tokens_and_gives_each_base_its_nearest_token():
+    """max_tokens 16 of a 32-base crop: stride 2, the encoder sees 16 tokens centred on bases 0, 2, …,
+    and bases 2j−1 and 2j share token j's logit."""
+    model = tiny({"pool": "tokens", "stem": 3, "max_tokens": 16}, {"class_path": "posenc.RoPE"})
+    assert model.stride == 2
+    seen = []
+    model.backbone.register_forward_hook(lambda mod, args, out: seen.append((args[0].shape, args[1])))
+    tokens = torch.randint(0, 4, (2, L))
+    with torch.no_grad():
+        z = model.token_logits(tokens, torch.arange(L))  # (B, T)
+    assert seen[0][0] == (2, L // 2, 16) and seen[0][1].tolist() == list(range(0, L, 2))
+    torch.testing.assert_close(z[:, 1::2][:, :-1], z[:, 2::2], rtol=0, atol=0)
+
+
+def test_the_composition_channel_is_the_mean_of_kmer_vectors_over_the_stretch_in_float64():
+    from pipelines.tasks.dna.classify_readout import Composition
+
+    torch.manual_seed(0)
+    k, length = 2, 7
+    comp = Composition(4, k, length).double()
+    tokens = torch.randint(0, 4, (1, 20))
+    tokens[0, 5] = 4  # an N: the k-mers holding it are left out
+    with torch.no_grad():
+        got = comp(tokens)[0]  # (T, D)
+    seq = tokens[0].tolist()
+    for t in range(20):
+        start = t - length // 2
+        stretch = range(max(0, start), min(20, start + length))
+        vecs = [comp.vectors.weight[seq[i] * 4 + seq[i + 1]] for i in stretch
+                if i + 1 < 20 and seq[i] < 4 and seq[i + 1] < 4]
+        torch.testing.assert_close(got[t], torch.stack(vecs).mean(0), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize(("settings", "message"), [
     ({"stem": 4}, "readout.stem: must be 0 or an odd width"),
     ({"pool": "max"}, "readout.pool: must be one of mean, tokens"),
     ({"positions": "start"}, "readout.positions: must be one of index, centre"),
     ({"label_smoothing": 1.0}, "readout.label_smoothing: must be in"),
+    ({"max_tokens": 64}, "readout.max_tokens: must be 0, or ≥ 1 with a stem"),
+    ({"composition": 7}, "readout.composition: must be a k-mer length"),
 ])
 def test_bad_readout_settings_are_one_line_naming_the_key(settings, message):
     with pytest.raises(PosencError, match=message):
@@ -94,6 +132,11 @@ def test_bad_readout_settings_are_one_line_naming_the_key(settings, message):
 def test_token_pooling_needs_the_training_length():
     with pytest.raises(PosencError, match="needs model.init_args.seq_len"):
         task(SequenceClassifier, **{**TINY, "seq_len": None}, readout={"pool": "tokens"})
+
+
+def test_the_composition_channel_refuses_kmer_tokens():
+    with pytest.raises(PosencError, match="readout.composition: reads single-base tokens"):
+        task(SequenceClassifier, **{**TINY, "vocab_size": 19}, readout={"composition": 4})
 
 
 #: the encoding table of issue 53 (configs/posenc/<name>.yaml), each layered on the promoter model

@@ -28,11 +28,13 @@ from pipelines.tasks.dna.classify_baselines import (
 )
 from pipelines.tasks.dna.classify_metrics import two_class_report
 from pipelines.tasks.dna.classify_readout import (
+    Composition,
     ConvStem,
     PositionPrior,
     Readout,
     crop_positions,
     mean_weights,
+    nearest_token,
 )
 from pipelines.tasks.dna.per_length import PerLengthTest
 from pipelines.tasks.dna.predict import predict_classify
@@ -135,7 +137,13 @@ class SequenceClassifier(TwoClassTest, PerLengthTest):
             raise PosencError("model.init_args.readout.pool: 'tokens' needs model.init_args.seq_len (linked "
                               "from data.init_args.windows.seq_len)")
         self.readout, self.seq_len = readout, seq_len
-        self.stem = ConvStem(self.d_model, readout.stem) if readout.stem else None
+        self.stride = -(-seq_len // readout.max_tokens) if readout.max_tokens and seq_len else 1
+        self.stem = ConvStem(self.d_model, readout.stem, self.stride) if readout.stem else None
+        if readout.composition and vocab_size > 7:
+            raise PosencError(f"model.init_args.readout.composition: reads single-base tokens (vocabulary "
+                              f"7), this model's is {vocab_size} (data.init_args.windows.kmer > 1)")
+        self.composition = (Composition(self.d_model, readout.composition, seq_len or 0)
+                            if readout.composition else None)
         self.prior = PositionPrior(seq_len) if readout.pool == "tokens" else None
         self.per_class_head(vocab_size, pad_id, num_classes, seq_len=seq_len, readout=asdict(readout))
         self.val_metrics = self.make_metrics()
@@ -160,12 +168,18 @@ class SequenceClassifier(TwoClassTest, PerLengthTest):
 
     def class_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Per-token class logits (B, T, C) of tokens (B, T) at ``positions`` (T,) or (B, T); zero-state
-        padding tokens get the head's bias (they are never pooled)."""
+        padding tokens get the head's bias (they are never pooled). With a strided stem each base gets
+        the logits of the token centred nearest it."""
         keep = tokens != self.pad_id  # (B, T)
         x = self.embedding(tokens)  # (B, T, D)
+        if self.composition is not None:
+            x = x + self.composition(tokens)
         if self.stem is not None:
-            x = self.stem(x, keep)
-        return self.head(self.backbone(x, positions, self.padding(tokens)))  # (B, T, C)
+            x = self.stem(x, keep)  # (B, T', D): T' = ceil(T / stride)
+        s = self.stride
+        pad = ~keep[:, ::s]  # (B, T') a token is padding where its centre base is
+        z = self.head(self.backbone(x, positions[..., ::s], pad if pad.any() else None))  # (B, T', C)
+        return z if s == 1 else z[:, nearest_token(tokens.shape[1], s, z.device)]  # (B, T, C)
 
     def pool_weights(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """The pooling weights (B, T) of a crop's tokens: uniform or the learned position prior."""
