@@ -40,6 +40,7 @@ def load_genome(
     cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
     iupac: IupacMode = "N",
     progress: bool | None = None,
+    repeats: bool = False,
 ) -> Genome:
     """The encoded genome of ``path``, memory-mapped from the cache (encoded on a miss).
 
@@ -49,6 +50,8 @@ def load_genome(
         iupac: ambiguity-code handling (see :func:`datamodules.dna.fasta.encode_bases`).
         progress: show progress while encoding; default: for files ≥ 64 MiB or on a terminal
             (never after ``--progress false``, see :mod:`datamodules.progress`).
+        repeats: number repeated record ids (``id#2``) instead of refusing the file (see
+            :func:`~datamodules.dna.fasta.iter_records`).
 
     Returns:
         A :class:`Genome` whose ``codes`` is a read-only ``np.memmap`` (or an array without cache);
@@ -58,20 +61,23 @@ def load_genome(
     if not path.is_file():
         raise PosencError(f"{path}: sequence file not found")
     if cache_dir is not None:
-        return _load_cached(path, Path(cache_dir), iupac, progress)
-    return read_fasta(path, iupac)  # in memory, no cache
+        return _load_cached(path, Path(cache_dir), iupac, progress, repeats)
+    return read_fasta(path, iupac, repeats)  # in memory, no cache
 
 
-def _load_cached(path: Path, folder: Path, iupac: IupacMode, progress: bool | None) -> Genome:
+def _load_cached(path: Path, folder: Path, iupac: IupacMode, progress: bool | None,
+                 repeats: bool = False) -> Genome:
     """:func:`load_genome` through the cache (:func:`~datamodules.cache.cached_file`)."""
     t0 = time.perf_counter()
 
     def open_entry(digest: str) -> Genome | None:  # an entry encoded under iupac N is re-checked under error
         genome = _open_cached(path, folder, digest)
+        if genome is not None and genome.report.repeated and not repeats:  # cached by a caller allowing them
+            raise PosencError(f"{path}: duplicate record id {genome.report.repeated[0]!r}")
         return None if genome is None or (iupac == "error" and genome.report.to_n) else genome
 
     def make_entry(digest: str) -> None:
-        _encode_to_cache(path, folder, digest, iupac, progress)
+        _encode_to_cache(path, folder, digest, iupac, progress, repeats)
         _prune_stale(folder, path, digest)
 
     genome, hit = cached_file(path, folder, open_entry, make_entry)
@@ -106,7 +112,8 @@ def _open_cached(path: Path, folder: Path, digest: str) -> Genome | None:
     return Genome(list(meta["ids"]), codes, ends - lengths, ends, report, path, data, True)
 
 
-def _encode_to_cache(path: Path, folder: Path, digest: str, iupac: IupacMode, progress: bool | None) -> None:
+def _encode_to_cache(path: Path, folder: Path, digest: str, iupac: IupacMode, progress: bool | None,
+                     repeats: bool = False) -> None:
     """Stream the records into the entry's codes (temp + rename), then write its index the same way."""
     data, index = _entry(folder, digest)
     size = path.stat().st_size
@@ -115,7 +122,7 @@ def _encode_to_cache(path: Path, folder: Path, digest: str, iupac: IupacMode, pr
     with progress_bar(size, f"encoding {path.name}", unit="B", unit_scale=True, enabled=show) as bar:
 
         def write(fh) -> None:
-            for rid, codes in iter_records(path, report, iupac, on_read=bar.update):
+            for rid, codes in iter_records(path, report, iupac, on_read=bar.update, repeats=repeats):
                 fh.write(codes.tobytes())
                 ids.append(rid)
                 lengths.append(len(codes))

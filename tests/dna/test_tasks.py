@@ -70,7 +70,8 @@ def test_classification_fit_from_a_labels_file_with_learned_pe_undefined_past_ma
     cli = fit(tmp_path, "dna_classify.yaml", f"--data.init_args.fasta={fasta}",
               f"--data.init_args.labels={labels}", "--data.init_args.split=[0.5,0.25,0.25]",
               "--config", str(ROOT / "configs/posenc/learned.yaml"),
-              "--model.init_args.pe.init_args.max_len=64")
+              "--model.init_args.pe.init_args.max_len=64",
+              "--model.init_args.readout.positions=index")  # 0..T−1: the table covers 2× (centred: 1× only)
     metrics, history = run_metrics(tmp_path, cli)
     assert cli.model.num_classes == 2  # linked from the datamodule
     assert cli.model.undefined_lengths == [128]

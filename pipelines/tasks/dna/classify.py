@@ -1,9 +1,11 @@
-"""Sequence classification: a bidirectional encoder, mean-pooled over the non-padding tokens."""
+"""Sequence classification: a bidirectional encoder whose per-token class logits are pooled over the crop
+(uniformly, or with a learned prior over its positions: :mod:`pipelines.tasks.dna.classify_readout`)."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from dataclasses import asdict
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -13,12 +15,30 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
+from datamodules.config import as_group
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.base import TaskAdapter, baseline_datamodule
-from pipelines.tasks.dna.classify_baselines import auroc, fit_baselines, score_lengths
-from pipelines.tasks.dna.per_length import PerLengthTest, token_positions
+from pipelines.tasks.dna.classify_baselines import (
+    BASELINES,
+    auroc,
+    fit_baselines,
+    score_lengths,
+    two_class_reports,
+)
+from pipelines.tasks.dna.classify_metrics import two_class_report
+from pipelines.tasks.dna.classify_readout import (
+    Composition,
+    ConvStem,
+    PositionPrior,
+    Readout,
+    crop_positions,
+    mean_weights,
+    nearest_token,
+)
+from pipelines.tasks.dna.per_length import PerLengthTest
 from pipelines.tasks.dna.predict import predict_classify
+from pipelines.tasks.options import TASK_GROUPS
 from posenc import PosencError
 
 
@@ -50,14 +70,52 @@ class ClassifyAdapter(TaskAdapter):
         return 0.5
 
 
-class SequenceClassifier(PerLengthTest):
+class TwoClassTest:
+    """For a two-class classifier, after the test pass: the class-1 probability of every validation and
+    test sequence at the first test length (the training length), and from them ``test/auprc`` and
+    ``test/{mcc,sn,sp}`` at the threshold of best validation MCC (``test/threshold``, a class-1
+    probability; :func:`~pipelines.tasks.dna.classify_metrics.two_class_report`). Class 1 is the positive
+    class: the second class name in sorted order (``promoter`` against ``non_promoter``)."""
+
+    def on_test_epoch_end(self) -> None:
+        super().on_test_epoch_end()
+        dm = getattr(self.trainer, "datamodule", None)
+        if self.num_classes != 2 or self.trainer.world_size > 1 or not hasattr(dm, "sets"):
+            return  # (under DDP each rank holds a shard: the thresholds are chosen by a single process)
+        val, test = self._class1(dm.val_dataloader()), self._class1(dm.test_dataloader()[0])
+        report = two_class_report(*val, *test)
+        self.two_class = report
+        if self.logger is not None:  # test/auroc is the per-length pass's own
+            self.logger.log_metrics({f"test/{k}": v for k, v in report.items() if k != "auroc"})
+
+    def _class1(self, loader: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Labels (N,) and class-1 probabilities (N,) of every sequence a loader serves."""
+        labels, scores = [], []
+        for batch in loader:
+            probs = self(batch["tokens"].to(self.device)).float().softmax(-1)  # (B, 2)
+            scores.append(probs[:, 1].cpu().numpy())
+            labels.append(batch["label"].numpy())
+        return np.concatenate(labels), np.concatenate(scores).astype(np.float64)
+
+
+class SequenceClassifier(TwoClassTest, PerLengthTest):
     """One class per sequence. Metrics on val/test and per test length: ``acc`` and ``auroc``
-    (one-vs-rest, macro over classes; for two classes this is the usual ROC AUC).
+    (one-vs-rest, macro over classes; for two classes this is the usual ROC AUC); for two classes also
+    ``test/{auprc,mcc,sn,sp,threshold}`` (:class:`TwoClassTest`).
+
+    Every token gets class logits (a linear head on the encoder output); a crop's logits are their
+    weighted sum (:class:`~pipelines.tasks.classify_readout.Readout`: uniform, or a learned prior over
+    the training crop's positions), so a whole window read once scores every base the way the classifier
+    scores a crop (:meth:`token_logits`).
 
     Args:
         vocab_size: token vocabulary (linked from the datamodule).
         pad_id: padding token id (linked).
         num_classes: number of classes (linked from ``data.num_classes``).
+        seq_len: the training crop length in tokens (linked from ``data.init_args.windows.seq_len``);
+            needed by ``readout.pool: tokens`` and ``readout.positions: centre``.
+        readout: stem, positions, pooling and label smoothing
+            (:class:`~pipelines.tasks.classify_readout.Readout`).
         **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
     """
 
@@ -67,12 +125,27 @@ class SequenceClassifier(PerLengthTest):
     predictor = staticmethod(predict_classify)
     default_datamodule = "datamodules.ClassificationDataModule"
     batch_records = True
+    config_groups: ClassVar[dict[str, type]] = {**TASK_GROUPS, "readout": Readout}
 
-    def __init__(self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = 2, **kwargs: Any) -> None:
+    def __init__(self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = 2, seq_len: int | None = None,
+                 readout: Readout = Readout(), **kwargs: Any) -> None:  # noqa: B008 - frozen dataclass
+        readout = as_group(Readout, readout, "readout")
         super().__init__(**kwargs)
         if num_classes < 2:
             raise PosencError(f"model.num_classes must be at least 2, got {num_classes}")
-        self.per_class_head(vocab_size, pad_id, num_classes)
+        if readout.pool == "tokens" and seq_len is None:
+            raise PosencError("model.init_args.readout.pool: 'tokens' needs model.init_args.seq_len (linked "
+                              "from data.init_args.windows.seq_len)")
+        self.readout, self.seq_len = readout, seq_len
+        self.stride = -(-seq_len // readout.max_tokens) if readout.max_tokens and seq_len else 1
+        self.stem = ConvStem(self.d_model, readout.stem, self.stride) if readout.stem else None
+        if readout.composition and vocab_size > 7:
+            raise PosencError(f"model.init_args.readout.composition: reads single-base tokens (vocabulary "
+                              f"7), this model's is {vocab_size} (data.init_args.windows.kmer > 1)")
+        self.composition = (Composition(self.d_model, readout.composition, seq_len or 0)
+                            if readout.composition else None)
+        self.prior = PositionPrior(seq_len) if readout.pool == "tokens" else None
+        self.per_class_head(vocab_size, pad_id, num_classes, seq_len=seq_len, readout=asdict(readout))
         self.val_metrics = self.make_metrics()
 
     def make_metrics(self) -> MetricCollection:
@@ -89,16 +162,56 @@ class SequenceClassifier(PerLengthTest):
             out["class_names"] = [str(c) for c in dm.class_names]
         return out
 
+    def positions(self, tokens: Tensor) -> Tensor:
+        """The positions (T,) or (B, T) a crop's tokens (B, T) are read at (``readout.positions``)."""
+        return crop_positions(tokens, self.pad_id, self.readout.positions, self.seq_len)
+
+    def class_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Per-token class logits (B, T, C) of tokens (B, T) at ``positions`` (T,) or (B, T); zero-state
+        padding tokens get the head's bias (they are never pooled). With a strided stem each base gets
+        the logits of the token centred nearest it."""
+        keep = tokens != self.pad_id  # (B, T)
+        x = self.embedding(tokens)  # (B, T, D)
+        if self.composition is not None:
+            x = x + self.composition(tokens)
+        if self.stem is not None:
+            x = self.stem(x, keep)  # (B, T', D): T' = ceil(T / stride)
+        s = self.stride
+        pad = ~keep[:, ::s]  # (B, T') a token is padding where its centre base is
+        z = self.head(self.backbone(x, positions[..., ::s], pad if pad.any() else None))  # (B, T', C)
+        return z if s == 1 else z[:, nearest_token(tokens.shape[1], s, z.device)]  # (B, T, C)
+
+    def pool_weights(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """The pooling weights (B, T) of a crop's tokens: uniform or the learned position prior."""
+        keep = tokens != self.pad_id  # (B, T)
+        return mean_weights(keep) if self.prior is None else self.prior(positions, keep)
+
     def forward(self, tokens: Tensor) -> Tensor:
-        """Class logits (B, C) for tokens (B, T): mean of the encoder outputs over non-PAD tokens."""
-        h = self.backbone(self.embedding(tokens), token_positions(tokens), self.padding(tokens))  # (B, T, D)
-        keep = (tokens != self.pad_id).float().unsqueeze(-1)  # (B, T, 1)
-        pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)  # (B, D)
-        return self.head(pooled)
+        """Class logits (B, C) of crops (B, T): the pooled per-token class logits."""
+        pos = self.positions(tokens)
+        z = self.class_logits(tokens, pos)  # (B, T, C)
+        w = self.pool_weights(tokens, pos).to(z.dtype)  # (B, T)
+        return torch.einsum("bt,btc->bc", w, z)
+
+    def token_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """The two-class logit (class 1 minus class 0; class names sorted, so for ``{promoter,
+        non_promoter}`` the promoter logit) of every token (B, T), read in one pass over
+        tokens (B, T) of any length at explicit ``positions`` (T,) or (B, T). A crop's logit (the
+        difference of :meth:`forward`'s two logits) is the sum of these weighted by
+        :meth:`pool_weights`.
+
+        Raises:
+            PosencError: the model has more than two classes (no single per-token logit).
+        """
+        if self.num_classes != 2:
+            raise PosencError(f"token_logits needs a two-class model, this one has {self.num_classes}")
+        z = self.class_logits(tokens, positions)  # (B, T, 2)
+        return z[..., 1] - z[..., 0]
 
     def _step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         logits = self(batch["tokens"]).float()  # (B, C)
-        return F.cross_entropy(logits, batch["label"]), logits.softmax(-1), batch["label"]
+        loss = F.cross_entropy(logits, batch["label"], label_smoothing=self.readout.label_smoothing)
+        return loss, logits.softmax(-1), batch["label"]
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, probs, target = self._step(batch)
@@ -167,42 +280,57 @@ class KmerBaseline(L.Callback):
 
 class ClassifyBaselines(L.Callback):
     """After testing, fit the baselines a practitioner would pick on the classifier's own crops and split
-    (:mod:`pipelines.tasks.dna.classify_baselines`: one-hot logistic regression, position weight matrix, the
-    Genomic Benchmarks CNN), each at the training length on train with its setting chosen on validation,
-    and score them on the test sequences at every test length, a longer crop read as the maximum over
-    its training-length windows. Logged: ``baseline/<name>_auroc_L<n>`` (name ``onehot_lr``, ``pwm``,
-    ``cnn``), ``baseline/<name>_val_auroc``, the choices ``baseline/onehot_lr_C``, ``baseline/pwm_alpha``,
-    ``baseline/cnn_epoch``; a table of the model's and the baselines' AUROC per length on stderr.
+    (:mod:`pipelines.tasks.dna.classify_baselines`: by default one-hot logistic regression, position weight
+    matrix, the Genomic Benchmarks CNN; also base composition, k-mer logistic regression and a
+    CNNProm-like CNN), each at the training length on train with its setting chosen on validation, and
+    score them on the test sequences at every test length, a longer crop read as the maximum over its
+    training-length windows. Logged: ``baseline/<name>_auroc_L<n>``, ``baseline/<name>_val_auroc``, what
+    validation chose (``baseline/onehot_lr_C``, ``baseline/pwm_alpha``, ``baseline/cnn_epoch``, …); for
+    two classes also ``baseline/<name>_{auroc,auprc,mcc,sn,sp,threshold}`` at the training length, the
+    threshold the one of best validation MCC; a table of the model's and the baselines' AUROC per
+    length on stderr.
 
     Args:
         cnn_epochs: most CNN training epochs (early stop after 3 without a better validation AUROC).
         stride: bases between the windows a longer crop is read as.
         seed: CNN initialisation and shuffling seed (``None``: the datamodule's ``seed``).
+        baselines: which to fit (names of :data:`~pipelines.tasks.dna.classify_baselines.BASELINES`).
+        k: k-mer length of ``kmer_lr``.
     """
 
-    CHOICE = {"onehot_lr": "C", "pwm": "alpha", "cnn": "epoch"}  # what validation chose, per baseline
-
-    def __init__(self, cnn_epochs: int = 10, stride: int = 1, seed: int | None = None) -> None:
-        if cnn_epochs < 1 or stride < 1:
-            raise PosencError(f"ClassifyBaselines: cnn_epochs={cnn_epochs} and stride={stride} must be ≥ 1")
-        self.cnn_epochs, self.stride, self.seed = cnn_epochs, stride, seed
+    def __init__(self, cnn_epochs: int = 10, stride: int = 1, seed: int | None = None,
+                 baselines: list[str] | None = None, k: int = 4) -> None:
+        if cnn_epochs < 1 or stride < 1 or k < 1:
+            raise PosencError(f"ClassifyBaselines: cnn_epochs={cnn_epochs}, stride={stride} and k={k} "
+                              "must be ≥ 1")
+        names = list(baselines) if baselines is not None else ["onehot_lr", "pwm", "cnn"]
+        unknown = [n for n in names if n not in BASELINES]
+        if unknown or not names:
+            raise PosencError(f"ClassifyBaselines: unknown baselines {unknown or names}; "
+                              f"known: {' '.join(BASELINES)}")
+        self.cnn_epochs, self.stride, self.seed, self.names, self.k = cnn_epochs, stride, seed, names, k
         self.results: dict[str, float] = {}
         self.by_length: dict[str, dict[int, float]] = {}
         self.train_length = 0  # tokens (the datamodule's seq_len), set by compute
+        self.untested: list[int] = []  # test lengths the datamodule left out (records shorter)
 
     def compute(self, dm: Any) -> dict[str, float]:
         """Fit on ``dm.sets["train"]``/``["val"]``, score ``dm.sets["test"]`` at every ``dm.eval_lengths``."""
 
         self.train_length, width = int(dm.seq_len), dm.tokenizer.n_bases(dm.seq_len)
+        self.untested = list(getattr(dm, "untested_lengths", []))
         seed = self.seed if self.seed is not None else int(getattr(dm, "seed", 0))
-        fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, seed)
+        fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, seed, self.names, self.k)
         lengths = {n: dm.tokenizer.n_bases(n) for n in dm.eval_lengths}
         self.by_length = score_lengths(fitted, dm.sets["test"], lengths, width, self.stride)
         out = {}
         for name, scorer in fitted.items():
             out |= {f"baseline/{name}_auroc_L{n}": v for n, v in self.by_length[name].items()}
-            out[f"baseline/{name}_{self.CHOICE[name]}"] = float(scorer.chosen)
+            out[f"baseline/{name}_{BASELINES[name]}"] = float(scorer.chosen)
             out[f"baseline/{name}_val_auroc"] = scorer.val_curve[scorer.chosen]
+        if dm.num_classes == 2:
+            for name, report in two_class_reports(fitted, dm.sets, width).items():
+                out |= {f"baseline/{name}_{k}": v for k, v in report.items()}
         return out
 
     def table(self, model: dict[int, dict[str, float]]) -> str:
@@ -214,6 +342,9 @@ class ClassifyBaselines(L.Callback):
         for n in sorted(self.by_length[names[0]]):
             own = model.get(n, {}).get("auroc", float("nan"))
             lines.append(f"  {n:>8} {own:>8.4f}" + "".join(f" {self.by_length[k][n]:>10.4f}" for k in names))
+        if self.untested:
+            lines.append(f"  not tested at {', '.join(map(str, self.untested))} tokens: every test record "
+                         "fits whole in the longest length above (a longer crop only adds padding)")
         return "\n".join(lines)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
