@@ -417,3 +417,36 @@ def small_csv(path: Path, n_channels: int = 2) -> Path:
     frame.insert(0, "date", pd.date_range("2016-07-01", periods=1000, freq="h").strftime("%Y-%m-%d %H:%M:%S"))
     frame.to_csv(path, index=False)
     return path
+
+
+def token_classifier(prior: torch.Tensor | None = None, layers: int = 0, window: int | None = None,
+                     seed: int = 0):
+    """A tiny two-class sequence classifier (D 16, 2 heads) in eval mode with the scanning contract:
+    ``token_logits(tokens, positions)`` (B, T), the per-token logit whose ``pool_weights``-weighted sum
+    is a crop's logit; the weights are ``prior`` (over a crop's positions) or uniform. ``layers`` 0: a
+    token sees only itself, so a long window read once scores every crop as the crop alone."""
+    from pipelines.tasks.classify import SequenceClassifier
+    from pipelines.tasks.options import Net
+
+    class TokenClassifier(SequenceClassifier):
+        def __init__(self, prior: torch.Tensor | None, **kwargs) -> None:
+            super().__init__(**kwargs)
+            self.prior = prior
+
+        def token_logits(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            z = self.head(self.backbone(self.embedding(tokens), positions, None))  # (B, T, 2)
+            return z[..., 1] - z[..., 0]
+
+        def pool_weights(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            if self.prior is None:
+                return torch.full(tokens.shape, 1.0 / tokens.shape[1])  # (B, T)
+            return self.prior[positions].expand(tokens.shape)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            pos = torch.arange(tokens.shape[1])
+            z = self.head(self.backbone(self.embedding(tokens), pos, None))  # (B, T, 2)
+            return torch.einsum("bt,btc->bc", self.pool_weights(tokens, pos), z)
+
+    torch.manual_seed(seed)
+    net = Net(d_model=D, n_heads=H, n_layers=layers, attention_window=window)
+    return TokenClassifier(prior, net=net).eval()

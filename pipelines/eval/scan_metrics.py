@@ -44,19 +44,29 @@ class Target:
 
 
 def peaks(score: np.ndarray, radius: int = NMS_RADIUS) -> tuple[np.ndarray, np.ndarray]:
-    """Non-maximum suppression of a per-base ``score`` (n,): (indices, scores) of the peaks, best first;
-    NaN bases are never peaks; of equal scores the leftmost wins."""
+    """Non-maximum suppression of a per-base ``score`` (n,): (indices, scores) of the peaks, best first
+    (then leftmost). A peak is a base whose score is the highest within ``radius`` bases either side,
+    and above every score in the ``radius`` bases to its left (of equal scores the leftmost wins); NaN
+    bases are never peaks and never suppress. A local rule, so a long record is called chunk by chunk
+    (:func:`local_peaks` with ``radius`` bases of context either side) exactly as in one piece."""
     s = np.asarray(score, dtype=np.float64)
-    valid = np.flatnonzero(~np.isnan(s))
-    order = valid[np.lexsort((valid, -s[valid]))]  # by score descending, then position
-    free = np.ones(len(s) + 2 * radius, dtype=bool)  # padded so that a slice never clips
-    kept = []
-    for i in order.tolist():
-        if free[i + radius]:
-            kept.append(i)
-            free[i : i + 2 * radius + 1] = False
-    idx = np.asarray(kept, dtype=np.int64)
-    return idx, s[idx]
+    idx = local_peaks(s, radius)
+    order = np.lexsort((idx, -s[idx]))
+    return idx[order], s[idx[order]]
+
+
+def local_peaks(s: np.ndarray, radius: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """Indices ``lo <= i < hi`` (in order) of the peaks of :func:`peaks`, read from ``s`` (n,) alone:
+    bases past ``s``'s ends count as NaN."""
+    hi = len(s) if hi is None else hi
+    filled = np.where(np.isnan(s), -np.inf, s)
+    padded = np.concatenate([np.full(radius, -np.inf), filled, np.full(radius, -np.inf)])
+    win = np.lib.stride_tricks.sliding_window_view(padded, 2 * radius + 1)[lo:hi]  # (hi - lo, 2r + 1)
+    mid = filled[lo:hi]
+    ok = ~np.isnan(s[lo:hi]) & (mid >= win.max(1))
+    if radius:
+        ok &= mid > win[:, :radius].max(1)
+    return np.flatnonzero(ok) + lo
 
 
 def peak_offset(scores: Sequence[np.ndarray], anchors: Sequence[int], span: int = SPAN) -> int:

@@ -52,8 +52,8 @@ def test_threshold_hit_share_and_false_calls():
              np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0.0])]
     targets = [sm.Target(2, (2,), ()), sm.Target(8, (8,), ())]
     per_window, calls = sm.collect(reads, targets, offset=0, radius=2, tol=1)
-    # peaks (best first): window 0: 2 (5, hit), 8 (3, false: 8 is window 1's target), 5 (0, false),
-    # 11 (0, false); window 1: 9 (1, hit), 0/3/6 ... all 0 (false)
+    # peaks: window 0: 2 (5, hit), 8 (3, false: 8 is window 1's target); window 1: 9 (1, hit), 0 (0,
+    # false: the first of a flat run, nothing to its left); a flat run's later bases are no peaks
     thr = sm.best_threshold(calls)
     assert thr == 1.0  # calls >= 1: hits 2, false 1 → F1 0.8; >= 5: F1 2/3; >= 3: F1 2·1/(2+2) = 0.5
     assert sm.hit_share(per_window, targets, thr, tol=0) == 0.5  # window 1's call is 1 base off

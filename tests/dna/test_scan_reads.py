@@ -12,40 +12,14 @@ from datamodules.dna.scan_windows import ScanWindow
 from datamodules.dna.tokenize import reverse_complement
 from pipelines.eval.scan import read_windows, score_table
 from pipelines.eval.scan_reads import conv_read, crop_weights, sliding_read, whole_read
-from pipelines.tasks.classify import SequenceClassifier
 from pipelines.tasks.classify_baselines import PositionWeightMatrix, one_hot
-from pipelines.tasks.options import Net
+from tests.helpers import token_classifier
 
 WIDTH, TSS, MOTIF, AT = 32, 20, np.array([3, 0, 3, 0, 0, 3], np.uint8), 12  # TATAAT at 12..17 of a crop
 
 
-class TokenClassifier(SequenceClassifier):
-    """A classifier whose crop logit is the ``prior``-weighted sum of per-token logits (the contract of
-    ``token_logits``); ``prior`` None: the mean, as the plain classifier pools."""
-
-    def __init__(self, prior: Tensor | None = None, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.prior = prior
-
-    def token_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        z = self.head(self.backbone(self.embedding(tokens), positions, None))  # (B, T, 2)
-        return z[..., 1] - z[..., 0]
-
-    def pool_weights(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        if self.prior is None:
-            return torch.full(tokens.shape, 1.0 / tokens.shape[1])  # (B, T)
-        return self.prior[positions].expand(tokens.shape)
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        pos = torch.arange(tokens.shape[1])
-        z = self.head(self.backbone(self.embedding(tokens), pos, None))  # (B, T, 2)
-        return torch.einsum("bt,btc->bc", self.pool_weights(tokens, pos), z)
-
-
-def tiny(window: int | None, prior: Tensor | None = None, seed: int = 0, layers: int = 2) -> TokenClassifier:
-    torch.manual_seed(seed)
-    net = Net(d_model=16, n_heads=2, n_layers=layers, attention_window=window)
-    return TokenClassifier(prior, net=net).eval()
+def tiny(window: int | None, prior: Tensor | None = None, seed: int = 0, layers: int = 2):
+    return token_classifier(prior, layers=layers, window=window, seed=seed)
 
 
 def planted(n: int, at: int, seed: int) -> np.ndarray:
@@ -66,7 +40,7 @@ def test_one_pass_equals_the_sliding_read_where_tokens_see_only_themselves():
     assert np.allclose(crop_weights(model, WIDTH), prior.numpy())
 
 
-def context_free(shift: int) -> tuple[TokenClassifier, int]:
+def context_free(shift: int) -> tuple:
     """A model whose tokens see only themselves, pooling a crop as its token ``TSS - shift`` alone (a crop
     anchored at t scores the base at t - shift), and the base its token logit ranks highest."""
     prior = torch.zeros(WIDTH)
