@@ -1,4 +1,4 @@
-"""The genome scan that ``make predict`` writes for a promoter classifier (pipelines.inference.scan_track):
+"""The genome scan that ``make predict`` writes for a promoter classifier (pipelines.tasks.scan_track):
 bedGraph and BED formats (0-based half-open, both strands), read in chunks exactly as in one piece."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from datamodules.dna.tokenize import reverse_complement
-from pipelines.eval.scan_metrics import peaks
-from pipelines.eval.scan_reads import whole_read
-from pipelines.inference.scan_track import ScanSettings, receptive_flank, scan_records
+from pipelines.tasks.scan_reads import peaks, whole_read
+from pipelines.tasks.scan_track import ScanSettings, receptive_flank, scan_records
 from posenc import PosencError
 from tests.helpers import token_classifier
 

@@ -2,7 +2,7 @@
 
 Every base gets the classifier's logit for a training-length crop whose TSS is there, computed from one
 pass of the model over a stretch of the record (``token_logits``, pooled as the classifier pools a crop:
-:mod:`pipelines.eval.scan_reads`). The record is read in chunks of ``chunk`` bases with ``flank`` bases of
+:mod:`pipelines.tasks.scan_reads`). The record is read in chunks of ``chunk`` bases with ``flank`` bases of
 context either side (the model's receptive field where its attention is local), so memory stays flat in
 the record's length apart from its bases (one byte each). The ``-`` strand is the reverse complement,
 scored the same way; its scores are written at the forward-strand coordinate of the base.
@@ -24,8 +24,14 @@ from typing import IO, Any
 import numpy as np
 
 from datamodules.dna.tokenize import reverse_complement
-from pipelines.eval.scan_metrics import NMS_RADIUS, local_peaks
-from pipelines.eval.scan_reads import check_model, crop_weights, pool_read, token_read
+from pipelines.tasks.scan_reads import (
+    NMS_RADIUS,
+    check_model,
+    crop_weights,
+    local_peaks,
+    pool_read,
+    token_read,
+)
 from posenc import PosencError
 
 CHUNK = 4096  # bases scored per pass
