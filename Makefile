@@ -142,3 +142,10 @@ benchmark-ltsf: $(STAMP) ## any LTSF file under its protocol (ETT rule or custom
 	$(PY) -m pipelines.studies.ltsf --data "$(DATA)" --horizons $(or $(HORIZONS),96 192 336 720) \
 	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --ensemble $(LTSF_ENSEMBLE) --choose-on-val $(LTSF_CHOOSE) \
 	  --jobs $(LTSF_JOBS) --threads 1 --out $(or $(OUT),docs/ltsf_results) $(ARGS)
+
+# Scanning a genome with a promoter model (docs/promoters.md, "Scanning a genome"): one fold's model reads
+# 1-8 kb windows of the shipped E. coli genome in one pass, beside the same model slid, a PWM and one-hot LR.
+.PHONY: scan-promoters
+scan-promoters: $(STAMP) ## one fold's scanning table and figures: DATA="promoters.fa non_promoters.fa" [OUT=..] [ARGS="--fold 1 --quick --ckpt .."]
+	@test -n "$(DATA)" || { echo "usage: make scan-promoters DATA=\"promoters.fa non_promoters.fa\" [OUT=outputs/promoter_scan] [ARGS=\"--quick\"]" >&2; exit 2; }
+	$(PY) -m pipelines.studies.promoter_scan --data $(DATA) --out $(or $(OUT),outputs/promoter_scan) $(ARGS)

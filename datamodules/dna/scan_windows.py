@@ -82,7 +82,7 @@ def label_window(name: str, contig: int, start: int, length: int, strand: int, a
 
 
 def promoter_windows(targets: list[Site], others: list[Site], contig_lengths: list[int], lengths: list[int],
-                     seed: int = 0) -> dict[int, list[ScanWindow]]:
+                     seed: int = 0, limit: int | None = None) -> dict[int, list[ScanWindow]]:
     """Nested windows ``{length: [window per promoter]}`` around every site of ``targets`` (see the
     module docstring): the promoter's record lies at a uniformly random offset in the longest window, and
     at a uniformly random offset inside the next longer window in each shorter one. A promoter whose
@@ -93,7 +93,9 @@ def promoter_windows(targets: list[Site], others: list[Site], contig_lengths: li
         others: every other placed site (known, never targets).
         contig_lengths: bases per contig (windows stay inside a contig).
         lengths: window lengths in bases, each at least a record long.
-        seed: the offsets' seed.
+        seed: the offsets' (and the subset's) seed.
+        limit: windows around this many of the targets only (a seeded random subset, in their order);
+            every target is still a target wherever it lies in a window.
     """
     lengths = sorted(set(lengths), reverse=True)
     if not targets:
@@ -102,8 +104,10 @@ def promoter_windows(targets: list[Site], others: list[Site], contig_lengths: li
         raise PosencError(f"window length {lengths[-1]} is shorter than a promoter record "
                           f"({max(s.length for s in targets)} bases)")
     rng = np.random.default_rng(seed)
+    chosen = sorted(rng.permutation(len(targets))[:limit].tolist()) if limit is not None else \
+        range(len(targets))
     out: dict[int, list[ScanWindow]] = {n: [] for n in lengths}
-    for site in targets:
+    for site in [targets[i] for i in chosen]:
         lo, hi = 0, contig_lengths[site.contig]  # the stretch the next window must stay in
         if site.start + site.length > hi or lengths[0] > hi:
             continue  # a record across a circular contig's origin, or a contig shorter than the window

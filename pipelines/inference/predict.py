@@ -40,7 +40,7 @@ from pipelines.console import add_console_args, configure
 from pipelines.inference.loading import load_model
 from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
-from pipelines.tasks.scan_track import ScanSettings, receptive_flank, scan_records
+from pipelines.tasks.scan_track import ScanSettings, default_chunk, receptive_flank, scan_records
 from pipelines.tracking.failure import stop_on_sigterm
 from posenc import PosencError
 
@@ -71,7 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="promoter scan: the TSS's index in a training crop (default: its centre; 60 for 81-nt "
              "bacterial crops -60..+20, 200 for 251-nt -200..+50)")
     add("--threshold", type=float, default=0.0, help="promoter scan: smallest logit called (BED)")
-    add("--chunk", type=int, default=4096, help="promoter scan: bases scored per pass")
+    add("--chunk", type=int, default=None,
+        help="promoter scan: bases scored per pass (default 4096 with local attention, else 1024)")
     add("--tracking_uri", default=None, help="MLflow store for run ids / URIs (default: sqlite:///mlflow.db)")
     add("--no_progress", action="store_true", help="no progress bar (the same as --progress false)")
     add_trust_args(p)
@@ -194,7 +195,8 @@ def predict_scan(model: Any, args: argparse.Namespace, out: Path, kind: str) -> 
     if width < 1:
         raise PosencError(f"{args.ckpt}: the checkpoint does not say its training length (data.seq_len)")
     tss = width // 2 if args.tss_index is None else args.tss_index
-    cfg = ScanSettings(width, tss, chunk=args.chunk, flank=receptive_flank(model, width),
+    chunk = args.chunk or default_chunk(model)
+    cfg = ScanSettings(width, tss, chunk=chunk, flank=receptive_flank(model, width),
                        threshold=args.threshold)
     records = lambda: iter_records(args.input, EncodeReport())  # noqa: E731 - read once per strand
     total = 2 * sum(len(c) for _, c in records())

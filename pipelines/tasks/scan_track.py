@@ -34,7 +34,8 @@ from pipelines.tasks.scan_reads import (
 )
 from posenc import PosencError
 
-CHUNK = 4096  # bases scored per pass
+CHUNK = 4096  # bases scored per pass where attention is local (cost linear in the chunk)
+CHUNK_FULL = 1024  # where every token attends every other (cost quadratic in the chunk)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ class ScanSettings:
     threshold: float = 0.0
     radius: int = NMS_RADIUS
     digits: int = 3
+
+
+def default_chunk(model: Any) -> int:
+    """Bases per pass: :data:`CHUNK` where the model's attention is local, else :data:`CHUNK_FULL`."""
+    return CHUNK if getattr(getattr(model, "net", None), "attention_window", None) else CHUNK_FULL
 
 
 def receptive_flank(model: Any, width: int) -> int:

@@ -93,6 +93,8 @@ def test_nested_windows_hold_their_promoter(planted):
             assert np.array_equal(outer.codes(contigs[w.contig])[o : o + n], codes)  # nested
     offsets = [wins[2000][j].anchor for j in range(3)]
     assert len(set(offsets)) == 3  # random offsets
+    two = promoter_windows(targets, others, [20_000, 5_000], lengths, seed=3, limit=2)
+    assert len(two[500]) == 2 and {w.name for w in two[500]} < {s.name for s in targets}
 
 
 def test_window_labels_targets_and_known():
