@@ -44,7 +44,7 @@ class Target:
 
 
 def peak_offset(scores: Sequence[np.ndarray], anchors: Sequence[int], span: int = SPAN) -> int:
-    """The most common (smallest on ties) position of each window's highest score within ``span`` bases of
+    """The most common (on ties the nearest to 0, then the smallest) position of each window's highest score within ``span`` bases of
     its anchor TSS, relative to the anchor; windows without an anchor or a score near it are skipped."""
     found = []
     for s, a in zip(scores, anchors, strict=True):
@@ -58,7 +58,8 @@ def peak_offset(scores: Sequence[np.ndarray], anchors: Sequence[int], span: int 
     if not found:
         raise PosencError("no validation window with a score near its TSS: the peak offset is undefined")
     values, counts = np.unique(found, return_counts=True)
-    return int(values[np.argmax(counts)])
+    best = values[counts == counts.max()]
+    return int(best[np.lexsort((best, np.abs(best)))][0])
 
 
 def match(calls: np.ndarray, target: Target, tol: int = TOL) -> tuple[np.ndarray, np.ndarray]:

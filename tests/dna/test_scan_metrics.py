@@ -25,6 +25,8 @@ def test_peak_offset_is_the_commonest_argmax_near_the_anchor():
     reads[0][53], reads[1][53], reads[2][47], reads[3][99] = 1, 1, 1, 1  # 99 is outside span 10 of 50
     assert sm.peak_offset(reads, [50, 50, 50, 50], span=10) == 3  # +3 twice, −3 once, 3: argmax at lo
     assert sm.peak_offset(reads[:3] + [np.full(100, nan)], [50, 50, 50, 50], span=10) == 3
+    assert sm.peak_offset([reads[0], reads[2]], [50, 50], span=10) == -3  # a tie: nearest 0, then smallest
+    assert sm.peak_offset([reads[0], reads[3], reads[3]], [50, 94, 94], span=10) == 5
     with pytest.raises(PosencError, match="offset is undefined"):
         sm.peak_offset([a], [-1])
 

@@ -94,6 +94,9 @@ def check_args(args: argparse.Namespace) -> None:
     for f in args.data:
         if not Path(f).is_file():
             raise PosencError(f"{f}: FASTA file not found")
+    for f in args.config:
+        if not Path(f).is_file():
+            raise PosencError(f"{f}: config file not found")
     if not 0 <= args.fold < args.folds:
         raise PosencError(f"--fold must be in 0..{args.folds - 1}, got {args.fold}")
     if min(args.lengths) < 1 or args.background < 1 or (args.promoters is not None and args.promoters < 1):
@@ -117,7 +120,8 @@ def fold_overlay(args: argparse.Namespace, width: int) -> dict[str, Any]:
                 "samples": {"class_fastas": fastas, "folds": args.folds, "fold": args.fold,
                             "val_fraction": args.val_fraction},
                 "windows": {"seq_len": width, "eval_lengths": [width]}}},
-            "trainer": trainer, "test_after_fit": True, "resume": False, "progress": False}
+            "trainer": trainer, "test_after_fit": True, "resume": False, "progress": False,
+            "register": {"register": False}}
 
 
 def fold_model(args: argparse.Namespace, width: int) -> tuple[Any, str]:
