@@ -425,7 +425,7 @@ def token_classifier(prior: torch.Tensor | None = None, layers: int = 0, window:
     ``token_logits(tokens, positions)`` (B, T), the per-token logit whose ``pool_weights``-weighted sum
     is a crop's logit; the weights are ``prior`` (over a crop's positions) or uniform. ``layers`` 0: a
     token sees only itself, so a long window read once scores every crop as the crop alone."""
-    from pipelines.tasks.classify import SequenceClassifier
+    from pipelines.tasks.dna.classify import SequenceClassifier
     from pipelines.tasks.options import Net
 
     class TokenClassifier(SequenceClassifier):

@@ -1,7 +1,7 @@
 """The scanning evaluation: read nested genome windows with every read, then score each read per length,
 its offset and threshold chosen on the validation windows and read once on the test windows.
 
-Reads (:mod:`pipelines.tasks.scan_reads`): ``whole`` (one pass, token logits pooled as the classifier
+Reads (:mod:`pipelines.tasks.dna.scan_reads`): ``whole`` (one pass, token logits pooled as the classifier
 pools a crop), ``whole_tokens`` (one pass, the raw token logits), ``sliding`` (the same classifier on
 every training-length window), ``pwm`` and ``onehot_lr`` (fixed-window baselines slid the same way).
 The sliding reads are computed once per promoter, on its longest window, and sliced for the shorter
@@ -24,7 +24,14 @@ import numpy as np
 
 from datamodules.dna.scan_windows import ScanWindow
 from pipelines.eval import scan_metrics as sm
-from pipelines.tasks.scan_reads import conv_read, crop_weights, evaluable, pool_read, sliding_read, token_read
+from pipelines.tasks.dna.scan_reads import (
+    conv_read,
+    crop_weights,
+    evaluable,
+    pool_read,
+    sliding_read,
+    token_read,
+)
 
 ONE_PASS = ("whole", "whole_tokens")
 SLID = ("sliding", "pwm", "onehot_lr")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.tasks.scan_reads import NMS_RADIUS, peaks
+from pipelines.tasks.dna.scan_reads import NMS_RADIUS, peaks
 from posenc import PosencError
 
 TOL = 10  # bases: a call this close to a TSS finds it (the wider of the two localisation tolerances)
@@ -44,8 +44,9 @@ class Target:
 
 
 def peak_offset(scores: Sequence[np.ndarray], anchors: Sequence[int], span: int = SPAN) -> int:
-    """The most common (on ties the nearest to 0, then the smallest) position of each window's highest score within ``span`` bases of
-    its anchor TSS, relative to the anchor; windows without an anchor or a score near it are skipped."""
+    """The most common (on ties the nearest to 0, then the smallest) position of each window's highest
+    score within ``span`` bases of its anchor TSS, relative to the anchor; windows without an anchor or
+    a score near it are skipped."""
     found = []
     for s, a in zip(scores, anchors, strict=True):
         if a < 0:

@@ -10,7 +10,7 @@ file renamed into place: an error leaves nothing behind). What is written depend
 * classification: one row per record with the class probabilities and the predicted class; a promoter
   classifier (two classes, per-base ``token_logits``) scans instead with a ``.bedgraph`` output (the
   per-base track) or a ``.bed`` one (the calls), both strands, and ``--track`` writes the track beside
-  the calls in the same pass (:mod:`pipelines.tasks.scan_track`);
+  the calls in the same pass (:mod:`pipelines.tasks.dna.scan_track`);
 * forecasting (CSV/parquet in, the training's columns): forecasts with timestamps after the end of
   the table, or with ``--every N`` at rolling origins every N rows (with the actual values where
   the table has them).
@@ -40,7 +40,7 @@ from pipelines.console import add_console_args, configure
 from pipelines.inference.loading import load_model
 from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
-from pipelines.tasks.scan_track import ScanSettings, default_chunk, receptive_flank, scan_records
+from pipelines.tasks.dna.scan_track import ScanSettings, default_chunk, receptive_flank, scan_records
 from pipelines.tracking.failure import stop_on_sigterm
 from posenc import PosencError
 
@@ -185,7 +185,7 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
 
 def predict_scan(model: Any, args: argparse.Namespace, out: Path, kind: str) -> str:
     """Scan every record of a FASTA/GenBank file on both strands: the calls (BED) and/or the per-base
-    track (bedGraph) (:mod:`pipelines.tasks.scan_track`)."""
+    track (bedGraph) (:mod:`pipelines.tasks.dna.scan_track`)."""
     track_path = out if kind == "bedgraph" else None
     if args.track:
         if kind == "bedgraph" or output_kind(Path(args.track))[0] != "bedgraph":

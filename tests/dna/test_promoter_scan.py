@@ -56,7 +56,8 @@ def test_the_documented_command_at_tiny_size(tmp_path):
     genome, prom, neg = planted_genome(tmp_path)
     (tmp_path / "tiny.yaml").write_text(TINY)
     args = (f"--genome {genome} --config configs/dna_promoter.yaml --config {tmp_path / 'tiny.yaml'} "
-            f"--folds 3 --val-fraction 0.3 --lengths 200 400 --background 4 --margin 100 --tss-index {TSS} --boxes {AT + 3}")
+            f"--folds 3 --val-fraction 0.3 --lengths 200 400 --background 4 --margin 100 --tss-index {TSS} "
+            f"--boxes {AT + 3}")
     make = ("make", "scan-promoters", f"DATA={prom} {neg}", f"OUT={tmp_path / 'out'}", f"ARGS={args}")
     code, runs = make_commands(Command(Snippet(ROOT / "Makefile", 0, " ".join(make), True), make, False))
     assert code == 0 and len(runs) == 1, f"make -n {' '.join(make[1:])}: exit {code}, {runs}"

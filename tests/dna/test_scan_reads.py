@@ -1,5 +1,5 @@
 """The one-pass read of a long window against the sliding read of the same classifier
-(pipelines.tasks.scan_reads), on a planted motif at a known offset, with a tiny classifier that has
+(pipelines.tasks.dna.scan_reads), on a planted motif at a known offset, with a tiny classifier that has
 ``token_logits`` (the per-token logit whose pooling is the crop's logit)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from torch import Tensor
 from datamodules.dna.scan_windows import ScanWindow
 from datamodules.dna.tokenize import reverse_complement
 from pipelines.eval.scan import read_windows, score_table
-from pipelines.tasks.classify_baselines import PositionWeightMatrix, one_hot
-from pipelines.tasks.scan_reads import conv_read, crop_weights, sliding_read, whole_read
+from pipelines.tasks.dna.classify_baselines import PositionWeightMatrix, one_hot
+from pipelines.tasks.dna.scan_reads import conv_read, crop_weights, sliding_read, whole_read
 from tests.helpers import token_classifier
 
 WIDTH, TSS, MOTIF, AT = 32, 20, np.array([3, 0, 3, 0, 0, 3], np.uint8), 12  # TATAAT at 12..17 of a crop

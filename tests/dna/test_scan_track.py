@@ -1,4 +1,4 @@
-"""The genome scan that ``make predict`` writes for a promoter classifier (pipelines.tasks.scan_track):
+"""The genome scan that ``make predict`` writes for a promoter classifier (pipelines.tasks.dna.scan_track):
 bedGraph and BED formats (0-based half-open, both strands), read in chunks exactly as in one piece."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from datamodules.dna.tokenize import reverse_complement
-from pipelines.tasks.scan_reads import peaks, whole_read
-from pipelines.tasks.scan_track import ScanSettings, receptive_flank, scan_records
+from pipelines.tasks.dna.scan_reads import peaks, whole_read
+from pipelines.tasks.dna.scan_track import ScanSettings, receptive_flank, scan_records
 from posenc import PosencError
 from tests.helpers import token_classifier
 

@@ -19,7 +19,7 @@ import torch
 
 from datamodules.dna.samples import SampleSet, SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
-from pipelines.tasks.scan_reads import POSITIVE
+from pipelines.tasks.dna.scan_reads import POSITIVE
 
 HALF_BOX = 3  # bases either side of a box centre (the boxes are hexamers)
 

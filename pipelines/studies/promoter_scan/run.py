@@ -54,8 +54,8 @@ from pipelines.eval.sweep import config_key, read_layers, train_run
 from pipelines.inference.loading import load_model
 from pipelines.studies.promoter_scan.profiles import profile_figure, saliency_profiles
 from pipelines.studies.promoter_scan.report import scan_figure, scan_markdown, write_csv
-from pipelines.tasks.classify_baselines import OneHotLogistic, PositionWeightMatrix, crops, one_thread
-from pipelines.tasks.scan_reads import check_model
+from pipelines.tasks.dna.classify_baselines import OneHotLogistic, PositionWeightMatrix, crops, one_thread
+from pipelines.tasks.dna.scan_reads import check_model
 from posenc import PosencError
 
 ROOT = Path(__file__).resolve().parents[3]

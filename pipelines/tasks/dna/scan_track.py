@@ -2,8 +2,8 @@
 
 Every base gets the classifier's logit for a training-length crop whose TSS is there, computed from one
 pass of the model over a stretch of the record (``token_logits``, pooled as the classifier pools a crop:
-:mod:`pipelines.tasks.scan_reads`). The record is read in chunks of ``chunk`` bases with ``flank`` bases of
-context either side (the model's receptive field where its attention is local), so memory stays flat in
+:mod:`pipelines.tasks.dna.scan_reads`). The record is read in chunks of ``chunk`` bases with ``flank`` bases
+of context either side (the receptive field where attention is local), so memory stays flat in
 the record's length apart from its bases (one byte each). The ``-`` strand is the reverse complement,
 scored the same way; its scores are written at the forward-strand coordinate of the base.
 
@@ -24,7 +24,7 @@ from typing import IO, Any
 import numpy as np
 
 from datamodules.dna.tokenize import reverse_complement
-from pipelines.tasks.scan_reads import (
+from pipelines.tasks.dna.scan_reads import (
     NMS_RADIUS,
     check_model,
     crop_weights,

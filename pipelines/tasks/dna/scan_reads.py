@@ -12,7 +12,7 @@ none), so reads compare base for base:
 * :func:`sliding_read` — the honest baseline: the same model's classifier on every training-length
   window (81x the compute), its two-class logit placed at the window's TSS index.
 * :func:`conv_read` — a fixed-window scorer (the position weight matrix and the one-hot logistic
-  regression of :mod:`pipelines.tasks.classify_baselines`) slid the same way, as a convolution.
+  regression of :mod:`pipelines.tasks.dna.classify_baselines`) slid the same way, as a convolution.
 
 Only bases whose whole training-length crop lies in the window are scored (``evaluable``), by every read:
 the reads are compared on the same bases. A read's calls are its peaks (:func:`peaks`: local maxima).
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipelines.tasks.classify_baselines import one_hot
+from pipelines.tasks.dna.classify_baselines import one_hot
 from posenc import PosencError
 
 NMS_RADIUS = 10  # bases: one call per ±10 stretch (E. coli σ70 TSSs of one promoter cluster lie closer)
