@@ -69,7 +69,7 @@ class PosencCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
-        for key in ("pad_id", "num_classes", "bases_per_token"):  # DNA tasks (ignored where absent)
+        for key in ("pad_id", "num_classes", "bases_per_token", "seq_len"):  # DNA (ignored where absent)
             parser.link_arguments(f"data.{key}", f"model.init_args.{key}", apply_on="instantiate")
         for key in ("n_targets", "n_covariates", "n_future", "lookback", "horizon", "patch_len",  # series
                     "pe_periods"):

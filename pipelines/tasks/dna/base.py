@@ -19,13 +19,13 @@ class DNATask(TaskModule):
         """The token embedding (V → D) every DNA task starts with."""
         return nn.Embedding(vocab_size, self.d_model)
 
-    def per_class_head(self, vocab_size: int, pad_id: int, num_classes: int) -> None:
+    def per_class_head(self, vocab_size: int, pad_id: int, num_classes: int, **hparams: Any) -> None:
         """The token embedding, a linear head to ``num_classes`` logits (D → C) and the padding id of the
-        labelling tasks; their settings saved with the model's."""
+        labelling tasks; their settings (and the task's own ``hparams``) saved with the model's."""
         self.embedding = self.embed_tokens(vocab_size)
         self.head = nn.Linear(self.d_model, num_classes)
         self.pad_id, self.num_classes = pad_id, num_classes
-        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, num_classes=num_classes)
+        self._save_hparams(vocab_size=vocab_size, pad_id=pad_id, num_classes=num_classes, **hparams)
 
     def padding(self, tokens: Tensor) -> Tensor | None:
         """The key-padding mask (B, T) of ``tokens``, or ``None`` when nothing is padding."""

@@ -1,9 +1,11 @@
-"""Sequence classification: a bidirectional encoder, mean-pooled over the non-padding tokens."""
+"""Sequence classification: a bidirectional encoder whose per-token class logits are pooled over the crop
+(uniformly, or with a learned prior over its positions: :mod:`pipelines.tasks.dna.classify_readout`)."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from dataclasses import asdict
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -13,12 +15,21 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassAUROC
 
+from datamodules.config import as_group
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.base import TaskAdapter, baseline_datamodule
 from pipelines.tasks.dna.classify_baselines import auroc, fit_baselines, score_lengths
-from pipelines.tasks.dna.per_length import PerLengthTest, token_positions
+from pipelines.tasks.dna.classify_readout import (
+    ConvStem,
+    PositionPrior,
+    Readout,
+    crop_positions,
+    mean_weights,
+)
+from pipelines.tasks.dna.per_length import PerLengthTest
 from pipelines.tasks.dna.predict import predict_classify
+from pipelines.tasks.options import TASK_GROUPS
 from posenc import PosencError
 
 
@@ -54,10 +65,19 @@ class SequenceClassifier(PerLengthTest):
     """One class per sequence. Metrics on val/test and per test length: ``acc`` and ``auroc``
     (one-vs-rest, macro over classes; for two classes this is the usual ROC AUC).
 
+    Every token gets class logits (a linear head on the encoder output); a crop's logits are their
+    weighted sum (:class:`~pipelines.tasks.classify_readout.Readout`: uniform, or a learned prior over
+    the training crop's positions), so a whole window read once scores every base the way the classifier
+    scores a crop (:meth:`token_logits`).
+
     Args:
         vocab_size: token vocabulary (linked from the datamodule).
         pad_id: padding token id (linked).
         num_classes: number of classes (linked from ``data.num_classes``).
+        seq_len: the training crop length in tokens (linked from ``data.init_args.windows.seq_len``);
+            needed by ``readout.pool: tokens`` and ``readout.positions: centre``.
+        readout: stem, positions, pooling and label smoothing
+            (:class:`~pipelines.tasks.classify_readout.Readout`).
         **kwargs: backbone and optimiser arguments of :class:`~pipelines.tasks.base.TaskModule`.
     """
 
@@ -67,12 +87,21 @@ class SequenceClassifier(PerLengthTest):
     predictor = staticmethod(predict_classify)
     default_datamodule = "datamodules.ClassificationDataModule"
     batch_records = True
+    config_groups: ClassVar[dict[str, type]] = {**TASK_GROUPS, "readout": Readout}
 
-    def __init__(self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = 2, **kwargs: Any) -> None:
+    def __init__(self, vocab_size: int = 7, pad_id: int = 5, num_classes: int = 2, seq_len: int | None = None,
+                 readout: Readout = Readout(), **kwargs: Any) -> None:  # noqa: B008 - frozen dataclass
+        readout = as_group(Readout, readout, "readout")
         super().__init__(**kwargs)
         if num_classes < 2:
             raise PosencError(f"model.num_classes must be at least 2, got {num_classes}")
-        self.per_class_head(vocab_size, pad_id, num_classes)
+        if readout.pool == "tokens" and seq_len is None:
+            raise PosencError("model.init_args.readout.pool: 'tokens' needs model.init_args.seq_len (linked "
+                              "from data.init_args.windows.seq_len)")
+        self.readout, self.seq_len = readout, seq_len
+        self.stem = ConvStem(self.d_model, readout.stem) if readout.stem else None
+        self.prior = PositionPrior(seq_len) if readout.pool == "tokens" else None
+        self.per_class_head(vocab_size, pad_id, num_classes, seq_len=seq_len, readout=asdict(readout))
         self.val_metrics = self.make_metrics()
 
     def make_metrics(self) -> MetricCollection:
@@ -89,16 +118,49 @@ class SequenceClassifier(PerLengthTest):
             out["class_names"] = [str(c) for c in dm.class_names]
         return out
 
+    def positions(self, tokens: Tensor) -> Tensor:
+        """The positions (T,) or (B, T) a crop's tokens (B, T) are read at (``readout.positions``)."""
+        return crop_positions(tokens, self.pad_id, self.readout.positions, self.seq_len)
+
+    def class_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Per-token class logits (B, T, C) of tokens (B, T) at ``positions`` (T,) or (B, T); zero-state
+        padding tokens get the head's bias (they are never pooled)."""
+        keep = tokens != self.pad_id  # (B, T)
+        x = self.embedding(tokens)  # (B, T, D)
+        if self.stem is not None:
+            x = self.stem(x, keep)
+        return self.head(self.backbone(x, positions, self.padding(tokens)))  # (B, T, C)
+
+    def pool_weights(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """The pooling weights (B, T) of a crop's tokens: uniform or the learned position prior."""
+        keep = tokens != self.pad_id  # (B, T)
+        return mean_weights(keep) if self.prior is None else self.prior(positions, keep)
+
     def forward(self, tokens: Tensor) -> Tensor:
-        """Class logits (B, C) for tokens (B, T): mean of the encoder outputs over non-PAD tokens."""
-        h = self.backbone(self.embedding(tokens), token_positions(tokens), self.padding(tokens))  # (B, T, D)
-        keep = (tokens != self.pad_id).float().unsqueeze(-1)  # (B, T, 1)
-        pooled = (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)  # (B, D)
-        return self.head(pooled)
+        """Class logits (B, C) of crops (B, T): the pooled per-token class logits."""
+        pos = self.positions(tokens)
+        z = self.class_logits(tokens, pos)  # (B, T, C)
+        w = self.pool_weights(tokens, pos).to(z.dtype)  # (B, T)
+        return torch.einsum("bt,btc->bc", w, z)
+
+    def token_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """The two-class logit (class 1 minus class 0) of every token (B, T), read in one pass over
+        tokens (B, T) of any length at explicit ``positions`` (T,) or (B, T). A crop's logit (the
+        difference of :meth:`forward`'s two logits) is the sum of these weighted by
+        :meth:`pool_weights`.
+
+        Raises:
+            PosencError: the model has more than two classes (no single per-token logit).
+        """
+        if self.num_classes != 2:
+            raise PosencError(f"token_logits needs a two-class model, this one has {self.num_classes}")
+        z = self.class_logits(tokens, positions)  # (B, T, 2)
+        return z[..., 1] - z[..., 0]
 
     def _step(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         logits = self(batch["tokens"]).float()  # (B, C)
-        return F.cross_entropy(logits, batch["label"]), logits.softmax(-1), batch["label"]
+        loss = F.cross_entropy(logits, batch["label"], label_smoothing=self.readout.label_smoothing)
+        return loss, logits.softmax(-1), batch["label"]
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, probs, target = self._step(batch)
