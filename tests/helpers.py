@@ -421,32 +421,19 @@ def small_csv(path: Path, n_channels: int = 2) -> Path:
 
 def token_classifier(prior: torch.Tensor | None = None, layers: int = 0, window: int | None = None,
                      seed: int = 0):
-    """A tiny two-class sequence classifier (D 16, 2 heads) in eval mode with the scanning contract:
-    ``token_logits(tokens, positions)`` (B, T), the per-token logit whose ``pool_weights``-weighted sum
-    is a crop's logit; the weights are ``prior`` (over a crop's positions) or uniform. ``layers`` 0: a
-    token sees only itself, so a long window read once scores every crop as the crop alone."""
-    from pipelines.tasks.dna.classify import SequenceClassifier
+    """A tiny two-class :class:`~pipelines.tasks.dna.classify.SequenceClassifier` (D 16, 2 heads) in eval
+    mode, pooling its token logits uniformly, or with ``prior`` (weights over a crop's positions, summing
+    to 1) as its learned position prior. ``layers`` 0: a token sees only itself, so a long window read
+    once scores every crop as the crop alone."""
+    from pipelines.tasks.dna.classify import SequenceClassifier  # heavy: the task, only where used
+    from pipelines.tasks.dna.classify_readout import Readout
     from pipelines.tasks.options import Net
-
-    class TokenClassifier(SequenceClassifier):
-        def __init__(self, prior: torch.Tensor | None, **kwargs) -> None:
-            super().__init__(**kwargs)
-            self.prior = prior
-
-        def token_logits(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-            z = self.head(self.backbone(self.embedding(tokens), positions, None))  # (B, T, 2)
-            return z[..., 1] - z[..., 0]
-
-        def pool_weights(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-            if self.prior is None:
-                return torch.full(tokens.shape, 1.0 / tokens.shape[1])  # (B, T)
-            return self.prior[positions].expand(tokens.shape)
-
-        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-            pos = torch.arange(tokens.shape[1])
-            z = self.head(self.backbone(self.embedding(tokens), pos, None))  # (B, T, 2)
-            return torch.einsum("bt,btc->bc", self.pool_weights(tokens, pos), z)
 
     torch.manual_seed(seed)
     net = Net(d_model=D, n_heads=H, n_layers=layers, attention_window=window)
-    return TokenClassifier(prior, net=net).eval()
+    if prior is None:
+        return SequenceClassifier(net=net).eval()
+    model = SequenceClassifier(net=net, seq_len=len(prior), readout=Readout(pool="tokens"))
+    with torch.no_grad():
+        model.prior.logits.copy_(torch.log(prior))
+    return model.eval()
