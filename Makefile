@@ -143,6 +143,15 @@ benchmark-ltsf: $(STAMP) ## any LTSF file under its protocol (ETT rule or custom
 	  --seeds $(or $(SEEDS),0 1 2) --configs $(LTSF_CONFIGS) --ensemble $(LTSF_ENSEMBLE) --choose-on-val $(LTSF_CHOOSE) \
 	  --jobs $(LTSF_JOBS) --threads 1 --out $(or $(OUT),docs/ltsf_results) $(ARGS)
 
+# The promoter benchmark (docs/promoters.md): DATA is a folder of promoter / non-promoter FASTA sets (CNNProm's,
+# e.g. ../shared/data/promoters; a *non_prom* file is an organism's negatives) or "positives.fa negatives.fa".
+PROMOTER_JOBS ?= 2
+.PHONY: benchmark-promoters
+benchmark-promoters: $(STAMP) ## promoter sets beside CNNProm, 5-fold CV x 3 seeds: DATA=<folder or "pos.fa neg.fa"> [SEEDS=..] [OUT=..] [ARGS="--quick"]
+	@test -n "$(DATA)" || { echo "usage: make benchmark-promoters DATA=<folder or \"positives.fa negatives.fa\"> [SEEDS=\"0 1 2\"] [OUT=outputs/promoters] [ARGS=--quick]" >&2; exit 2; }
+	$(PY) -m pipelines.studies.promoters --data $(DATA) --seeds $(or $(SEEDS),0 1 2) \
+	  --jobs $(PROMOTER_JOBS) --threads 1 --out $(or $(OUT),outputs/promoters) $(ARGS)
+
 # Scanning a genome with a promoter model (docs/promoters.md, "Scanning a genome"): one fold's model reads
 # 1-8 kb windows of the shipped E. coli genome in one pass, beside the same model slid, a PWM and one-hot LR.
 .PHONY: scan-promoters

@@ -135,7 +135,8 @@ def test_the_classification_table_sends_every_flat_argument_of_before_to_one_gro
     from datamodules.dna.classify import ClassificationDataModule
 
     table = legacy_keys(ClassificationDataModule)
-    assert set(table) - set(CLASSIFY_BEFORE) == {"skip_short_records", "samples_per_epoch"}  # shared groups
+    assert set(table) - set(CLASSIFY_BEFORE) == {"skip_short_records", "samples_per_epoch",  # shared groups
+                                                 "folds", "fold", "val_fraction"}  # newer than the groups
     assert set(CLASSIFY_BEFORE) <= set(table)
     assert table["fasta"] == "genome.fasta" and table["labels"] == "samples.labels"
     assert table["seq_len"] == "windows.seq_len" and table["seed"] == "loader.seed"

@@ -22,6 +22,7 @@ from datamodules.dna.samples import (
     SampleSet,
     SampleWindows,
     demo_gene_starts,
+    fold_samples,
     read_labels,
     samples_from_genomes,
     samples_from_labels,
@@ -33,6 +34,20 @@ from datamodules.sampling import EpochSampler, ShardSampler, eval_shard, train_s
 from posenc import PosencError
 
 log = logging.getLogger(__name__)
+
+
+def testable_lengths(lengths: list[int], tokenizer: KmerTokenizer,
+                     longest: int) -> tuple[list[int], list[int]]:
+    """The test lengths (tokens) worth testing on records of at most ``longest`` bases, and those not:
+    a length is kept while the previous kept one still cropped some record; past the first length
+    whose crop holds every record whole, each longer crop is that same whole record (only more
+    padding), so it would repeat that length's numbers under another name."""
+    kept: list[int] = []
+    for n in lengths:
+        if kept and tokenizer.n_bases(kept[-1]) >= longest:
+            break
+        kept.append(n)
+    return kept, [n for n in lengths if n not in kept]
 
 
 class ClassificationDataModule(L.LightningDataModule):
@@ -88,6 +103,13 @@ class ClassificationDataModule(L.LightningDataModule):
         self.samples_per_epoch = loader.samples_per_epoch
         self.cache_dir, self.iupac = genome.cache_dir, genome.iupac
         self.sets, self.class_names = self._samples(genome.fasta, samples)
+        longest = int((self.sets["test"].ends - self.sets["test"].starts).max())
+        self.eval_lengths, self.untested_lengths = testable_lengths(self.eval_lengths, self.tokenizer,
+                                                                    longest)
+        if self.untested_lengths:  # said, not tested: such a row would repeat the last length's numbers
+            log.warning("test lengths %s tokens not tested: the test records are at most %d bases, so "
+                        "those crops are the whole records, as at %d tokens", self.untested_lengths,
+                        longest, self.eval_lengths[-1])
         for name in SPLITS:
             counts = np.bincount(self.sets[name].labels, minlength=len(self.class_names)).tolist()
             log.info("%s: %d sequences, per class %s", name, len(self.sets[name]),
@@ -97,18 +119,24 @@ class ClassificationDataModule(L.LightningDataModule):
         """The split sample sets and the class names, from whichever source ``samples`` names."""
         split, seed = samples.split, self.seed
         if samples.class_fastas:
-            genomes = {c: self._load(resolve_path(p)) for c, p in samples.class_fastas.items()}
+            genomes = {c: self._load(resolve_path(p), repeats=True) for c, p in samples.class_fastas.items()}
             found, names = samples_from_genomes(genomes)
-            return split_samples(found, split, seed), names
-        if samples.labels:
+        elif samples.labels:
             labels = resolve_path(samples.labels)
             found, names = samples_from_labels(self._load(resolve_path(fasta)), read_labels(labels), labels)
-            return split_samples(found, split, seed), names
-        return self._demo(fasta, split, samples.demo_min_distance), ["background", "gene_start"]
+        elif samples.folds is not None:
+            raise PosencError("data.init_args.samples.folds: cross-validation needs labelled samples "
+                              "(samples.class_fastas or samples.labels), not the demo")
+        else:
+            return self._demo(fasta, split, samples.demo_min_distance), ["background", "gene_start"]
+        if samples.folds is not None:
+            return fold_samples(found, samples.folds, samples.fold, samples.val_fraction, seed), names
+        return split_samples(found, split, seed), names
 
-    def _load(self, path: Path):
-        """The (cached) encoded genome of ``path``, with one line on what encoding changed."""
-        genome = load_genome(path, self.cache_dir, self.iupac)
+    def _load(self, path: Path, repeats: bool = False):
+        """The (cached) encoded genome of ``path``, with one line on what encoding changed; ``repeats``:
+        a repeated record id is numbered (a class FASTA's records are samples, not names)."""
+        genome = load_genome(path, self.cache_dir, self.iupac, repeats=repeats)
         report_genome(genome)
         return genome
 

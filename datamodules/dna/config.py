@@ -122,17 +122,33 @@ class LabelledSamples:
         class_fastas: ``{class: path}``, every record of a file one sample of its class (wins over
             ``labels``).
         split: (train, val, test) fractions of the samples (stratified, seeded) or, for the demo
-            (neither given), of the genome (regions along each record).
+            (neither given), of the genome (regions along each record). Not used with ``folds``.
         demo_min_distance: demo background windows are centred at least this far from a gene start.
+        folds: K-fold cross-validation of a labels file or class FASTAs instead of ``split``: the
+            samples are dealt into K stratified folds (seeded by ``loader.seed``: another seed, other
+            folds), fold ``fold`` is the test set, and ``val_fraction`` of the other folds (stratified)
+            is the validation set.
+        fold: the test fold, 0 … ``folds`` − 1.
+        val_fraction: with ``folds``: the share of the training folds held out for validation.
     """
 
     labels: str | None = None
     class_fastas: dict[str, str] | None = None
     split: tuple[float, float, float] = (0.8, 0.1, 0.1)
     demo_min_distance: int = 100
+    folds: int | None = None
+    fold: int = 0
+    val_fraction: float = 0.1
 
     def __post_init__(self) -> None:
-        at_least("samples", demo_min_distance=(self.demo_min_distance, 0))
+        at_least("samples", demo_min_distance=(self.demo_min_distance, 0), folds=(self.folds, 2),
+                 fold=(self.fold, 0))
+        if self.folds is not None and self.fold >= self.folds:
+            raise PosencError(f"data.init_args.samples.fold: must be below folds ({self.folds}), "
+                              f"got {self.fold}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise PosencError(f"data.init_args.samples.val_fraction: must be in (0, 1), "
+                              f"got {self.val_fraction}")
 
 
 @dataclass(frozen=True)

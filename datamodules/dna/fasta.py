@@ -45,13 +45,15 @@ _IS_U[[ord("U"), ord("u")]] = True
 @dataclass
 class EncodeReport:
     """What encoding changed: soft-masked bases upper-cased, ambiguity codes and gaps set to N,
-    U read as T, and records skipped because they were empty."""
+    U read as T, records skipped because they were empty, and repeated record ids numbered (``id#2``, …;
+    only where the caller allows repeats: one FASTA per class, whose records are samples, not names)."""
 
     lowercase: int = 0
     to_n: int = 0
     u_to_t: int = 0
     per_record: dict[str, int] = field(default_factory=dict)
     empty: list[str] = field(default_factory=list)
+    repeated: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         text = f"{self.lowercase} soft-masked bases upper-cased, {self.to_n} non-ACGTN characters set to N"
@@ -59,15 +61,19 @@ class EncodeReport:
             text += f", {self.u_to_t} U read as T"
         if self.empty:
             text += f", {len(self.empty)} empty record(s) skipped ({', '.join(self.empty[:5])})"
+        if self.repeated:
+            text += f", {len(self.repeated)} repeated record id(s) numbered ({', '.join(self.repeated[:3])})"
         return text
 
     def to_dict(self) -> dict:
         return {"lowercase": self.lowercase, "to_n": self.to_n, "u_to_t": self.u_to_t,
-                "per_record": dict(self.per_record), "empty": list(self.empty)}
+                "per_record": dict(self.per_record), "empty": list(self.empty),
+                "repeated": list(self.repeated)}
 
     @classmethod
     def from_dict(cls, d: dict) -> EncodeReport:
-        return cls(d["lowercase"], d["to_n"], d.get("u_to_t", 0), dict(d["per_record"]), list(d["empty"]))
+        return cls(d["lowercase"], d["to_n"], d.get("u_to_t", 0), dict(d["per_record"]), list(d["empty"]),
+                   list(d.get("repeated", [])))
 
 
 @dataclass
@@ -239,7 +245,7 @@ def sniff_format(path: Path) -> str:
 
 def iter_records(
     path: str | Path, report: EncodeReport, iupac: IupacMode = "N",
-    on_read: Callable[[int], object] | None = None,
+    on_read: Callable[[int], object] | None = None, repeats: bool = False,
 ) -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(record id, codes)`` for every non-empty record of a FASTA or GenBank file.
 
@@ -248,6 +254,7 @@ def iter_records(
         report: filled with what encoding changed; empty records are listed in ``report.empty``.
         iupac: how ambiguity codes are handled (see :func:`encode_bases`).
         on_read: called with the number of raw file bytes consumed (progress bars).
+        repeats: number a repeated record id (``id#2``, listed in ``report.repeated``) instead of failing.
 
     Raises:
         PosencError: naming the file (and record) for a missing/unreadable file, a file that is no
@@ -269,7 +276,10 @@ def iter_records(
                 pairs = ((r.id, str(r.seq)) for r in SeqIO.parse(fh, "genbank"))
             for n, (rid, seq) in enumerate(pairs, start=1):
                 rid = rid or f"record{n}"
-                if rid in seen:
+                if rid in seen and repeats:
+                    report.repeated.append(rid)
+                    rid = next(f"{rid}#{k}" for k in range(2, n + 2) if f"{rid}#{k}" not in seen)
+                elif rid in seen:
                     raise PosencError(f"{path}: duplicate record id {rid!r}")
                 seen.add(rid)
                 if not seq:
@@ -287,7 +297,7 @@ def iter_records(
         raise PosencError(f"{path}: contains no sequences" + (" (every record is empty)" if seen else ""))
 
 
-def read_fasta(path: str | Path, iupac: IupacMode = "N") -> Genome:
+def read_fasta(path: str | Path, iupac: IupacMode = "N", repeats: bool = False) -> Genome:
     """Read a FASTA or GenBank file (plain, gzip or bgzip) into an in-memory :class:`Genome`.
 
     For genome-scale files use :func:`datamodules.dna.genome_cache.load_genome`, which encodes once
@@ -298,7 +308,7 @@ def read_fasta(path: str | Path, iupac: IupacMode = "N") -> Genome:
     """
     report = EncodeReport()
     ids, chunks = [], []
-    for rid, codes in iter_records(path, report, iupac):
+    for rid, codes in iter_records(path, report, iupac, repeats=repeats):
         ids.append(rid)
         chunks.append(codes)
     lengths = np.array([len(c) for c in chunks], dtype=np.int64)

@@ -65,6 +65,7 @@ def load_genome(
     cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
     iupac: IupacMode = "N",
     progress: bool | None = None,
+    repeats: bool = False,
 ) -> Genome:
     """The encoded genome of ``path``, memory-mapped from the cache (encoded on a miss).
 
@@ -74,6 +75,8 @@ def load_genome(
         iupac: ambiguity-code handling (see :func:`datamodules.dna.fasta.encode_bases`).
         progress: show progress while encoding; default: for files ≥ 64 MiB or on a terminal
             (never after ``--progress false``, see :mod:`datamodules.progress`).
+        repeats: number repeated record ids (``id#2``) instead of refusing the file (see
+            :func:`~datamodules.dna.fasta.iter_records`).
 
     Returns:
         A :class:`Genome` whose ``codes`` is a read-only ``np.memmap`` (or an array without cache);
@@ -83,16 +86,18 @@ def load_genome(
     if not path.is_file():
         raise PosencError(f"{path}: sequence file not found")
     if cache_dir is None:
-        return read_fasta(path, iupac)
+        return read_fasta(path, iupac, repeats)
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     digest = file_sha256(path)
     data, index = cache_dir / f"{digest[:16]}.u8", cache_dir / f"{digest[:16]}.json"
     genome = _open_cached(path, data, index, digest)
+    if genome is not None and genome.report.repeated and not repeats:  # cached by a caller allowing them
+        raise PosencError(f"{path}: duplicate record id {genome.report.repeated[0]!r}")
     if genome is not None and not (iupac == "error" and genome.report.to_n):
         return genome
     t0 = time.perf_counter()
-    _encode_to_cache(path, data, index, digest, iupac, progress)
+    _encode_to_cache(path, data, index, digest, iupac, progress, repeats)
     _prune_stale(cache_dir, path, digest)
     genome = _open_cached(path, data, index, digest)
     assert genome is not None
@@ -121,7 +126,8 @@ def _open_cached(path: Path, data: Path, index: Path, digest: str) -> Genome | N
 
 
 def _encode_to_cache(
-    path: Path, data: Path, index: Path, digest: str, iupac: IupacMode, progress: bool | None
+    path: Path, data: Path, index: Path, digest: str, iupac: IupacMode, progress: bool | None,
+    repeats: bool = False,
 ) -> None:
     """Stream the records into ``data`` (temp + rename), then write the index the same way."""
     size = path.stat().st_size
@@ -130,7 +136,7 @@ def _encode_to_cache(
     with progress_bar(size, f"encoding {path.name}", unit="B", unit_scale=True, enabled=show) as bar:
 
         def write(fh) -> None:
-            for rid, codes in iter_records(path, report, iupac, on_read=bar.update):
+            for rid, codes in iter_records(path, report, iupac, on_read=bar.update, repeats=repeats):
                 fh.write(codes.tobytes())
                 ids.append(rid)
                 lengths.append(len(codes))

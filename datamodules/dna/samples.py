@@ -123,6 +123,40 @@ def split_samples(
     return {name: samples.subset(np.sort(idx)) for name, idx in parts.items()}
 
 
+def fold_samples(samples: SampleSet, folds: int, fold: int, val_fraction: float,
+                 seed: int) -> dict[str, SampleSet]:
+    """K-fold cross-validation: fold ``fold`` of ``folds`` stratified folds is the test set, and
+    ``val_fraction`` of the other folds (stratified) the validation set; the rest is train.
+
+    Each class's samples are shuffled by ``seed`` and dealt round-robin into the folds (so every
+    fold holds each class's share, give or take one sample); validation is the first
+    ``round(val_fraction · n)`` of each class's samples outside the test fold, in the same shuffled
+    order. The K test folds of one seed are disjoint and cover every sample once; another seed deals
+    other folds (repeated cross-validation).
+
+    Raises:
+        PosencError: a class with fewer samples than folds, or a split left empty.
+    """
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[int]] = {s: [] for s in SPLITS}
+    for k in np.unique(samples.labels):
+        idx = rng.permutation(np.flatnonzero(samples.labels == k))
+        if len(idx) < folds:
+            raise PosencError(f"class {k} has {len(idx)} sample(s), fewer than the {folds} folds; "
+                              f"add sequences or lower samples.folds")
+        in_test = np.arange(len(idx)) % folds == fold
+        rest = idx[~in_test]
+        n_val = round(val_fraction * len(rest))
+        parts["test"] += idx[in_test].tolist()
+        parts["val"] += rest[:n_val].tolist()
+        parts["train"] += rest[n_val:].tolist()
+    for name, idx in parts.items():
+        if not idx:
+            raise PosencError(f"the {name} split of fold {fold}/{folds} has no samples ({len(samples)} in "
+                              f"all); add sequences or change samples.val_fraction")
+    return {name: samples.subset(np.sort(idx)) for name, idx in parts.items()}
+
+
 def demo_gene_starts(
     genome: Genome, genes: list[dict], regions: dict[str, list[tuple[int, int]]], window: int,
     min_distance: int = 100, seed: int = 0,

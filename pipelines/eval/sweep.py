@@ -140,11 +140,17 @@ def _command(layers: Sequence[Path | str], args: Sequence[str], overlay: dict[st
     """How a person retrains this run alone (the model card shows it): the layers, the caller's
     arguments and the seed (the logger and a dict overlay's settings are this runner's)."""
     seed = [f"--seed_everything={overlay['seed_everything']}"]
-    for key, value in (overlay.get("data") or {}).get("init_args", {}).items():  # {"loader": {"seed": n}}
-        seed.append(f"--data.init_args.{key}.seed={value['seed']}" if isinstance(value, dict)
-                    else f"--data.init_args.{key}={value}")
+    for key, value in (overlay.get("data") or {}).get("init_args", {}).items():  # {"loader": {"seed": n}}, …
+        seed += _dotted(f"data.init_args.{key}", value)
     configs = [a for p in layers for a in ("--config", str(p))]
     return " ".join(["python -m pipelines.train fit", *configs, *args, *seed])
+
+
+def _dotted(key: str, value: Any) -> list[str]:
+    """``--key.sub=value`` arguments of a (nested) setting; lists as JSON."""
+    if isinstance(value, dict):
+        return [arg for k, v in value.items() for arg in _dotted(f"{key}.{k}", v)]
+    return [f"--{key}={json.dumps(list(value)) if isinstance(value, list | tuple) else value}"]
 
 
 # ----------------------------------------------------------------------------- training

@@ -138,10 +138,15 @@ class RegisterModel(L.Callback):
         register: log and register the best checkpoint as an MLflow model after fit
             (``--register.register false`` skips it; the data description is always kept).
         name: registered model name (default: the MLflow run name, e.g. ``DNALanguageModel-RoPE``).
+        published: numbers a paper reports on the same data (e.g. ``{Sn: 0.90, Sp: 0.96, CC: 0.84}``),
+            shown in the model card beside the run's own.
+        published_source: the paper, and where its protocol differs from the run's.
     """
 
-    def __init__(self, register: bool = True, name: str | None = None) -> None:
+    def __init__(self, register: bool = True, name: str | None = None,
+                 published: dict[str, float] | None = None, published_source: str = "") -> None:
         self.register, self.name = register, name
+        self.published, self.published_source = dict(published or {}), published_source
         self.model_uri: str | None = None
         self.seconds: float | None = None
         self.log_seconds: float | None = None
@@ -187,6 +192,7 @@ class RegisterModel(L.Callback):
             info = log_pyfunc(ckpt, logger.run_id, logger._tracking_uri, example, output)
             client = logger.experiment
             self.card = from_training(trainer, trainer.lightning_module, self.command, logger.run_id)
+            self.card.published, self.card.published_source = self.published, self.published_source
             self.card.metrics = card_metrics(client.get_run(logger.run_id).data.metrics)
             version = register_version(client, name, info, logger.run_id, self.card)
         self.seconds = time.perf_counter() - start

@@ -21,6 +21,7 @@ from datamodules.scrub import scrub_text
 
 #: run metrics shown in a card (summaries only: curves ``*_by_*`` stay in the run)
 CARD_PREFIXES = ("test/", "baseline/", "val/", "extrapolation/")
+PUBLISHED_ORDER = ("Sn", "Sp", "CC", "AUROC")  # how papers list them
 
 
 @dataclass
@@ -40,6 +41,8 @@ class ModelCard:
     command: str
     run_id: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    published: dict[str, float] = field(default_factory=dict)  # a paper's numbers on the same data
+    published_source: str = ""  # which paper, and where they differ from this run's protocol
 
     def tags(self) -> dict[str, str]:
         """Searchable tags (e.g. ``tags.task = '<task name>'`` in the MLflow search box), scrubbed."""
@@ -63,6 +66,12 @@ class ModelCard:
         lines = [f"**{self.model}** with **{self.scheme}** positional encoding ({self.task}).", "",
                  "| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in rows]]
         lines += ["", *metric_table(self.metrics)]
+        if self.published:  # Sn, Sp, CC first (a YAML round trip sorts the keys)
+            keys = sorted(self.published, key=lambda k: (PUBLISHED_ORDER.index(k) if k in PUBLISHED_ORDER
+                                                         else len(PUBLISHED_ORDER), k))
+            lines += ["", f"Published on this data: {self.published_source or 'source not given'}", "",
+                      "| | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys),
+                      "| published | " + " | ".join(f"{self.published[k]:.2f}" for k in keys) + " |"]
         return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ def tiny(readout: dict, pe: dict | None = None, **net) -> SequenceClassifier:
     torch.manual_seed(0)
     model = task(SequenceClassifier, **{**TINY, **net}, pe=pe, readout=readout).double().eval()
     if model.prior is not None:  # a non-uniform prior, so that the weights matter
-        model.prior.logits.data = torch.randn(L, dtype=torch.float64)
+        model.prior.theta.data = torch.randn(L, dtype=torch.float64) / model.prior.gain
     return model
 
 
@@ -94,3 +94,39 @@ def test_bad_readout_settings_are_one_line_naming_the_key(settings, message):
 def test_token_pooling_needs_the_training_length():
     with pytest.raises(PosencError, match="needs model.init_args.seq_len"):
         task(SequenceClassifier, **{**TINY, "seq_len": None}, readout={"pool": "tokens"})
+
+
+#: the encoding table of issue 53 (configs/posenc/<name>.yaml), each layered on the promoter model
+TABLE = ["none", "learned", "sinusoidal", "rope", "periodic_rope", "alibi", "t5_bias", "gaussian_prior",
+         "sinusoidal_rope"]
+
+
+@pytest.mark.parametrize("scheme", TABLE)
+def test_every_table_scheme_trains_with_the_promoter_model(tmp_path, scheme):
+    """configs/dna_promoter.yaml with configs/posenc/<scheme>.yaml layered (tiny widths): the scheme is
+    the model's, the crop length is linked, and a training step runs on padded crops."""
+    from pathlib import Path
+
+    import torch.nn.functional as F
+    import yaml
+
+    from pipelines.cli import make_cli
+    from tests.helpers import random_bases, workdir_with_store, write_fasta
+
+    root = Path(__file__).resolve().parents[2]
+    pos = write_fasta(tmp_path / "p.fa", {f"p{i}": random_bases(30 + i % 3, i) for i in range(20)})
+    neg = write_fasta(tmp_path / "n.fa", {f"n{i}": random_bases(32, 100 + i) for i in range(20)})
+    with workdir_with_store(tmp_path):
+        cli = make_cli(["--config", str(root / "configs/dna_promoter.yaml"),
+                        "--config", str(root / f"configs/posenc/{scheme}.yaml"),
+                        f"--data.init_args.samples.class_fastas={{promoter: {pos}, non_promoter: {neg}}}",
+                        f"--data.init_args.windows.seq_len={L}", "--model.init_args.net.d_model=16",
+                        "--model.init_args.net.n_heads=2"], run=False)
+    model, dm = cli.model, cli.datamodule
+    spec = yaml.safe_load((root / f"configs/posenc/{scheme}.yaml").read_text())["model"]["init_args"]["pe"]
+    assert model.pe.spec()["class_path"] == spec["class_path"]
+    assert model.seq_len == L and model.prior is not None and model.stem is not None
+    batch = next(iter(dm.train_dataloader()))
+    loss = F.cross_entropy(model(batch["tokens"]), batch["label"])
+    loss.backward()
+    assert torch.isfinite(loss) and model.prior.theta.grad is not None

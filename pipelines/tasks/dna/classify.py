@@ -19,7 +19,14 @@ from datamodules.config import as_group
 from datamodules.dna.samples import SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
 from pipelines.tasks.base import TaskAdapter, baseline_datamodule
-from pipelines.tasks.dna.classify_baselines import auroc, fit_baselines, score_lengths
+from pipelines.tasks.dna.classify_baselines import (
+    BASELINES,
+    auroc,
+    fit_baselines,
+    score_lengths,
+    two_class_reports,
+)
+from pipelines.tasks.dna.classify_metrics import two_class_report
 from pipelines.tasks.dna.classify_readout import (
     ConvStem,
     PositionPrior,
@@ -61,9 +68,38 @@ class ClassifyAdapter(TaskAdapter):
         return 0.5
 
 
-class SequenceClassifier(PerLengthTest):
+class TwoClassTest:
+    """For a two-class classifier, after the test pass: the class-1 probability of every validation and
+    test sequence at the first test length (the training length), and from them ``test/auprc`` and
+    ``test/{mcc,sn,sp}`` at the threshold of best validation MCC (``test/threshold``, a class-1
+    probability; :func:`~pipelines.tasks.dna.classify_metrics.two_class_report`). Class 1 is the positive
+    class: the second class name in sorted order (``promoter`` against ``non_promoter``)."""
+
+    def on_test_epoch_end(self) -> None:
+        super().on_test_epoch_end()
+        dm = getattr(self.trainer, "datamodule", None)
+        if self.num_classes != 2 or self.trainer.world_size > 1 or not hasattr(dm, "sets"):
+            return  # (under DDP each rank holds a shard: the thresholds are chosen by a single process)
+        val, test = self._class1(dm.val_dataloader()), self._class1(dm.test_dataloader()[0])
+        report = two_class_report(*val, *test)
+        self.two_class = report
+        if self.logger is not None:  # test/auroc is the per-length pass's own
+            self.logger.log_metrics({f"test/{k}": v for k, v in report.items() if k != "auroc"})
+
+    def _class1(self, loader: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Labels (N,) and class-1 probabilities (N,) of every sequence a loader serves."""
+        labels, scores = [], []
+        for batch in loader:
+            probs = self(batch["tokens"].to(self.device)).float().softmax(-1)  # (B, 2)
+            scores.append(probs[:, 1].cpu().numpy())
+            labels.append(batch["label"].numpy())
+        return np.concatenate(labels), np.concatenate(scores).astype(np.float64)
+
+
+class SequenceClassifier(TwoClassTest, PerLengthTest):
     """One class per sequence. Metrics on val/test and per test length: ``acc`` and ``auroc``
-    (one-vs-rest, macro over classes; for two classes this is the usual ROC AUC).
+    (one-vs-rest, macro over classes; for two classes this is the usual ROC AUC); for two classes also
+    ``test/{auprc,mcc,sn,sp,threshold}`` (:class:`TwoClassTest`).
 
     Every token gets class logits (a linear head on the encoder output); a crop's logits are their
     weighted sum (:class:`~pipelines.tasks.classify_readout.Readout`: uniform, or a learned prior over
@@ -144,7 +180,8 @@ class SequenceClassifier(PerLengthTest):
         return torch.einsum("bt,btc->bc", w, z)
 
     def token_logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """The two-class logit (class 1 minus class 0) of every token (B, T), read in one pass over
+        """The two-class logit (class 1 minus class 0; class names sorted, so for ``{promoter,
+        non_promoter}`` the promoter logit) of every token (B, T), read in one pass over
         tokens (B, T) of any length at explicit ``positions`` (T,) or (B, T). A crop's logit (the
         difference of :meth:`forward`'s two logits) is the sum of these weighted by
         :meth:`pool_weights`.
@@ -229,42 +266,57 @@ class KmerBaseline(L.Callback):
 
 class ClassifyBaselines(L.Callback):
     """After testing, fit the baselines a practitioner would pick on the classifier's own crops and split
-    (:mod:`pipelines.tasks.dna.classify_baselines`: one-hot logistic regression, position weight matrix, the
-    Genomic Benchmarks CNN), each at the training length on train with its setting chosen on validation,
-    and score them on the test sequences at every test length, a longer crop read as the maximum over
-    its training-length windows. Logged: ``baseline/<name>_auroc_L<n>`` (name ``onehot_lr``, ``pwm``,
-    ``cnn``), ``baseline/<name>_val_auroc``, the choices ``baseline/onehot_lr_C``, ``baseline/pwm_alpha``,
-    ``baseline/cnn_epoch``; a table of the model's and the baselines' AUROC per length on stderr.
+    (:mod:`pipelines.tasks.dna.classify_baselines`: by default one-hot logistic regression, position weight
+    matrix, the Genomic Benchmarks CNN; also base composition, k-mer logistic regression and a
+    CNNProm-like CNN), each at the training length on train with its setting chosen on validation, and
+    score them on the test sequences at every test length, a longer crop read as the maximum over its
+    training-length windows. Logged: ``baseline/<name>_auroc_L<n>``, ``baseline/<name>_val_auroc``, what
+    validation chose (``baseline/onehot_lr_C``, ``baseline/pwm_alpha``, ``baseline/cnn_epoch``, …); for
+    two classes also ``baseline/<name>_{auroc,auprc,mcc,sn,sp,threshold}`` at the training length, the
+    threshold the one of best validation MCC; a table of the model's and the baselines' AUROC per
+    length on stderr.
 
     Args:
         cnn_epochs: most CNN training epochs (early stop after 3 without a better validation AUROC).
         stride: bases between the windows a longer crop is read as.
         seed: CNN initialisation and shuffling seed (``None``: the datamodule's ``seed``).
+        baselines: which to fit (names of :data:`~pipelines.tasks.dna.classify_baselines.BASELINES`).
+        k: k-mer length of ``kmer_lr``.
     """
 
-    CHOICE = {"onehot_lr": "C", "pwm": "alpha", "cnn": "epoch"}  # what validation chose, per baseline
-
-    def __init__(self, cnn_epochs: int = 10, stride: int = 1, seed: int | None = None) -> None:
-        if cnn_epochs < 1 or stride < 1:
-            raise PosencError(f"ClassifyBaselines: cnn_epochs={cnn_epochs} and stride={stride} must be ≥ 1")
-        self.cnn_epochs, self.stride, self.seed = cnn_epochs, stride, seed
+    def __init__(self, cnn_epochs: int = 10, stride: int = 1, seed: int | None = None,
+                 baselines: list[str] | None = None, k: int = 4) -> None:
+        if cnn_epochs < 1 or stride < 1 or k < 1:
+            raise PosencError(f"ClassifyBaselines: cnn_epochs={cnn_epochs}, stride={stride} and k={k} "
+                              "must be ≥ 1")
+        names = list(baselines) if baselines is not None else ["onehot_lr", "pwm", "cnn"]
+        unknown = [n for n in names if n not in BASELINES]
+        if unknown or not names:
+            raise PosencError(f"ClassifyBaselines: unknown baselines {unknown or names}; "
+                              f"known: {' '.join(BASELINES)}")
+        self.cnn_epochs, self.stride, self.seed, self.names, self.k = cnn_epochs, stride, seed, names, k
         self.results: dict[str, float] = {}
         self.by_length: dict[str, dict[int, float]] = {}
         self.train_length = 0  # tokens (the datamodule's seq_len), set by compute
+        self.untested: list[int] = []  # test lengths the datamodule left out (records shorter)
 
     def compute(self, dm: Any) -> dict[str, float]:
         """Fit on ``dm.sets["train"]``/``["val"]``, score ``dm.sets["test"]`` at every ``dm.eval_lengths``."""
 
         self.train_length, width = int(dm.seq_len), dm.tokenizer.n_bases(dm.seq_len)
+        self.untested = list(getattr(dm, "untested_lengths", []))
         seed = self.seed if self.seed is not None else int(getattr(dm, "seed", 0))
-        fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, seed)
+        fitted = fit_baselines(dm.sets, width, dm.num_classes, self.cnn_epochs, seed, self.names, self.k)
         lengths = {n: dm.tokenizer.n_bases(n) for n in dm.eval_lengths}
         self.by_length = score_lengths(fitted, dm.sets["test"], lengths, width, self.stride)
         out = {}
         for name, scorer in fitted.items():
             out |= {f"baseline/{name}_auroc_L{n}": v for n, v in self.by_length[name].items()}
-            out[f"baseline/{name}_{self.CHOICE[name]}"] = float(scorer.chosen)
+            out[f"baseline/{name}_{BASELINES[name]}"] = float(scorer.chosen)
             out[f"baseline/{name}_val_auroc"] = scorer.val_curve[scorer.chosen]
+        if dm.num_classes == 2:
+            for name, report in two_class_reports(fitted, dm.sets, width).items():
+                out |= {f"baseline/{name}_{k}": v for k, v in report.items()}
         return out
 
     def table(self, model: dict[int, dict[str, float]]) -> str:
@@ -276,6 +328,9 @@ class ClassifyBaselines(L.Callback):
         for n in sorted(self.by_length[names[0]]):
             own = model.get(n, {}).get("auroc", float("nan"))
             lines.append(f"  {n:>8} {own:>8.4f}" + "".join(f" {self.by_length[k][n]:>10.4f}" for k in names))
+        if self.untested:
+            lines.append(f"  not tested at {', '.join(map(str, self.untested))} tokens: every test record "
+                         "fits whole in the longest length above (a longer crop only adds padding)")
         return "\n".join(lines)
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

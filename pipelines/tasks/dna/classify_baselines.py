@@ -1,46 +1,55 @@
 """Baselines a practitioner would fit for DNA sequence classification, on the classifier's own crops
 and split (Lightning-free; :class:`pipelines.tasks.dna.classify.ClassifyBaselines` logs them beside a run).
 
-Three fixed-length window scorers, each fitted on the train split at the training length (``L0`` bases,
-the centre crop the Transformer is trained on) with its one setting chosen on the validation split only:
+Each is fitted on the train split at the training length (``L0`` bases, the centre crop the Transformer
+is trained on) with its one setting chosen on the validation split only (:data:`BASELINES`):
 
-* :class:`OneHotLogistic` — L2 logistic regression on the one-hot bases of the window (4 features per
-  position, N and padding all zero); the penalty C chosen on validation AUROC.
-* :class:`PositionWeightMatrix` — a position weight matrix per class (base frequencies at every position,
-  pseudo-count α chosen on validation); a window scores the sum of its per-position log-probabilities plus
-  the class's log prior. For two classes the class-1 score ranks windows exactly as the PWM log-odds
-  (positives vs negatives) does.
-* :class:`SmallCNN` — the baseline CNN of Genomic Benchmarks (Grešová et al., 2023): three blocks of
-  convolution (kernel 8; 16, 8, 4 filters), batch norm, ReLU and max-pool 2, flattened into a dense layer
-  of 512 and the class logits. Here on one-hot input instead of a learned embedding (an embedding followed
-  by a convolution is a convolution of the one-hot bases), with "same" padding so that short training
-  lengths still leave features; trained with Adam for at most ``epochs`` epochs, the epoch with the best
-  validation AUROC kept (early stop after ``patience`` epochs without improvement).
+* ``composition`` — :class:`FeatureLogistic` on the base frequencies of the crop (A, C, G, T; so also
+  its GC content): what composition alone separates; C chosen on validation AUROC.
+* ``kmer_lr`` — :class:`FeatureLogistic` on the k-mer frequencies of the crop (4^k features): order
+  within k bases, no position.
+* ``onehot_lr`` — :class:`OneHotLogistic`: L2 logistic regression on the one-hot bases of the window (4
+  features per position, N and padding all zero); the penalty C chosen on validation AUROC.
+* ``pwm`` — :class:`PositionWeightMatrix`: a position weight matrix per class (base frequencies at every
+  position, pseudo-count α chosen on validation); a window scores the sum of its per-position
+  log-probabilities plus the class's log prior. For two classes the class-1 score ranks windows exactly
+  as the PWM log-odds (positives vs negatives) does.
+* ``cnn`` — the Genomic Benchmarks CNN, and ``cnnprom`` — a CNNProm-like CNN
+  (:mod:`pipelines.tasks.dna.classify_cnns`), the epoch chosen on validation AUROC.
 
-All three need a fixed input length. A test crop of n > L0 bases is read as every L0 window in it (stride
-``stride``): a class's score is the maximum over the windows of its log-probability (:func:`window_scores`).
-The baseline is then, like the Transformer, not told where in the longer crop the centre is. (A
-practitioner who crops the centre instead scores exactly the 1× value at every length: the centre L0
-window of a longer crop is the 1× crop.)
+The position-aware ones need a fixed input length. A test crop of n > L0 bases is read as every L0 window
+in it (stride ``stride``): a class's score is the maximum over the windows of its log-probability
+(:func:`window_scores`). The baseline is then, like the Transformer, not told where in the longer crop
+the centre is. (A practitioner who crops the centre instead scores exactly the 1× value at every length:
+the centre L0 window of a longer crop is the 1× crop.) The composition and k-mer models read a longer
+crop whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from datamodules.dna.samples import SampleSet, SampleWindows
 from datamodules.dna.tokenize import KmerTokenizer
+from pipelines.tasks.dna.classify_cnns import CNNPromLike, SmallCNN, train_cnn, window_scores
+from pipelines.tasks.dna.classify_metrics import auroc, two_class_report
 
 #: penalties C tried for the one-hot logistic regression (chosen on validation AUROC)
 C_GRID = (1e-3, 1e-2, 1e-1, 1.0, 10.0)
 #: pseudo-counts α tried for the position weight matrix (chosen on validation AUROC)
 ALPHA_GRID = (0.1, 1.0, 10.0)
+#: penalties C tried for the composition and k-mer logistic regressions (few, dense features; on
+#: Arabidopsis TATA fold 0 both chose 100, the top of a 10⁻²…10² grid: an edge is not a choice)
+FEATURE_C_GRID = tuple(10.0**k for k in range(-2, 5))
+#: every baseline :func:`fit_baselines` knows, and the setting each chooses on validation
+BASELINES = {"composition": "C", "kmer_lr": "C", "onehot_lr": "C", "pwm": "alpha", "cnn": "epoch",
+             "cnnprom": "epoch"}
 
 
 def one_hot(codes: np.ndarray) -> Tensor:
@@ -49,21 +58,6 @@ def one_hot(codes: np.ndarray) -> Tensor:
     codes = torch.as_tensor(np.asarray(codes, dtype=np.int64))  # (N, n)
     out = F.one_hot(codes.clamp(max=4), 5)[..., :4].float()  # (N, n, 4): code 4+ → zeros
     return out.transpose(1, 2).contiguous()  # (N, 4, n)
-
-
-def auroc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """AUROC of class scores (N, C): for two classes the usual ROC AUC of column 1, for more the macro
-    mean over classes of one-vs-rest AUROC (each column ranked on its own, as the classifier reports it);
-    NaN when the labels hold a single class."""
-    from sklearn.metrics import roc_auc_score  # optional: sklearn baselines
-
-    labels = np.asarray(labels)
-    if len(np.unique(labels)) < 2:
-        return float("nan")
-    if scores.shape[1] == 2:
-        return float(roc_auc_score(labels, scores[:, 1]))
-    present = [c for c in range(scores.shape[1]) if 0 < (labels == c).sum() < len(labels)]
-    return float(np.mean([roc_auc_score(labels == c, scores[:, c]) for c in present]))
 
 
 class OneHotLogistic:
@@ -154,96 +148,6 @@ class PositionWeightMatrix:
         return window_scores(self.logits, x, stride)
 
 
-def window_scores(logits: Callable[[Tensor, int], Tensor], x: Tensor, stride: int = 1) -> np.ndarray:
-    """Class scores (N, C) of one-hot crops ``x`` (N, 4, n) by a window scorer: per window the class
-    log-probabilities (log-softmax of ``logits(x, stride)`` (N, C, W)), then for each class its maximum
-    over the windows. With one window (n = L0) these are the plain log-probabilities."""
-    with torch.no_grad():
-        return logits(x, stride).log_softmax(1).amax(2).numpy()  # (N, C)
-
-
-class SmallCNN(nn.Module):
-    """The Genomic Benchmarks baseline CNN on one-hot windows of ``width`` bases (see the module docstring).
-
-    Args:
-        width: input length in bases (L0).
-        num_classes: output classes.
-    """
-
-    def __init__(self, width: int, num_classes: int) -> None:
-        super().__init__()
-        blocks, channels = [], 4
-        for out in (16, 8, 4):
-            blocks += [nn.Conv1d(channels, out, 8, padding="same"), nn.BatchNorm1d(out), nn.ReLU(),
-                       nn.MaxPool1d(2)]
-            channels = out
-        self.features = nn.Sequential(*blocks)
-        flat = channels * (width // 8)  # three max-pools of 2
-        if flat == 0:
-            raise ValueError(f"the CNN baseline needs windows of at least 8 bases, got {width}")
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(flat, 512), nn.ReLU(), nn.Linear(512, num_classes))
-        self.width = width
-        self.chosen, self.val_curve = 0, {}  # best epoch and validation AUROC per epoch (train_cnn)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Class logits (B, C) of one-hot windows (B, 4, width)."""
-        return self.head(self.features(x))  # (B, 4, width // 8) flattened
-
-    def logits(self, x: Tensor, stride: int = 1, chunk: int = 4096) -> Tensor:
-        """Class logits (N, C, W) of every ``width`` window of ``x`` (N, 4, n) at ``stride``, about
-        ``chunk`` windows at a time (the windows are copies: all of them at once would not fit)."""
-        self.eval()
-        w = (x.shape[2] - self.width) // stride + 1
-        parts = []
-        with torch.no_grad():
-            for part in x.split(max(1, chunk // w)):
-                wins = part.unfold(2, self.width, stride).permute(0, 2, 1, 3)  # (n, W, 4, width)
-                out = self(wins.reshape(-1, 4, self.width))  # (n·W, C)
-                parts.append(out.view(len(part), w, -1).transpose(1, 2))  # (n, C, W)
-        return torch.cat(parts)
-
-    def scores(self, x: Tensor, stride: int = 1) -> np.ndarray:
-        return window_scores(self.logits, x, stride)
-
-
-def train_cnn(train: tuple[Tensor, np.ndarray], val: tuple[Tensor, np.ndarray], num_classes: int,
-              epochs: int = 10, patience: int = 3, batch_size: int = 64, lr: float = 1e-3,
-              seed: int = 0) -> SmallCNN:
-    """Train :class:`SmallCNN` on ``train`` (one-hot (N, 4, L0), labels) with Adam and cross-entropy;
-    returns it with the weights of the epoch with the best validation AUROC (``chosen``, 1-based) and
-    the AUROC of every epoch run (``val_curve``). Seeded and isolated from the global torch RNG; trains
-    also when called under ``torch.inference_mode`` (as a callback after Lightning's test loop is)."""
-    curve: dict[int, float] = {}
-    with torch.random.fork_rng(), torch.inference_mode(False), torch.enable_grad():
-        x, xv = train[0].clone(), val[0].clone()  # inference tensors cannot enter autograd
-        y = torch.as_tensor(np.asarray(train[1]), dtype=torch.int64)
-        torch.manual_seed(seed)
-        model = SmallCNN(x.shape[2], num_classes)
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
-        best_state, best_epoch = None, 0
-        for epoch in range(1, epochs + 1):
-            _epoch(model, opt, x, y, batch_size)
-            curve[epoch] = auroc(val[1], model.scores(xv))
-            if best_state is None or curve[epoch] > curve[best_epoch]:
-                best_epoch, best_state = epoch, {k: v.clone() for k, v in model.state_dict().items()}
-            elif epoch - best_epoch >= patience:
-                break
-        model.load_state_dict(best_state)
-    model.chosen, model.val_curve = best_epoch, curve
-    return model.eval()
-
-
-def _epoch(model: SmallCNN, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, batch_size: int) -> None:
-    """One pass over ``x`` (N, 4, L0), ``y`` (N,) in a fresh random order."""
-    model.train()
-    for idx in torch.randperm(len(y)).split(batch_size):
-        if len(idx) < 2:  # batch norm needs two samples
-            continue
-        opt.zero_grad()
-        F.cross_entropy(model(x[idx]), y[idx]).backward()
-        opt.step()
-
-
 def crops(samples: SampleSet, bases: int, width: int) -> tuple[Tensor, np.ndarray]:
     """One-hot centre crops (N, 4, max(bases, width)) of ``samples`` — the crops the classifier reads at
     a test length of ``bases`` bases (:class:`~datamodules.dna.samples.SampleWindows`, padded past a short
@@ -276,17 +180,95 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def base_frequencies(x: Tensor) -> np.ndarray:
+    """Base frequencies (N, 4) of one-hot crops (N, 4, n) over their A/C/G/T positions (N and padding out)."""
+    counts = x.sum(2).double().numpy()  # (N, 4)
+    return counts / np.maximum(counts.sum(1, keepdims=True), 1.0)
+
+
+def kmer_frequencies(x: Tensor, k: int) -> np.ndarray:
+    """k-mer frequencies (N, 4^k) of one-hot crops (N, 4, n): every k-mer of A/C/G/T bases, one step apart
+    (a k-mer holding N or padding is not counted)."""
+    codes, valid = x.argmax(1).long(), x.sum(1) > 0  # (N, n) each
+    n_win = max(0, codes.shape[1] - k + 1)
+    index = torch.zeros(len(codes), n_win, dtype=torch.long)  # (N, W) k-mer index of each window
+    ok = torch.ones(len(codes), n_win, dtype=torch.bool)  # (N, W) no N or padding in the window
+    for j in range(k):
+        index = index * 4 + codes[:, j : j + n_win]  # (N, W)
+        ok &= valid[:, j : j + n_win]
+    rows = torch.arange(len(codes)).unsqueeze(1).expand_as(index)  # (N, W)
+    flat = (rows * 4**k + index)[ok]
+    counts = torch.bincount(flat, minlength=len(codes) * 4**k).view(len(codes), 4**k).double().numpy()
+    return counts / np.maximum(counts.sum(1, keepdims=True), 1.0)
+
+
+class FeatureLogistic:
+    """L2 logistic regression on features of the whole crop, C chosen on validation AUROC.
+
+    Args:
+        features: one-hot crops (N, 4, n) → features (N, F).
+        grid: the penalties C tried.
+    """
+
+    def __init__(self, features: Callable[[Tensor], np.ndarray],
+                 grid: Sequence[float] = FEATURE_C_GRID) -> None:
+        self.features, self.grid = features, tuple(grid)
+        self.chosen: float = float("nan")
+        self.val_curve: dict[float, float] = {}
+        self.model = None
+        self.num_classes = 0
+
+    def fit(self, train: tuple[Tensor, np.ndarray], val: tuple[Tensor, np.ndarray],
+            num_classes: int) -> FeatureLogistic:
+        from sklearn.linear_model import LogisticRegression  # optional: sklearn baselines
+
+        (x, y), (xv, yv) = train, val
+        f, self.num_classes = self.features(x), num_classes
+        best = None
+        for c in self.grid:
+            self.model = LogisticRegression(C=c, max_iter=2000).fit(f, y)
+            self.val_curve[c] = auroc(yv, self.scores(xv))
+            if best is None or self.val_curve[c] > self.val_curve[best[0]]:
+                best = (c, self.model)
+        self.chosen, self.model = best
+        return self
+
+    def scores(self, x: Tensor, stride: int = 1) -> np.ndarray:
+        """Class log-probabilities (N, C) of whole crops (``stride`` unused: no windows)."""
+        probs = np.full((len(x), self.num_classes), 1e-12)  # a class absent from train: never likely
+        probs[:, self.model.classes_] = np.maximum(self.model.predict_proba(self.features(x)), 1e-12)
+        return np.log(probs)
+
+
 def fit_baselines(sets: dict[str, SampleSet], width: int, num_classes: int, cnn_epochs: int = 10,
-                  seed: int = 0) -> dict[str, object]:
-    """Fit every baseline on ``sets["train"]`` at ``width`` bases, choosing each one's setting on
-    ``sets["val"]``; ``sets["test"]`` is never read. Returns ``{name: fitted scorer}`` (each with
-    ``scores(x, stride)``, its validation choice ``chosen`` and the validation AUROC of every candidate
-    ``val_curve``)."""
+                  seed: int = 0, names: Sequence[str] = ("onehot_lr", "pwm", "cnn"),
+                  k: int = 4) -> dict[str, object]:
+    """Fit the baselines ``names`` (of :data:`BASELINES`) on ``sets["train"]`` at ``width`` bases,
+    choosing each one's setting on ``sets["val"]``; ``sets["test"]`` is never read. Returns
+    ``{name: fitted scorer}`` (each with ``scores(x, stride)``, its validation choice ``chosen`` and the
+    validation AUROC of every candidate ``val_curve``); ``k``: the k-mer length of ``kmer_lr``."""
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; known: {' '.join(BASELINES)}")
     train, val = crops(sets["train"], width, width), crops(sets["val"], width, width)
+    fits = {"composition": lambda: FeatureLogistic(base_frequencies).fit(train, val, num_classes),
+            "kmer_lr": lambda: FeatureLogistic(lambda x: kmer_frequencies(x, k)).fit(train, val, num_classes),
+            "onehot_lr": lambda: OneHotLogistic().fit(train, val, num_classes),
+            "pwm": lambda: PositionWeightMatrix().fit(train, val, num_classes),
+            "cnn": lambda: train_cnn(train, val, num_classes, epochs=cnn_epochs, seed=seed, make=SmallCNN),
+            "cnnprom": lambda: train_cnn(train, val, num_classes, epochs=cnn_epochs, seed=seed,
+                                         make=CNNPromLike)}
     with one_thread():
-        return {"onehot_lr": OneHotLogistic().fit(train, val, num_classes),
-                "pwm": PositionWeightMatrix().fit(train, val, num_classes),
-                "cnn": train_cnn(train, val, num_classes, epochs=cnn_epochs, seed=seed)}
+        return {name: fits[name]() for name in names}
+
+
+def two_class_reports(scorers: dict[str, object], sets: dict[str, SampleSet], width: int) -> dict[str, dict]:
+    """Per two-class scorer: test AUROC, AUPRC, and Sn, Sp, MCC at the threshold of best validation MCC
+    (:func:`~pipelines.tasks.dna.classify_metrics.two_class_report`), both read at the training length."""
+    (xv, yv), (xt, yt) = crops(sets["val"], width, width), crops(sets["test"], width, width)
+    with one_thread():
+        return {name: two_class_report(yv, scorer.scores(xv)[:, 1], yt, scorer.scores(xt)[:, 1])
+                for name, scorer in scorers.items()}
 
 
 def score_lengths(scorers: dict[str, object], test: SampleSet, lengths: dict[int, int], width: int,

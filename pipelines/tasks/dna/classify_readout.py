@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from posenc import PosencError
 
 Pool = Literal["mean", "tokens"]
+GAIN = 20.0  # PositionPrior: logits per unit of its parameter
 Positions = Literal["index", "centre"]
 
 
@@ -87,13 +88,24 @@ class PositionPrior(nn.Module):
     """One learned logit per training position 0..L−1; a crop's pooling weights are their softmax over
     its tokens (positions outside 0..L−1 and padding get weight 0).
 
+    The logits are ``gain · θ``: Adam moves each θ by about the learning rate per step whatever its
+    gradient, so without a gain the prior would stay near uniform over a short run (measured: the
+    largest weight of an 81-position prior 0.014 after 12 epochs, against 0.012 uniform).
+
     Args:
         length: L, the training crop length in tokens.
+        gain: the factor between θ and the logits.
     """
 
-    def __init__(self, length: int) -> None:
+    def __init__(self, length: int, gain: float = GAIN) -> None:
         super().__init__()
-        self.logits = nn.Parameter(torch.zeros(length))
+        self.theta = nn.Parameter(torch.zeros(length))
+        self.gain = gain
+
+    @property
+    def logits(self) -> Tensor:
+        """The prior's logits (L,)."""
+        return self.gain * self.theta
 
     def forward(self, pos: Tensor, keep: Tensor) -> Tensor:
         """Weights (B, T) summing to 1 over each row's weighted tokens (0 where none is), for positions
