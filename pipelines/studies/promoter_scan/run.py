@@ -49,6 +49,7 @@ from datamodules.dna.locate import GenomeIndex, Located, Site, locate_records
 from datamodules.dna.samples import SPLITS
 from datamodules.dna.scan_windows import background_windows, promoter_windows
 from pipelines.console import configure
+from pipelines.eval.evaluate import load_config
 from pipelines.eval.scan import Reads, read_windows, score_table
 from pipelines.eval.sweep import config_key, read_layers, train_run
 from pipelines.inference.loading import load_model
@@ -111,8 +112,12 @@ def record_length(path: str) -> int:
 
 
 def fold_overlay(args: argparse.Namespace, width: int) -> dict[str, Any]:
-    """The settings the fold's model trains with over the config layers (the benchmark child's)."""
-    trainer: dict[str, Any] = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
+    """The settings the fold's model trains with over the config layers (the benchmark child's, less the
+    benchmark's baselines: the scan fits the two it slides itself)."""
+    callbacks = (load_config(args.config).get("trainer") or {}).get("callbacks") or []
+    trainer: dict[str, Any] = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False,
+                               "callbacks": [c for c in callbacks if not str((c or {}).get("class_path", ""))
+                                             .endswith("ClassifyBaselines")]}
     if args.max_epochs is not None:
         trainer["max_epochs"] = args.max_epochs
     fastas = dict(zip(CLASSES[::-1], (str(Path(f).resolve()) for f in args.data), strict=True))
