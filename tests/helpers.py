@@ -434,6 +434,6 @@ def token_classifier(prior: torch.Tensor | None = None, layers: int = 0, window:
     if prior is None:
         return SequenceClassifier(net=net).eval()
     model = SequenceClassifier(net=net, seq_len=len(prior), readout=Readout(pool="tokens"))
-    with torch.no_grad():
-        model.prior.logits.copy_(torch.log(prior))
+    with torch.no_grad():  # the prior's logits are gain x theta
+        model.prior.theta.copy_(torch.log(prior) / model.prior.gain)
     return model.eval()
