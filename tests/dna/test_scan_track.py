@@ -94,3 +94,21 @@ def test_equal_neighbours_are_merged_and_settings_checked(model):
         scan_records(model, records, ScanSettings(WIDTH, WIDTH, chunk=64), None, io.StringIO())
     assert receptive_flank(token_classifier(layers=2, window=5), WIDTH) == 8
     assert receptive_flank(model, WIDTH) == WIDTH
+
+
+def test_memory_stays_flat_in_the_record_length(model, tmp_path):
+    """Peak traced memory of a scan (numpy arrays, strings) beyond the record's own codes: the same for
+    a record 4x as long (the track and calls go to files as each chunk is scored)."""
+    import tracemalloc
+
+    def peak(n: int) -> int:
+        codes = np.random.default_rng(n).integers(0, 4, n).astype(np.uint8)
+        with open(tmp_path / "t.bedgraph", "w") as track, open(tmp_path / "c.bed", "w") as calls:
+            tracemalloc.start()
+            scan_records(model, lambda: [("chr", codes)], ScanSettings(WIDTH, TSS, chunk=1024), track, calls)
+            size = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        return size
+
+    small, large = peak(20_000), peak(80_000)
+    assert large < small + 80_000 + 20_000  # at most the longer reverse complement (1 byte a base) more
