@@ -151,3 +151,10 @@ benchmark-promoters: $(STAMP) ## promoter sets beside CNNProm, 5-fold CV x 3 see
 	@test -n "$(DATA)" || { echo "usage: make benchmark-promoters DATA=<folder or \"positives.fa negatives.fa\"> [SEEDS=\"0 1 2\"] [OUT=outputs/promoters] [ARGS=--quick]" >&2; exit 2; }
 	$(PY) -m pipelines.studies.promoters --data $(DATA) --seeds $(or $(SEEDS),0 1 2) \
 	  --jobs $(PROMOTER_JOBS) --threads 1 --out $(or $(OUT),outputs/promoters) $(ARGS)
+
+# Scanning a genome with a promoter model (docs/promoters.md, "Scanning a genome"): one fold's model reads
+# 1-8 kb windows of the shipped E. coli genome in one pass, beside the same model slid, a PWM and one-hot LR.
+.PHONY: scan-promoters
+scan-promoters: $(STAMP) ## one fold's scanning table and figures: DATA="promoters.fa non_promoters.fa" [OUT=..] [ARGS="--fold 1 --quick --ckpt .."]
+	@test -n "$(DATA)" || { echo "usage: make scan-promoters DATA=\"promoters.fa non_promoters.fa\" [OUT=outputs/promoter_scan] [ARGS=\"--quick\"]" >&2; exit 2; }
+	$(PY) -m pipelines.studies.promoter_scan --data $(DATA) --out $(or $(OUT),outputs/promoter_scan) $(ARGS)

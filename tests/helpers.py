@@ -420,3 +420,23 @@ def small_csv(path: Path, n_channels: int = 2) -> Path:
     frame.insert(0, "date", pd.date_range("2016-07-01", periods=1000, freq="h").strftime("%Y-%m-%d %H:%M:%S"))
     frame.to_csv(path, index=False)
     return path
+
+
+def token_classifier(prior: torch.Tensor | None = None, layers: int = 0, window: int | None = None,
+                     seed: int = 0):
+    """A tiny two-class :class:`~pipelines.tasks.dna.classify.SequenceClassifier` (D 16, 2 heads) in eval
+    mode, pooling its token logits uniformly, or with ``prior`` (weights over a crop's positions, summing
+    to 1) as its learned position prior. ``layers`` 0: a token sees only itself, so a long window read
+    once scores every crop as the crop alone."""
+    from pipelines.tasks.dna.classify import SequenceClassifier  # heavy: the task, only where used
+    from pipelines.tasks.dna.classify_readout import Readout
+    from pipelines.tasks.options import Net
+
+    torch.manual_seed(seed)
+    net = Net(d_model=D, n_heads=H, n_layers=layers, attention_window=window)
+    if prior is None:
+        return SequenceClassifier(net=net).eval()
+    model = SequenceClassifier(net=net, seq_len=len(prior), readout=Readout(pool="tokens"))
+    with torch.no_grad():  # the prior's logits are gain x theta
+        model.prior.theta.copy_(torch.log(prior) / model.prior.gain)
+    return model.eval()

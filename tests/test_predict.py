@@ -208,3 +208,44 @@ def test_forecaster_reloads_and_forecasts_a_held_out_slice(tmp_path):
     np.testing.assert_allclose(out["load"], ref["load"], rtol=1e-5)
     inside = out["load_actual"].notna()
     assert inside.sum() == (ref["time"] <= pd.Timestamp(df["when"].iloc[-1]).isoformat()).sum()
+
+
+@pytest.mark.slow
+def test_a_promoter_classifier_scans_a_fasta_into_a_track_and_calls(tmp_path):
+    """``make predict`` with a promoter classifier: a BED of calls and (``--track``) a bedGraph, both
+    strands, written in one pass; the track is the reloaded model's one-pass read of each strand."""
+    from datamodules.dna.fasta import EncodeReport, iter_records
+    from datamodules.dna.tokenize import reverse_complement
+    from pipelines.tasks.dna.scan_reads import whole_read
+
+    pos = {f"p{i}": random_bases(20, i) + "TATAAT" + random_bases(14, 100 + i) for i in range(20)}
+    neg = {f"n{i}": random_bases(40, 200 + i) for i in range(20)}
+    fp, fn = write_fasta(tmp_path / "p.fa", pos), write_fasta(tmp_path / "n.fa", neg)
+    classes = f"--data.init_args.class_fastas={{promoter: {fp}, non_promoter: {fn}}}"
+    cli = fit(tmp_path, "dna_classify.yaml", classes, "--data.init_args.seq_len=40",
+              "--data.init_args.batch_size=4", "--model.init_args.attention_window=8")  # chunks read alike
+    genome = write_fasta(tmp_path / "g.fa", {"c1": random_bases(500, 7), "c2": random_bases(90, 8)})
+    run_id = cli.trainer.logger.run_id
+    args = ("--ckpt", run_id, "--input", str(genome), "--tss_index", "30", "--threshold", "-50")
+    outputs = ("--output", "calls.bed", "--track", "track.bedgraph", "--chunk", "64")
+    assert predict_cli(tmp_path, *args, *outputs) == 0
+    with workdir_with_store(tmp_path):
+        model = load_model(run_id, device="cpu")
+    track, strand = {}, None
+    for line in (tmp_path / "track.bedgraph").read_text().splitlines():
+        if line.startswith("track type=bedGraph"):
+            strand = "+" if line.count(" +") else "-"
+            continue
+        chrom, a, b, v = line.split("\t")
+        track.update({(strand, chrom, i): float(v) for i in range(int(a), int(b))})
+    for chrom, codes in iter_records(genome, EncodeReport()):
+        plus = whole_read(model, codes, 40, 30)
+        minus = whole_read(model, reverse_complement(codes), 40, 30)[::-1]
+        for sign, want in (("+", plus), ("-", minus)):
+            got = np.array([track.get((sign, chrom, i), np.nan) for i in range(len(codes))])
+            np.testing.assert_allclose(got, want, atol=2e-3, equal_nan=True)  # 3 decimals in the file
+    bed = [line.split("\t") for line in (tmp_path / "calls.bed").read_text().splitlines()]
+    assert {b[5] for b in bed} == {"+", "-"} and all(int(b[2]) == int(b[1]) + 1 for b in bed)
+    assert all(0 <= int(b[4]) <= 1000 for b in bed)
+    assert predict_cli(tmp_path, *args, "--output", "calls2.bed", "--track", "t.tsv") == 2  # not a .bedgraph
+    assert not (tmp_path / "calls2.bed").exists() and not (tmp_path / "t.tsv").exists()

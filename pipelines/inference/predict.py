@@ -7,7 +7,10 @@ file renamed into place: an error leaves nothing behind). What is written depend
   prob bits``), or with ``--level record`` one row per record with its bits/base;
 * segmentation: per-base labels as TSV/CSV, or CDS intervals as GFF3 (``.gff``/``.gff3``) or BED
   (``.bed``), chosen by the output's suffix;
-* classification: one row per record with the class probabilities and the predicted class;
+* classification: one row per record with the class probabilities and the predicted class; a promoter
+  classifier (two classes, per-base ``token_logits``) scans instead with a ``.bedgraph`` output (the
+  per-base track) or a ``.bed`` one (the calls), both strands, and ``--track`` writes the track beside
+  the calls in the same pass (:mod:`pipelines.tasks.dna.scan_track`);
 * forecasting (CSV/parquet in, the training's columns): forecasts with timestamps after the end of
   the table, or with ``--every N`` at rolling origins every N rows (with the actual values where
   the table has them).
@@ -20,6 +23,7 @@ window) and are stitched (see :mod:`pipelines.tasks.windows`). ``.gz`` outputs a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import sys
 import warnings
@@ -36,12 +40,14 @@ from pipelines.console import add_console_args, configure, user_errors_exit
 from pipelines.inference.loading import load_model
 from pipelines.inference.outputs import atomic_output, check_output
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
+from pipelines.tasks.dna.scan_track import ScanSettings, default_chunk, receptive_flank, scan_records
 from pipelines.tracking.failure import stop_on_sigterm
 from posenc import PosencError
 from posenc.registry import without_working_folder
 
 TABLE_SUFFIXES = (".tsv", ".csv", ".txt")
 INTERVAL_SUFFIXES = (".gff", ".gff3", ".bed")
+TRACK_SUFFIXES = (".bedgraph", ".bdg")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,6 +67,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--mask_every", type=int, default=7, help="masked LM: mask every k-th token per pass")
     add("--every", type=int, default=None, help="forecasting: rolling origins every N rows")
     add("--min_length", type=int, default=0, help="segmentation GFF/BED: drop intervals shorter than this")
+    add("--track", default=None, help="promoter scan: also write the per-base track (.bedgraph) here")
+    add("--tss_index", type=int, default=None,
+        help="promoter scan: the TSS's index in a training crop (default: its centre; 60 for 81-nt "
+             "bacterial crops -60..+20, 200 for 251-nt -200..+50)")
+    add("--threshold", type=float, default=0.0, help="promoter scan: smallest logit called (BED)")
+    add("--chunk", type=int, default=None,
+        help="promoter scan: bases scored per pass (default 4096 with local attention, else 1024)")
     add("--tracking_uri", default=None, help="MLflow store for run ids / URIs (default: sqlite:///mlflow.db)")
     add("--no_progress", action="store_true", help="no progress bar (the same as --progress false)")
     add_trust_args(p)
@@ -70,7 +83,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check_options(args: argparse.Namespace) -> None:
     """The numeric options in range: a one-line :class:`PosencError` naming the first one that is not."""
-    least = {"batch_size": 1, "every": 1, "mask_every": 1, "window": 0, "overlap": 0, "min_length": 0}
+    least = {"batch_size": 1, "every": 1, "mask_every": 1, "window": 0, "overlap": 0, "min_length": 0,
+             "tss_index": 0, "chunk": 1}
     for name, low in least.items():
         value = getattr(args, name)
         if value is not None and value < low:
@@ -84,10 +98,12 @@ def output_kind(path: Path) -> tuple[str, str]:
         return "gff", "\t"
     if suffix == ".bed":
         return "bed", "\t"
+    if suffix in TRACK_SUFFIXES:
+        return "bedgraph", "\t"
     if suffix in TABLE_SUFFIXES:
         return "table", "," if suffix == ".csv" else "\t"
-    raise PosencError(f"{path}: unknown output format {suffix!r} (use .tsv, .csv, .gff, .gff3 or .bed, "
-                      "optionally .gz)")
+    raise PosencError(f"{path}: unknown output format {suffix!r} (use .tsv, .csv, .gff, .gff3, .bed or "
+                      ".bedgraph, optionally .gz)")
 
 
 class TableWriter:
@@ -132,6 +148,11 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
     """Stream the records of a FASTA/GenBank file through the model into ``out``."""
 
     kind, sep = output_kind(out)
+    if kind in ("bed", "bedgraph") and hasattr(model, "token_logits") and not model.writes_intervals:
+        return predict_scan(model, args, out, kind)
+    if kind == "bedgraph" or args.track:
+        raise PosencError(f"{args.track or out}: a per-base track is for promoter classifiers (per-base "
+                          f"token_logits); this model's task is {model.task_name!r}")
     if kind != "table" and not model.writes_intervals:
         raise PosencError(f"{out}: GFF/BED output is for segmentation models; this model's task is "
                           f"{model.task_name!r}")
@@ -161,6 +182,33 @@ def predict_dna(model: Any, args: argparse.Namespace, out: Path) -> str:
             n_records += len(group)
     what = "intervals" if kind != "table" else "rows"
     return f"{n_records} record(s) → {n_rows} {what} in {out}"
+
+
+def predict_scan(model: Any, args: argparse.Namespace, out: Path, kind: str) -> str:
+    """Scan every record of a FASTA/GenBank file on both strands: the calls (BED) and/or the per-base
+    track (bedGraph) (:mod:`pipelines.tasks.dna.scan_track`)."""
+    track_path = out if kind == "bedgraph" else None
+    if args.track:
+        if kind == "bedgraph" or output_kind(Path(args.track))[0] != "bedgraph":
+            raise PosencError(f"{args.track}: --track names a .bedgraph file beside a .bed output")
+        track_path = check_output(args.track, [args.input, args.ckpt, str(out)], args.overwrite)
+    width = int((getattr(model, "posenc_inference", {}) or {}).get("data", {}).get("seq_len", 0) or 0)
+    if width < 1:
+        raise PosencError(f"{args.ckpt}: the checkpoint does not say its training length (data.seq_len)")
+    tss = width // 2 if args.tss_index is None else args.tss_index
+    chunk = args.chunk or default_chunk(model)
+    cfg = ScanSettings(width, tss, chunk=chunk, flank=receptive_flank(model, width),
+                       threshold=args.threshold)
+    records = lambda: iter_records(args.input, EncodeReport())  # noqa: E731 - read once per strand
+    total = 2 * sum(len(c) for _, c in records())
+    with contextlib.ExitStack() as stack, progress_bar(total, "scanning", unit="bp", unit_scale=True) as bar:
+        track = stack.enter_context(atomic_output(track_path, args.overwrite)) if track_path else None
+        calls = stack.enter_context(atomic_output(out, args.overwrite)) if kind == "bed" else None
+        done = scan_records(model, records, cfg, track, calls, progress=bar.update)
+    wrote = [f"{done.calls} calls in {out}"] if kind == "bed" else []
+    wrote += [f"the track of {done.bases} scored bases in {track_path}"] if track_path else []
+    head = f"both strands scanned (TSS at crop index {tss} of {width}, calls at logit >= {cfg.threshold:g})"
+    return f"{head}: " + "; ".join(wrote)
 
 
 def predict_table(model: Any, args: argparse.Namespace, out: Path) -> str:
