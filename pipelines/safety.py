@@ -32,7 +32,7 @@ from typing import Any
 
 from jsonargparse import set_parsing_settings
 
-from pipelines.tracking.scrub import scrub_text
+from pipelines.console.scrub import scrub_text
 from posenc import PosencError
 from posenc.registry import NEVER_TRUSTED, TRUST_ENV, check_trusted, trust_modules, trusted_modules
 

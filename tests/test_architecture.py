@@ -107,8 +107,9 @@ def test_layers_point_one_way_and_parsers_stay_light():
 
 
 #: Every project module's layer, lowest first (the README's "How it fits together"): the library's
-#: encodings, attention and diagnostics; parsing; shared utilities; MLflow tracking (the store, the scrubber,
-#: resume, failures: infrastructure, knowing no task) and the trust rules; tasks; inference
+#: encodings, attention and diagnostics; parsing; shared utilities (the console and its scrubber, which
+#: every printed line and every record go through); MLflow tracking (the store, resume, failures:
+#: infrastructure, knowing no task) and the trust rules; tasks; inference
 #: (resolve, load, write, register); the training command (``pipelines.cli``, below the evaluation because
 #: every sweep child trains through it); the evaluation library; the studies and benchmarks built on it;
 #: the entry-point shim and the package's public surface. A prefix owns its submodules.

@@ -157,7 +157,7 @@ def test_logged_config_has_no_home_path_or_secret(tmp_path, monkeypatch):
 
 
 def test_scrub_text_hides_url_credentials():
-    from pipelines.tracking.scrub import scrub_text
+    from pipelines.console.scrub import scrub_text
 
     assert scrub_text("tracking_uri: https://alice:pw123@mlflow.example/x") == \
         "tracking_uri: https://***@mlflow.example/x"

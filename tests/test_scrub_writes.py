@@ -1,5 +1,5 @@
 """Nothing secret or machine-specific in what a run writes (issue 42), through the one scrubber
-(:func:`pipelines.tracking.scrub.scrub_text`): ``run.json``, the tracking server's console line, the logged
+(:func:`pipelines.console.scrub.scrub_text`): ``run.json``, the tracking server's console line, the logged
 model's ``MLmodel`` and its MLflow tags."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ PASSWORD = "s3cret-pw-9f2c"
     f"postgresql://mlflow:{PASSWORD}@db.lab/mlflow",
 ])
 def test_the_scrubber_hides_passwords_in_user_info_and_query_parameters(uri):
-    from pipelines.tracking.scrub import scrub_text
+    from pipelines.console.scrub import scrub_text
 
     clean = scrub_text(f"store {uri} (see it)")
     assert PASSWORD not in clean and "***" in clean and clean.endswith(" (see it)")

@@ -41,7 +41,7 @@ def leaked(text: str) -> list[str]:
     f"http://alice:{PASSWORD}@127.0.0.1:5000/#/experiments/1/runs/abc",
 ])
 def test_user_info_is_masked_up_to_the_last_at_before_the_host(uri):
-    from pipelines.tracking.scrub import scrub_text
+    from pipelines.console.scrub import scrub_text
 
     clean = scrub_text(f"store {uri} (see it); mail bob@lab.org")
     assert not leaked(clean) and "***@" in clean, clean

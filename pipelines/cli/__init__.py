@@ -25,6 +25,7 @@ from pipelines.children import die_with_parent
 from pipelines.cli.ckpt_config import checkpoint_model, weights_mismatch
 from pipelines.cli.config_errors import user_error
 from pipelines.console import LineProgressBar, configure, print_error, spell_out_verbose
+from pipelines.console.scrub import scrub_logged_params
 from pipelines.inference.loading import read_checkpoint
 from pipelines.inference.registry import RegisterModel
 from pipelines.safety import (
@@ -51,7 +52,6 @@ from pipelines.tracking.failure import (
 from pipelines.tracking.resume import ResumeCheckpoint
 from pipelines.tracking.resume import prepare as prepare_resume
 from pipelines.tracking.runlock import release_all as release_run_locks
-from pipelines.tracking.scrub import scrub_logged_params
 from pipelines.tracking.store import (
     LogConfigToMLflow,
     mlflow_logger_args,

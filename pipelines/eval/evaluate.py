@@ -31,6 +31,7 @@ import yaml
 
 from datamodules.config import build_groups
 from pipelines.console import add_console_args, configure, user_errors_exit
+from pipelines.console.scrub import scrub_text
 from pipelines.eval.extrapolation import ROPE_VARIANTS, Extrapolation, evaluate
 from pipelines.eval.lengths import DEFAULT_FACTORS, check_factors, check_lengths
 from pipelines.eval.report import format_table, log_to_mlflow, prefix, save_all
@@ -39,7 +40,6 @@ from pipelines.inference.loading import model_from_checkpoint, read_checkpoint
 from pipelines.inference.resolve import resolve
 from pipelines.safety import add_trust_args, apply_trust_args, drop_working_folder
 from pipelines.tasks.upgrade.legacy import moved, regroup
-from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import experiment_id, mlflow_loggers, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError

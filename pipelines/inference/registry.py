@@ -28,9 +28,9 @@ from typing import Any
 import lightning as L
 import torch
 
+from pipelines.console.scrub import scrub_logged_model_tags
 from pipelines.inference.loading import META_KEY, load_model
 from pipelines.tracking.card import ModelCard, card_metrics, command_line, from_training, write_card
-from pipelines.tracking.scrub import scrub_logged_model_tags
 from pipelines.tracking.store import mlflow_loggers
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from datamodules.config import as_group
+from pipelines.console.scrub import scrub_checkpoint
 from pipelines.tasks.options import Optim
-from pipelines.tracking.scrub import scrub_checkpoint
 from posenc import PosencError
 
 #: the spelling of the settings this code writes into checkpoints (``checkpoint["config_version"]``);

@@ -6,7 +6,7 @@ metrics beside their baselines as stored in the run, the command that trained it
 model and on the version, and tags for searching (``task``, ``scheme``, ``data``, ``train_length``).
 It is written at registration (validation metrics only) and rewritten after the test pass
 (:func:`update_card`), so the description always shows the metrics the run holds. Both are scrubbed
-(:mod:`pipelines.tracking.scrub`): no home path or credential typed on the command line reaches them.
+(:mod:`pipelines.console.scrub`): no home path or credential typed on the command line reaches them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.tracking.scrub import scrub_text
+from pipelines.console.scrub import scrub_text
 
 #: run metrics shown in a card (summaries only: curves ``*_by_*`` stay in the run)
 CARD_PREFIXES = ("test/", "baseline/", "val/", "extrapolation/")

@@ -43,9 +43,9 @@ import torch
 import yaml
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 
+from pipelines.console.scrub import scrub_value
 from pipelines.tracking.failure import set_status_when_free
 from pipelines.tracking.runlock import acquire, hold
-from pipelines.tracking.scrub import scrub_value
 from pipelines.tracking.store import mlflow_logger_args, mlflow_loggers
 from posenc import PosencError
 
@@ -75,7 +75,7 @@ def run_dir_for(config_yaml: str, root: str | Path) -> Path:
 
 
 def _atomic_json(path: Path, value: dict) -> None:
-    """Write ``value`` (scrubbed: no credential or home path, :func:`pipelines.tracking.scrub.scrub_value`) to
+    """Write ``value`` (scrubbed: no credential or home path, :func:`pipelines.console.scrub.scrub_value`) to
     ``path`` through a temporary file, readable by its owner only."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)

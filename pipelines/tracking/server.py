@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from pipelines.console import user_errors_exit
-from pipelines.tracking.scrub import scrub_text
+from pipelines.console.scrub import scrub_text
 from posenc import PosencError
 
 ADMIN_USER, ADMIN_PASSWORD = "MLFLOW_AUTH_ADMIN_USERNAME", "MLFLOW_AUTH_ADMIN_PASSWORD"

@@ -16,7 +16,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
 from pipelines.console import scrub_library_lines
-from pipelines.tracking.scrub import scrub_run_tags, scrub_text
+from pipelines.console.scrub import scrub_run_tags, scrub_text
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: MLflow's settings for every command (a value in the environment wins). MLflow prints a run's URL

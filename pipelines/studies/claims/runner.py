@@ -36,6 +36,7 @@ import yaml
 
 from pipelines.children import MAX_JOBS, default_jobs
 from pipelines.console import user_errors_exit
+from pipelines.console.scrub import scrub_text
 from pipelines.safety import add_trust_args, apply_trust_args
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
@@ -50,7 +51,6 @@ from pipelines.studies.claims.report import (
     summary_table,
 )
 from pipelines.tracking.failure import Terminated, stop_on_sigterm
-from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 from posenc.registry import import_class

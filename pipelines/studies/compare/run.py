@@ -39,6 +39,7 @@ from typing import Any
 
 from datamodules.progress import progress_bar
 from pipelines.console import add_console_args, configure, user_errors_exit
+from pipelines.console.scrub import scrub_text
 from pipelines.eval.evaluate import ExtrapolationEval, check_retain, load_config
 from pipelines.eval.lengths import DEFAULT_FACTORS, check_factors
 from pipelines.eval.sweep import TrainingFailed, train_run
@@ -53,7 +54,6 @@ from pipelines.studies.compare.runs import (
     untrained_positions,
 )
 from pipelines.studies.compare.stats import Comparison, compare
-from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import experiment_id, tracking_uri
 from pipelines.tracking.ui_url import run_url
 from posenc import PosencError

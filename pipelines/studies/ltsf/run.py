@@ -47,6 +47,7 @@ from datamodules.cache import DEFAULT_CACHE_DIR
 from datamodules.timeseries.ltsf import PROTOCOLS, LTSFData, detect_protocol, load_ltsf, scaled_errors
 from pipelines.children import MAX_JOBS, stop_pool, worker_pool
 from pipelines.console import configure, scrub_library_lines, user_errors_exit
+from pipelines.console.scrub import scrub_text
 from pipelines.safety import add_trust_args, apply_trust_args
 from pipelines.studies.compare.run import scheme_file
 from pipelines.studies.ltsf import models as ltsf_models
@@ -58,7 +59,6 @@ from pipelines.studies.ltsf.models import Result, load_model_config, with_encodi
 from pipelines.studies.ltsf.out import OUT_FILES, PREDICTIONS, append_row, prepare_out, write_summary
 from pipelines.studies.ltsf.report import BASELINES, FIELDS
 from pipelines.studies.out_folder import open_out
-from pipelines.tracking.scrub import scrub_text
 from pipelines.tracking.store import experiment_id, tracking_uri
 from posenc import PosencError
 

@@ -63,7 +63,7 @@ MOVED: tuple[tuple[str, str], ...] = (
     ("pipelines.ckpt_config", "pipelines.cli.ckpt_config"),
     ("pipelines.config_errors", "pipelines.cli.config_errors"),
     # issue 55: infrastructure on its own floor
-    ("datamodules.scrub", "pipelines.tracking.scrub"),
+    ("datamodules.scrub", "pipelines.console.scrub"),
     ("datamodules.legacy", "pipelines.tasks.upgrade.legacy"),
     ("pipelines.tracking.whole_window", "pipelines.tasks.dna.whole_window"),
 )

@@ -30,7 +30,7 @@ from typing import Any
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 from datamodules.progress import LineProgress, set_progress
-from pipelines.tracking.scrub import scrub_text
+from pipelines.console.scrub import scrub_text
 from posenc import PosencError
 
 #: (message regex, category, module regex): library warnings with nothing to act on.
@@ -122,12 +122,12 @@ def configure(verbose: bool | None = None, progress: bool | None = None) -> None
 def print_error(message: object) -> None:
     """A command's last line, ``error: <message>`` on stderr, scrubbed: consoles end up in CI logs,
     ``nohup.out`` and scheduler logs, so no credential (a tracking URI's password) or secret value
-    reaches one (:func:`pipelines.tracking.scrub.scrub_text`, the scrubber of everything a run records)."""
+    reaches one (:func:`pipelines.console.scrub.scrub_text`, the scrubber of everything a run records)."""
     print(f"error: {scrub_text(str(message))}", file=sys.stderr)
 
 
 class ScrubLines(logging.Filter):
-    """Rewrite a library's log line through :func:`~pipelines.tracking.scrub.scrub_text` (MLflow's and
+    """Rewrite a library's log line through :func:`~pipelines.console.scrub.scrub_text` (MLflow's and
     Lightning's lines may quote the tracking URI, password included)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
