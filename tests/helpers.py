@@ -14,7 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -440,3 +440,12 @@ def token_classifier(prior: torch.Tensor | None = None, layers: int = 0, window:
     with torch.no_grad():  # the prior's logits are gain x theta
         model.prior.theta.copy_(torch.log(prior) / model.prior.gain)
     return model.eval()
+
+
+def exit_status(main: Callable[[list[str]], object], argv: list[str]) -> int:
+    """What an entry point's ``main(argv)`` ends with: its return value, or the code it exits with (a user
+    mistake leaves through :func:`pipelines.console.user_errors_exit` as ``SystemExit(2)``)."""
+    try:
+        return int(main(argv) or 0)
+    except SystemExit as exc:
+        return int(exc.code or 0)

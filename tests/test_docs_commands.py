@@ -306,6 +306,8 @@ def tiny_make_args(command: Command, lm: dict[str, str], n: int) -> list[str]:
             value = str(Path(lm["folder"]) / f"out{n}{''.join(Path(value).suffixes) or '.tsv'}")
         elif name == "CONFIG" and command.argv[1] == "evaluate":
             continue  # a template's [CONFIG=…]: the run's own config is the documented default
+        elif name == "CONFIG":
+            value = str(ROOT / value)  # the command runs in the tiny model's folder, not the checkout
         elif name == "ARGS":
             args = value
             continue

@@ -10,7 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT, run_cli_in, runs, seasonal_frame, tiny_setup, ts_cli_args, write_csv
+from tests.helpers import (
+    ROOT,
+    exit_status,
+    run_cli_in,
+    runs,
+    seasonal_frame,
+    tiny_setup,
+    ts_cli_args,
+    write_csv,
+)
 
 TS = ROOT / "configs" / "ts_forecast.yaml"
 
@@ -97,8 +106,8 @@ def test_a_checkpoint_whose_settings_group_is_not_a_mapping_is_one_line(tmp_path
     saved["hyper_parameters"][group] = value
     torch.save(saved, ckpt)
     (tmp_path / "in.fa").write_text(">r\n" + "ACGT" * 40 + "\n")
-    code = predict_main(["--ckpt", str(ckpt), "--input", str(tmp_path / "in.fa"), "--output",
-                         str(tmp_path / "out.tsv"), "--no_progress"])
+    code = exit_status(predict_main, ["--ckpt", str(ckpt), "--input", str(tmp_path / "in.fa"), "--output",
+                                      str(tmp_path / "out.tsv"), "--no_progress"])
     line = error_line(capsys.readouterr().err)
     assert code == 2 and "m.ckpt" in line and group in line and "mapping" in line, line
     assert not (tmp_path / "out.tsv").exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.tracking.server import main, parse_args, plan
+from tests.helpers import exit_status
 
 ROOT = Path(__file__).resolve().parents[1]
 USER, PASSWORD = "alice", "pw-3b9f1c77e2d4"  # a distinctive password, searched for where it must not be
@@ -46,15 +47,15 @@ def credentials_file(folder: Path, mode: int = 0o600) -> Path:
 @pytest.mark.parametrize("extra", [["--host", "0.0.0.0", "--name", "mlflow.lab"], ["--host", "10.1.2.3"],
                                    ["--name", "mlflow.lab"], ["--auth"]])
 def test_a_reachable_server_without_credentials_is_refused(extra, tmp_path, clean_env, capsys):
-    code = main(["--db", str(tmp_path / "m.db"), "--auth-dir", str(tmp_path / "auth"), *extra])
+    code = exit_status(main, ["--db", str(tmp_path / "m.db"), "--auth-dir", str(tmp_path / "auth"), *extra])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
     assert "MLFLOW_AUTH_ADMIN_PASSWORD" in err and not (tmp_path / "auth").exists()
 
 
 def test_every_interface_needs_the_name_clients_use(tmp_path, clean_env, capsys):
-    assert main(["--db", str(tmp_path / "m.db"), "--host", "0.0.0.0", "--credentials-file",
-                 str(credentials_file(tmp_path))]) == 2
+    assert exit_status(main, ["--db", str(tmp_path / "m.db"), "--host", "0.0.0.0", "--credentials-file",
+                              str(credentials_file(tmp_path))]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--name" in err and "SERVER_NAME" in err
 
@@ -69,7 +70,8 @@ def test_a_bad_credentials_file_is_one_line(content, mode, expected, tmp_path, c
     path = tmp_path / "admin.cred"
     path.write_text(content)
     path.chmod(mode)
-    code = main(["--db", str(tmp_path / "m.db"), "--name", "mlflow.lab", "--credentials-file", str(path)])
+    code = exit_status(main, ["--db", str(tmp_path / "m.db"), "--name", "mlflow.lab", "--credentials-file",
+                              str(path)])
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected in err and PASSWORD not in err

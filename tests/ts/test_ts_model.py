@@ -15,12 +15,13 @@ from pipelines.tasks.forecast.baselines import (
     masked_errors,
     seasonal_naive,
 )
+from pipelines.tasks.forecast.layers import RevIN, patch_positions, patchify, with_periods
 from pipelines.tasks.forecast.metrics import (
     ForecastErrors,
     forecast_figure,
     lookback_table,
 )
-from pipelines.tasks.forecast.model import Forecaster, RevIN, patch_positions, patchify, with_periods
+from pipelines.tasks.forecast.model import Forecaster
 from posenc import PeriodicRoPE, PosencError
 from tests.helpers import dm_kwargs, task
 

@@ -8,7 +8,7 @@ learned table shorter than the lookback) and logs them as every task logs its te
 (:func:`~pipelines.tasks.base.log_by_length`); its
 :class:`ForecastReport` callback logs the tables and the forecast figure as MLflow artifacts. Without
 a trainer, the length sweep (:func:`pipelines.eval.extrapolation.evaluate`, through
-:class:`~pipelines.tasks.forecast.model.ForecastAdapter`) scores the same windows at every lookback.
+:class:`~pipelines.tasks.forecast.module.ForecastAdapter`) scores the same windows at every lookback.
 """
 
 from __future__ import annotations

@@ -9,14 +9,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from pipelines.tasks.forecast.layers import (  # noqa: F401 - patchify … with_periods re-exported
-    ForecastTokens,
-    RevIN,
-    patch_positions,
-    patchify,
-    with_periods,
-)
-from pipelines.tasks.forecast.module import ForecastAdapter, ForecastModule  # noqa: F401 - re-exported
+from pipelines.tasks.forecast.layers import ForecastTokens, patch_positions, patchify, with_periods
+from pipelines.tasks.forecast.module import ForecastModule
 from pipelines.tasks.transformer import TransformerTask
 from posenc import PosencError
 
