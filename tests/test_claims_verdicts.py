@@ -210,3 +210,25 @@ def test_gate_leaves_exempt_claims_and_flags_an_unmeasured_gate():
     r = ClaimResult(setup="", measured="", holds="yes", rule="")
     gated(r, Underpowered())
     assert r.holds == "inconclusive" and r.why == "gate missed: the gate was not measured"
+
+
+def test_a_pooled_primary_keeps_its_time_blocks():
+    """Claim 4b: relative (mean) − absolute (mean) gets the seed × time-block bootstrap, like any arm."""
+    from pipelines.studies.claims.trained import pool, pooled_blocks
+
+    rng = np.random.default_rng(5)
+    m = Measured("mse", False, 96, [96], seeds=[0, 1, 2])
+    counts = np.full(4, 6.0)  # 4 blocks of 6 windows, the same for every arm
+    for arm, level in (("rope", 100.0), ("alibi", 110.0), ("sinusoidal", 150.0), ("learned", 170.0)):
+        blocks = [np.stack([counts * (level + rng.normal(0, 5, 4)), counts], axis=1) for _ in m.seeds]
+        m.blocks[arm] = {96: blocks}
+        m.values[arm] = {96: [float(b[:, 0].sum() / b[:, 1].sum()) for b in blocks]}
+    pool(m, "relative (mean)", ["rope", "alibi"])
+    pool(m, "absolute (mean)", ["sinusoidal", "learned"])
+    arm = m.arm("relative (mean)", 96)
+    assert arm.n_blocks == 4 and np.allclose(arm.values(), m.values["relative (mean)"][96])
+    stat = m.stat("relative (mean)", "absolute (mean)", 96)
+    assert "seed × block bootstrap (4 blocks)" in stat.method and stat.mean == pytest.approx(-55, abs=10)
+    assert pooled_blocks((m.blocks["rope"][96][0], None)) is None  # an arm without blocks: no pooled blocks
+    other = np.stack([np.full(4, 7.0) * 100, np.full(4, 7.0)], axis=1)  # other counts: not the same blocks
+    assert pooled_blocks((m.blocks["rope"][96][0], other)) is None
