@@ -252,3 +252,27 @@ def test_claim_10_shares_claim_3bs_rope_and_its_own_children_skip_the_length_swe
             callbacks = ctx.request(child)[1]["overlay"].get("trainer", {}).get("callbacks")
             assert (callbacks is None) == (label == "rope"), label  # rope: the task's sweep, kept
             assert label == "rope" or callbacks == []
+
+
+def test_the_published_run_is_checked_out_pinned_and_imports_its_own_code(tmp_path):
+    """make publish-claims: a detached worktree at the commit (reused only while clean at it), and a
+    refusal when the worktree's python would import another checkout's runner."""
+    import subprocess
+
+    from pipelines.studies.claims import publish
+
+    repo = _repo(tmp_path / "repo")
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    tree = publish.pinned_worktree(sha, tmp_path / "wt", root=repo)
+    assert publish.git("rev-parse", "HEAD", cwd=tree) == sha
+    assert publish.pinned_worktree(sha, tmp_path / "wt", root=repo) == tree  # clean at sha: reused
+    (tree / "stray.txt").write_text("x")
+    with pytest.raises(PosencError, match="not a clean checkout"):
+        publish.pinned_worktree(sha, tmp_path / "wt", root=repo)
+    cmd, env = publish.command(tree, sha, quick=False)
+    assert cmd[cmd.index("--pinned") + 1] == sha and "--docs" in cmd and env["PYTHONPATH"] == str(tree)
+    assert "PYTHONSAFEPATH" not in env and env["MLFLOW_TRACKING_URI"].startswith("sqlite:///")
+    assert "--quick" in publish.command(tree, sha, quick=True)[0]
+    with pytest.raises(PosencError, match="would import"):  # the tree holds no runner: another one is found
+        publish.imports_from(tree, env)

@@ -40,9 +40,9 @@ from posenc import PosencError
 GENERATED = ("docs/claims.md", f"docs/{STORED}")
 
 
-def git(*args: str, cwd: Path = ROOT) -> str:
-    """``git args`` in ``cwd``; a failure is one line naming the command."""
-    done = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True)
+def git(*args: str, cwd: Path | None = None) -> str:
+    """``git args`` in ``cwd`` (default: this checkout); a failure is one line naming the command."""
+    done = subprocess.run(["git", "-C", str(cwd or ROOT), *args], capture_output=True, text=True)
     if done.returncode:
         raise PosencError(f"git {' '.join(args)}: {(done.stderr or done.stdout).strip().splitlines()[-1]}")
     return done.stdout.strip()
@@ -59,9 +59,11 @@ def resolve_commit(commit: str | None) -> str:
     return git("rev-parse", "--verify", f"{commit}^{{commit}}")
 
 
-def pinned_worktree(sha: str, where: Path | None) -> Path:
-    """A detached worktree at ``sha`` (created, or an existing clean one at ``sha`` reused)."""
-    tree = (where or ROOT / "outputs" / "published" / sha[:12]).resolve()
+def pinned_worktree(sha: str, where: Path | None, root: Path | None = None) -> Path:
+    """A detached worktree of ``root`` (default: this checkout) at ``sha`` (created, or an existing clean
+    one at ``sha`` reused)."""
+    root = root or ROOT
+    tree = (where or root / "outputs" / "published" / sha[:12]).resolve()
     if tree.exists():
         at, dirty = git_state(tree, full=True)
         if at != sha or dirty:
@@ -69,7 +71,7 @@ def pinned_worktree(sha: str, where: Path | None) -> Path:
                               f"(git worktree remove --force {tree}) or pass another --worktree")
         return tree
     tree.parent.mkdir(parents=True, exist_ok=True)
-    git("worktree", "add", "--detach", str(tree), sha)
+    git("worktree", "add", "--detach", str(tree), sha, cwd=root)
     return tree
 
 

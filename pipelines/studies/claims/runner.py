@@ -307,16 +307,15 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     wall0, cpu0, factor = time.perf_counter(), cpu_seconds(), idle_factor(max(args.threads, args.jobs))
     results = run_all(planned, [configs[n] for n in names], args.jobs, factor)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0  # the workers have exited: counted
-    recheck(args, sha0)  # nothing may have changed the code under the run: no docs from a moved tree
+    where = provenance(start)
     table = summary_table(results, wall, cpu, args.smoke, factor, args.threads, quick=args.quick,
-                          jobs=args.jobs, skipped=skipped, where=provenance(start),
-                          pilot=args.seeds)
+                          jobs=args.jobs, skipped=skipped, where=where, pilot=args.seeds)
     (out / "claims.md").write_text(table)
     print(table)
+    recheck(args, sha0)  # nothing may have changed the code under the run: no docs from a moved tree
     if args.docs:
         suite = dict(wall=wall, cpu=cpu, smoke=args.smoke, factor=factor, threads=args.threads,
-                     quick=args.quick, jobs=args.jobs, skipped=skipped, where=provenance(start),
-                     pilot=args.seeds)
+                     quick=args.quick, jobs=args.jobs, skipped=skipped, where=where, pilot=args.seeds)
         write_docs(Path(args.docs), results, suite)
     print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {client.tracking_uri})")
     return results
