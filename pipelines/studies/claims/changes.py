@@ -32,7 +32,7 @@ it ran on seeds 100–102 (`--seeds`), never on the reported seeds 0–4 (number
   Student t and the seed × time-block bootstrap, as every other forecasting comparison's.
 - **Claims 2, 4a and 14 train 1,200 steps**, the budget at which the arms their primaries compare
   learned the task at L₀ in every pilot seed run: the clamped and the 8×L₀ tables 1.015–1.054 bits/token
-  on seeds 100–102, the hybrid 1.017 and 1.032 on 100 and 101, the sinusoid 1.018 on 100 (issue 39's
+  on seeds 100–102, the hybrid 1.017–1.049, the sinusoid 1.018 on seed 100 (issue 39's
   pilot: all three seeds at 1,200), against NoPE's 2.18 and a Bayes 1.01. At 600 the sinusoid and the
   learned tables learned it in some seeds only. They now share their children with claims 9, 15, 18, 19, 19b
   and 20, and `--quick` leaves them out with the rest of the 1,200-step family.
