@@ -116,6 +116,10 @@ clean: ## Remove outputs, the MLflow store and caches (keeps .venv)
 experiments: $(STAMP) ## Run the literature's claims with their controls (configs/experiments/) [ONLY=name] [ARGS=--smoke]
 	$(PY) -m pipelines.studies.claims $(if $(ONLY),--only $(ONLY)) $(ARGS)
 
+.PHONY: publish-claims
+publish-claims: $(STAMP) ## The published claims run: a worktree pinned at COMMIT (default HEAD, clean), docs generated [ARGS=--quick]
+	$(PY) -m pipelines.studies.claims.publish $(if $(COMMIT),--commit $(COMMIT)) $(ARGS)
+
 .PHONY: predict
 predict: $(STAMP) ## Run CKPT (checkpoint, MLflow run id or models:/ URI) on INPUT, write OUTPUT
 	@test -n "$(CKPT)" -a -n "$(INPUT)" -a -n "$(OUTPUT)" || \

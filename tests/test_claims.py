@@ -18,7 +18,7 @@ from posenc import PosencError
 from tests.helpers import flat_dm, workdir_with_store
 
 CLAIMS = {"1", "2", "3a", "3b", "3c", "3d", "3e", "4a", "4b", "5", "6", "7", "8", "9", "10",
-          "11", "12", "13", "14", "15", "16a", "16b", "17", "18", "19a", "19b", "20"}
+          "11", "12", "13", "14", "15", "16a", "16b", "17", "18", "19", "19b", "20"}
 
 
 def test_every_experiment_config_instantiates_and_every_claim_has_one():
@@ -175,7 +175,8 @@ def test_the_start_records_the_commit_and_marks_a_dirty_tree_draft(tmp_path):
     sha, dirty = git_state(repo)
     assert sha and not dirty
     clean = started(repo)
-    assert clean.startswith("Run started ") and f"at commit {sha}." in clean and DRAFT not in clean
+    assert clean.startswith("Run started ") and f"at commit {sha}," in clean and DRAFT not in clean
+    assert "load average" in clean  # how busy the host was when it started (idle: near 0)
     (repo / "rules.yaml").write_text("min_effect: 0.05\n")  # an uncommitted (untracked) rule counts
     assert git_state(repo) == (sha, True) and DRAFT in started(repo)
     assert "commit" not in started(tmp_path)  # not a git checkout: no commit claimed
@@ -189,13 +190,40 @@ def test_a_published_run_refuses_a_dirty_tree_and_a_draft_is_marked(tmp_path, mo
     repo = _repo(tmp_path / "repo")
     (repo / "rules.yaml").write_text("min_effect: 0.05\n")
     monkeypatch.setattr(report, "ROOT", repo)
-    monkeypatch.setattr(runner, "git_state", lambda: report.git_state(repo))
     with pytest.raises(PosencError, match="uncommitted changes.*--allow-dirty"):
-        runner.refuse_dirty(runner.parse_args([]))
-    runner.refuse_dirty(runner.parse_args(["--allow-dirty"]))  # a draft may run
-    runner.refuse_dirty(runner.parse_args(["--smoke"]))  # a wiring check reports nothing
+        report.refuse_dirty(runner.parse_args([]))
+    report.refuse_dirty(runner.parse_args(["--allow-dirty"]))  # a draft may run
+    report.refuse_dirty(runner.parse_args(["--smoke"]))  # a wiring check reports nothing
     table = report.summary_table([], 1.0, 1.0, False, where=report.provenance(report.started(repo)))
     assert table.startswith(f"**{report.DRAFT}: not a published run.**")
+
+
+def test_a_pinned_run_starts_at_its_commit_and_rechecks_commit_and_tree_at_the_end(tmp_path, monkeypatch):
+    """Issue 54: the published run's checkout may not move under it: refused at the start unless at the
+    pinned commit and clean; refused at the end (no docs) if a commit landed or a file changed."""
+    import subprocess
+
+    from pipelines.studies.claims import report, runner
+
+    repo = _repo(tmp_path / "repo")
+    monkeypatch.setattr(report, "ROOT", repo)
+    sha = report.git_state(repo, full=True)[0]
+    args = runner.parse_args(["--pinned", sha[:9]])
+    assert report.pinned_at_start(args) == sha
+    report.recheck(args, sha)  # nothing moved: passes
+    with pytest.raises(PosencError, match="--pinned 0000000: this checkout"):
+        report.pinned_at_start(runner.parse_args(["--pinned", "0000000"]))
+    (repo / "late.py").write_text("x = 1\n")  # a file lands while the run trains
+    with pytest.raises(PosencError, match="changed during the run.*uncommitted changes.*no docs"):
+        report.recheck(args, sha)
+    with pytest.raises(PosencError, match="with uncommitted changes"):
+        report.pinned_at_start(args)
+    subprocess.run(["git", "-C", str(repo), "add", "late.py"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m",
+                    "moved"], check=True)
+    with pytest.raises(PosencError, match=f"started at {sha}, now"):
+        report.recheck(args, sha)  # a commit landed: clean again, but not the run's commit
+    report.recheck(runner.parse_args(["--allow-dirty"]), sha)  # a draft is not checked
 
 
 @pytest.mark.slow
@@ -224,3 +252,27 @@ def test_claim_10_shares_claim_3bs_rope_and_its_own_children_skip_the_length_swe
             callbacks = ctx.request(child)[1]["overlay"].get("trainer", {}).get("callbacks")
             assert (callbacks is None) == (label == "rope"), label  # rope: the task's sweep, kept
             assert label == "rope" or callbacks == []
+
+
+def test_the_published_run_is_checked_out_pinned_and_imports_its_own_code(tmp_path):
+    """make publish-claims: a detached worktree at the commit (reused only while clean at it), and a
+    refusal when the worktree's python would import another checkout's runner."""
+    import subprocess
+
+    from pipelines.studies.claims import publish
+
+    repo = _repo(tmp_path / "repo")
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    tree = publish.pinned_worktree(sha, tmp_path / "wt", root=repo)
+    assert publish.git("rev-parse", "HEAD", cwd=tree) == sha
+    assert publish.pinned_worktree(sha, tmp_path / "wt", root=repo) == tree  # clean at sha: reused
+    (tree / "stray.txt").write_text("x")
+    with pytest.raises(PosencError, match="not a clean checkout"):
+        publish.pinned_worktree(sha, tmp_path / "wt", root=repo)
+    cmd, env = publish.command(tree, sha, quick=False)
+    assert cmd[cmd.index("--pinned") + 1] == sha and "--docs" in cmd and env["PYTHONPATH"] == str(tree)
+    assert "PYTHONSAFEPATH" not in env and env["MLFLOW_TRACKING_URI"].startswith("sqlite:///")
+    assert "--quick" in publish.command(tree, sha, quick=True)[0]
+    with pytest.raises(PosencError, match="would import"):  # the tree holds no runner: another one is found
+        publish.imports_from(tree, env)

@@ -47,15 +47,29 @@ def test_primary_and_gate_are_parsed_or_refused_in_one_line():
     got = parse_primary({"a": "x", "b": "y", "length": 128, "expect": "differ", "min_effect": 1}, "c.yaml")
     assert got.length == 128 and got.min_effect == 1.0
     assert parse_primary("median R² of the fit", "c.yaml") == "median R² of the fit"
-    for bad in ({"a": "x"}, {"a": "x", "b": "y"}, {"a": "x", "b": "y", "min_effect": -1},
+    for bad in ({"a": "x"}, {"a": "x", "b": "y"}, {"a": "x", "b": "y", "min_effect": -1}, {"a": [], "b": "y",
+                "min_effect": 0},
                 {"a": "x", "b": "y", "length": 0, "min_effect": 0}, {"a": "x", "b": "y", "expect": "up"}, 3):
         with pytest.raises(PosencError, match="c.yaml: primary"):
             parse_primary(bad, "c.yaml")
+    both = parse_primary({"a": ["x", "z"], "b": "y", "min_effect": 0.05}, "c.yaml")  # a conjunction
+    assert both.pairs() == [("x", "y"), ("z", "y")] and both.labels() == ["x", "y", "z"]
+    assert "x − y and z − y" in both.text() and "every one of" in both.rule()
     gate = parse_gate({"control": "nope", "min_gain": 0.2, "max_width": 0.5, "length": 32}, "c.yaml")
-    assert gate == Gate(0.5, None, "nope", 0.2, 32) and "nope ≥ 0.2" in gate.text()
+    assert gate == Gate(0.5, "nope", 0.2, 32) and "gain over nope ≥ 0.2" in gate.text()
+    assert gate.gated(want) == ["x", "y"] and gate.gated(both) == ["x", "y", "z"]  # every arm compared
+    left_out = parse_gate({"control": "nope", "min_gain": 0.2, "max_width": 0.5, "exclude": {"y": "by claim"},
+                           "baseline_gain": 2000}, "c.yaml")
+    assert left_out.gated(want) == ["x"] and "not gated: y (by claim)" in left_out.text(["x"])
+    assert left_out.baseline_gain == 2000 and "trivial baseline ≥ 2000" in left_out.text(["x"])
+    pooled = parse_gate({"control": "nope", "min_gain": 0.2, "max_width": 0.5, "arms": ["p", "q"]}, "c.yaml")
+    assert pooled.gated(want) == ["p", "q"]
     assert parse_gate({"control": None, "why": "no NoPE arm", "max_width": 1}, "c.yaml").control is None
     for bad in ({"control": "nope", "max_width": 0.5}, {"control": None, "max_width": 1}, {"max_width": 1},
-                {"control": "nope", "min_gain": 0.1, "max_width": "wide"}):
+                {"control": "nope", "min_gain": 0.1, "max_width": "wide"},
+                {"control": "nope", "min_gain": 0.1, "max_width": 1, "arm": "x"},  # the old single arm
+                {"control": "nope", "min_gain": 0.1, "max_width": 1, "exclude": {"y": ""}},
+                {"control": "nope", "min_gain": 0.1, "max_width": 1, "arms": "x"}):
         with pytest.raises(PosencError, match="c.yaml: gate"):
             parse_gate(bad, "c.yaml")
 
@@ -77,22 +91,51 @@ def test_measured_verdict_reads_the_primary_after_holm():
     assert ("good", "none", 64) in with_missing.calls and with_missing.primary.m == 2
 
 
-def test_the_gate_reads_the_claimed_arm_over_the_control_and_the_primary_width():
-    """Claim 12's old case: arm a at NoPE, arm b far past it — the gate reads the *claimed* arm over
-    the position-free control (never the stronger of two arms), so that testbed misses it."""
+def test_the_gate_reads_every_arm_and_the_weaker_one_decides():
+    """Made-up numbers in which only the weaker arm misses: ``good`` is far past the control, ``same`` sits at
+    it. Gated on ``good`` alone the testbed passes; over both arms the primary compares (good − same) it
+    fails, and the reason names ``same`` only (claim 4a's case: a half-trained sinusoid beside RoPE)."""
     m = measured(np.random.default_rng(2))
-    primary = m.stat("good", "none", 64)
+    primary = m.stat("good", "same", 64)
     r = ClaimResult(setup="", measured="", holds="yes", rule="")
-    measure_gate(r, Gate(0.5, "good", "none", 0.04), _gain(m, "good", "none"), primary, "good")
+    gate = Gate(0.5, "none", 0.04)
+    measure_gate(r, gate, {"good": _gain(m, "good", "none")}, primary)
     assert r.gate_failed == "" and r.power > 10 and "gain of good over none" in r.power_text
-    measure_gate(r, Gate(0.5, "same", "none", 0.04), _gain(m, "same", "none"), primary, "same")
-    assert "lower bound below 0.04" in r.gate_failed  # the claimed arm is at the control: no testbed
-    measure_gate(r, Gate(0.001, "good", "none", 0.04), _gain(m, "good", "none"), primary, "good")
+    arms = Primary("good", "same").labels()
+    measure_gate(r, gate, {a: _gain(m, a, "none") for a in gate.gated(Primary("good", "same"))}, primary)
+    assert arms == ["good", "same"] and "the gain of same over none" in r.gate_failed
+    assert "good over" not in r.gate_failed and "lower bound below 0.04" in r.gate_failed
+    assert "gain of same over none" in r.power_text and "the weakest of 2 arms" in r.power_text
+    measure_gate(r, Gate(0.001, "none", 0.04), {"good": _gain(m, "good", "none")}, primary)
     assert "wider than 0.001" in r.gate_failed
-    measure_gate(r, Gate(0.5, "good", "none", 0.04), None, primary, "good")
-    assert r.gate_failed == "the gain over the control not measured"
-    measure_gate(r, Gate(0.5, None, None, 0.0, why="no NoPE arm"), None, primary)
+    measure_gate(r, gate, {"good": _gain(m, "good", "none"), "same": None}, primary)
+    assert r.gate_failed == "the gain of same over none not measured"
+    measure_gate(r, Gate(0.5, None, 0.0, why="no NoPE arm"), {}, primary)
     assert r.gate_failed == ""  # no control declared: the width alone
+
+
+def test_the_gate_against_the_trivial_baseline_reads_every_gated_arm():
+    """Claim 3c's second gate: each gated arm over the task's trivial baseline (seasonal naive there)."""
+    m = measured(np.random.default_rng(3))  # trivial 2.0; good ≈ 1.90, none ≈ 1.95
+    gate = Gate(0.5, "same", 0.0, baseline_gain=0.08)
+    r = ClaimResult(setup="", measured="", holds="yes", rule="")
+    trivial = {a: gain(m.arm(a, 64), m.trivial_arm(), False) for a in ("good", "none")}
+    measure_gate(r, gate, {"good": _gain(m, "good", "same"), "none": _gain(m, "none", "same")},
+                 m.stat("good", "none", 64), trivial, baseline_name="order-0 Markov")
+    assert "the gain of none over order-0 Markov" in r.gate_failed
+    assert "good over order-0" not in r.gate_failed
+
+
+def test_a_conjunction_of_primaries_is_yes_only_when_every_member_is():
+    m = measured(np.random.default_rng(4))
+    both = Primary("good", "none", more=(("same", "none"),), min_effect=0.01)
+    j = m.judge([], both)
+    assert j.primary_keys == [("good", "none", 64), ("same", "none", 64)]
+    verdict, why = both.verdict(j.primary_calls)
+    assert verdict == "no" and why.startswith("same − none")  # same is within ±0.01 of none: no
+    assert both.verdict([j.primary_calls[0]] * 2)[0] == "yes"
+    assert both.verdict([j.primary_calls[0], None])[0] == "inconclusive"
+    assert "good − none at 64" in j.summary() and "same − none at 64" in j.summary()
 
 
 def _gain(m: Measured, arm: str, control: str):
@@ -138,7 +181,7 @@ def test_a_claim_that_misses_its_gate_is_reported_inconclusive_with_the_reason(t
     assert "QUICK RUN: 3 seeds instead of 5" in table and "power" in head
     doc = (tmp_path / "docs/claims.md").read_text()
     assert "**Power.** power 3.0" in doc and "**Primary comparison.** a − b at L₀" in doc
-    assert "**Gate.** gain of the primary's a over none ≥ 0.1" in doc
+    assert "**Gate.** gain over none ≥ 0.1" in doc
 
 
 def test_a_config_without_a_primary_is_refused_before_anything_runs(tmp_path, monkeypatch):
@@ -167,3 +210,25 @@ def test_gate_leaves_exempt_claims_and_flags_an_unmeasured_gate():
     r = ClaimResult(setup="", measured="", holds="yes", rule="")
     gated(r, Underpowered())
     assert r.holds == "inconclusive" and r.why == "gate missed: the gate was not measured"
+
+
+def test_a_pooled_primary_keeps_its_time_blocks():
+    """Claim 4b: relative (mean) − absolute (mean) gets the seed × time-block bootstrap, like any arm."""
+    from pipelines.studies.claims.trained import pool, pooled_blocks
+
+    rng = np.random.default_rng(5)
+    m = Measured("mse", False, 96, [96], seeds=[0, 1, 2])
+    counts = np.full(4, 6.0)  # 4 blocks of 6 windows, the same for every arm
+    for arm, level in (("rope", 100.0), ("alibi", 110.0), ("sinusoidal", 150.0), ("learned", 170.0)):
+        blocks = [np.stack([counts * (level + rng.normal(0, 5, 4)), counts], axis=1) for _ in m.seeds]
+        m.blocks[arm] = {96: blocks}
+        m.values[arm] = {96: [float(b[:, 0].sum() / b[:, 1].sum()) for b in blocks]}
+    pool(m, "relative (mean)", ["rope", "alibi"])
+    pool(m, "absolute (mean)", ["sinusoidal", "learned"])
+    arm = m.arm("relative (mean)", 96)
+    assert arm.n_blocks == 4 and np.allclose(arm.values(), m.values["relative (mean)"][96])
+    stat = m.stat("relative (mean)", "absolute (mean)", 96)
+    assert "seed × block bootstrap (4 blocks)" in stat.method and stat.mean == pytest.approx(-55, abs=10)
+    assert pooled_blocks((m.blocks["rope"][96][0], None)) is None  # an arm without blocks: no pooled blocks
+    other = np.stack([np.full(4, 7.0) * 100, np.full(4, 7.0)], axis=1)  # other counts: not the same blocks
+    assert pooled_blocks((m.blocks["rope"][96][0], other)) is None

@@ -131,15 +131,18 @@ def _call(lo: float, hi: float, sign: int) -> Call:
 
 
 @pytest.mark.parametrize(("lo", "hi", "sign", "expect", "verdict", "why"), [
-    (0.02, 0.30, 1, "better", "yes", "expected direction"),  # called better
+    (0.06, 0.30, 1, "better", "yes", "expected direction, clear of ±0.05"),  # called better, past the margin
+    (0.05, 0.30, 1, "better", "yes", "clear of ±0.05"),  # boundary: exactly the margin clears it
+    (0.02, 0.30, 1, "better", "inconclusive", "reaches inside ±0.05"),  # called, not shown to matter
     (-0.30, -0.02, -1, "better", "no", "opposite direction is called"),  # called worse
     (-0.04, 0.05, 0, "better", "no", "lies within ±0.05"),  # not called, inside the margin
     (-0.05, 0.05, 0, "better", "no", "lies within ±0.05"),  # boundary: exactly the margin is inside
     (-0.05, 0.0501, 0, "better", "inconclusive", "reaches past ±0.05"),  # just past it
     (-0.54, 0.74, 0, "better", "inconclusive", "neither an effect nor its absence"),  # claim 2's case
-    (-0.30, -0.02, -1, "worse", "yes", "expected direction"),
+    (-0.30, -0.06, -1, "worse", "yes", "expected direction"),
+    (0.035, 0.0765, -1, "worse", "inconclusive", "reaches inside ±0.05"),  # claim 20's old "yes"
     (0.02, 0.30, 1, "worse", "no", "opposite direction"),
-    (-0.30, -0.02, -1, "differ", "yes", "expected direction"),
+    (-0.30, -0.06, -1, "differ", "yes", "expected direction"),
     (-0.01, 0.01, 0, "differ", "no", "lies within"),
     (math.nan, math.nan, 0, "better", "inconclusive", "undefined"),
 ])
@@ -160,7 +163,8 @@ def test_gate_reads_the_lower_bound_of_the_gain_and_the_width_of_the_primary():
     g = PairedStat(np.array([0.2 - s, 0.2, 0.2 + s]))  # gain 0.2 [0.19, 0.21]
     assert g.interval()[0] == pytest.approx(0.19)
     assert gate_reason(g, 0.19 - 1e-9, g, 0.02 + 1e-9) == ""  # both at their boundary: passes
-    assert "lower bound below 0.191" in gate_reason(g, 0.191, g, 1.0)
+    assert "lower bound below 0.191" in gate_reason(g, 0.191, g, 1.0, name="rope")
+    assert "the gain of rope over the control" in gate_reason(g, 0.191, g, 1.0, name="rope")
     assert "wider than 0.0199" in gate_reason(g, 0.0, g, 0.0199)
     assert gate_reason(None, 0.5, g, 1.0) == ""  # no control declared: the width alone
     nan = PairedStat(np.array([0.3]))  # one seed: no interval — never passes

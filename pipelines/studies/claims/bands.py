@@ -261,8 +261,8 @@ class BandSelectiveHeads(Experiment):
         out.figures.append(spectra_figure(first, self.arms, ctx.out / "band_spectra.png"))
         out.why = verdict_reason(ctx, j, holds)
         gate = ctx.gate  # the claimed arm's I(head; band) over the control's (paired by seed)
-        g = stats.get((gate.arm or self.trained, gate.control, L0)) if gate is not None else None
-        measure_gate(out, gate, g, j.primary.stat if j.primary is not None else None, self.trained)
+        gains = {} if gate is None else {a: stats.get((a, gate.control, L0)) for a in gate.gated(ctx.primary)}
+        measure_gate(out, gate, gains, j.primary_stat())
         return out
 
 

@@ -61,6 +61,8 @@ class ClaimResult:
     raw_holds: str = ""
     name: str = ""
     claim: str = ""
+    short: str = ""  # the claim in a few words (the config's ``short``: docs/results.md's table)
+    headline: str = ""  # what the data show, in words, where the verdict alone would mislead
     number: str = ""
     command: str = ""
     wall_s: float = math.nan

@@ -189,6 +189,21 @@ ARMS = {"none": None, "none (causal)": CAUSAL,
         UNTRAINED: {**CAUSAL, "trainer": {"max_steps": 0}}}
 
 
+def what_data_show(r2: dict[str, list[float]], j: Any, L0: int) -> str:
+    """Claim 11's row in words, read from the measurements: is position decodable with the causal mask,
+    without it, and does training raise it (the primary)?"""
+    def decodable(label: str) -> str:
+        e = est(r2[label])
+        return "decodable" if e.lo > 0 else "not decodable" if e.hi < 0.02 else "not shown decodable"
+
+    mask, trained = j.calls[("none (causal)", "none", L0)], j.primary
+    change = {1: "raises", -1: "lowers", 0: "does not measurably change"}[trained.sign]
+    return (f"position is {decodable('none (causal)')} from a trained causal NoPE's first block and "
+            f"{decodable(UNTRAINED)} from the untrained one, {decodable('none')} without the mask (trained "
+            f"causal − bidirectional "
+            f"{mask.text(3)}); training {change} it (trained − untrained {trained.text(3)})")
+
+
 class NoPEPositionProbe(Experiment):
     """Args: task (the order task's classifier config: the NoPE children are claim 1's), seeds,
     batches (probe windows)."""
@@ -224,7 +239,8 @@ class NoPEPositionProbe(Experiment):
             f"and the causal one untrained (the control: a causal average spreads as 1/t before any "
             f"training), {len(r2['none'])} seeds; ridge probe of the position from the first block's "
             "update (h and h²), fitted on half of the test windows and scored on the other half",
-            measured="; ".join(f"{c}: position R² {fmt(est(v))}" for c, v in r2.items()),
+            measured=what_data_show(r2, j, L0) + "; " + "; ".join(
+                f"{c}: position R² {fmt(est(v))}" for c, v in r2.items()),
             holds=holds, rule=rule,
             details=md_table(["model", "held-out R² of the position probe", "per seed"], rows)
             + j.table("R²"),
@@ -233,8 +249,9 @@ class NoPEPositionProbe(Experiment):
             primary=j.summary(),
         )
         out.why = verdict_reason(ctx, j, holds)
+        out.headline = what_data_show(r2, j, L0)
         gate = ctx.gate
-        arm = gate.arm if gate is not None and gate.arm else "none (causal)"
-        g = paired(arms[arm], arms[gate.control]) if gate is not None and gate.control in arms else None
-        measure_gate(out, gate, g, j.primary.stat if j.primary is not None else None, arm)
+        gains = {} if gate is None else {a: paired(arms[a], arms[gate.control]) if a in arms and gate.control
+                                         in arms else None for a in gate.gated(ctx.primary)}
+        measure_gate(out, gate, gains, j.primary_stat())
         return out

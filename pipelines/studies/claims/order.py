@@ -71,7 +71,7 @@ class OrderTask(Experiment):
         if not isinstance(ctx.primary, Primary):
             return j, "inconclusive", "no primary comparison declared"
         rule = ctx.primary.rule() + f"; and {self.reference} blind to the swap (< 1e-5), else no"
-        return j, ctx.primary.verdict(j.primary)[0] if blind else "no", rule
+        return j, ctx.primary.verdict(j.primary_calls)[0] if blind else "no", rule
 
     def children(self, ctx) -> list[Child]:
         return [Child(self.task, name, seed, scheme, overrides, test=True)
@@ -120,8 +120,8 @@ class OrderTask(Experiment):
         """The declared gate, measured: the claimed arm's accuracy over the control's, and the
         primary's interval."""
         gate = ctx.gate
-        arm = (gate.arm if gate is not None and gate.arm else
-               ctx.primary.a if isinstance(ctx.primary, Primary) else "")
-        g = (paired(Arm.from_values(acc[arm]), Arm.from_values(acc[gate.control]))
-             if gate is not None and gate.control in acc and arm in acc else None)
-        measure_gate(result, gate, g, j.primary.stat if j.primary is not None else None, arm)
+        if gate is None:
+            return
+        gains = {arm: paired(Arm.from_values(acc[arm]), Arm.from_values(acc[gate.control]))
+                 if arm in acc and gate.control in acc else None for arm in gate.gated(ctx.primary)}
+        measure_gate(result, gate, gains, j.primary_stat())

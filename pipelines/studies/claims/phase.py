@@ -197,7 +197,7 @@ class RelativePhaseMismatch(Experiment):
                         for e in self.eps[1:]}},
         )
         out.why = why
-        measure_gate(out, ctx.gate, None, calls[key].stat)  # control: none (gate.why)
+        measure_gate(out, ctx.gate, {}, calls[key].stat)  # control: none (gate.why)
         out.primary = f"far − near targets, keys at θ(1+ε), ε = {pe:g}: {calls[key].text(3)} " \
                       f"(Holm over {len(calls)})"
         return out

@@ -220,7 +220,7 @@ class GaussianShape(Sweep):
         out.why = (f"PE-alone median R² {shaped.mean:.3g} [{shaped.lo:.3g}, {shaped.hi:.3g}] against "
                    f"{self.r2}; positive control R² {control:.4f} (needs ≥ {POSITIVE_R2})")
         # the primary is a sentence: its measurement (median R² per seed) is what the width gate reads
-        measure_gate(out, ctx.gate, None, PairedStat(np.asarray(alone, dtype=np.float64)))
+        measure_gate(out, ctx.gate, {}, PairedStat(np.asarray(alone, dtype=np.float64)))
         return out
 
     def _measure(self, ctx, seeds: list[int]) -> tuple[list, dict, dict, dict, list[float], int]:

@@ -7,6 +7,7 @@ import os
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -16,6 +17,7 @@ from pipelines.studies.claims.context import ROOT
 from pipelines.studies.claims.judge import CLAIM_SEEDS, QUICK_SEEDS, QUICK_STEPS
 from pipelines.studies.machine import cpu_model
 from pipelines.studies.tables import md_table
+from posenc import PosencError
 
 #: the method section of the write-up (docs/claims.md), regenerated with it
 METHOD = """\
@@ -27,14 +29,22 @@ The rules are code (`pipelines/studies/verdicts.py`, `pipelines/studies/claims/j
    top its primary comparison (`primary: {a, b, length, expect: better|worse|differ, min_effect}`;
    `length` omitted = the training length L₀; `min_effect` the smallest difference that matters, in the
    metric's units) and its gate (`gate:` below); the runner refuses a config without either and logs
-   the primary on the experiment's parent run before anything trains. The run records the commit at its
-   **start** and refuses a tree with uncommitted changes (`--allow-dirty` runs a draft, marked
-   "DRAFT (dirty tree)" at the top of the table). Claims without a paired comparison over seeds (probes,
-   analytic checks) name their primary measurement in words.
+   the primary on the experiment's parent run before anything trains. `a` or `b` may be a list: the
+   primary is then the conjunction of every `a − b` pair (claim 19: each side useful; 19b: better than
+   each single arm, i.e. than the best). The run records the commit at its **start**, refuses a tree with
+   uncommitted changes (`--allow-dirty` runs a draft, marked "DRAFT (dirty tree)" at the top of the
+   table), and checks commit and tree again after its last experiment: a tree that moved writes no docs.
+   The published run (`make publish-claims`) runs from a git worktree pinned at its commit. This page
+   and the claims block of `docs/results.md` are generated from the run's stored results
+   (`docs/claims_results/`), never edited by hand (`tests/test_claims_docs.py`). Claims without a
+   paired comparison over seeds (probes, analytic checks) name their primary measurement in words.
 2. **Three-way verdicts.** Read from the primary comparison alone, after Holm: **yes** when it is called
-   in the expected direction; **no** when the opposite direction is called, or when its whole
-   (Holm-level) interval lies within ± the declared minimum effect; **inconclusive** otherwise, with
-   the reason printed. Every other comparison in the write-up is reported, not used.
+   in the expected direction **and** its whole (Holm-level) interval is clear of ± the declared minimum
+   effect — an effect that matters is shown, not only one above 0; **no** when the opposite direction is
+   called, or when its whole interval lies within ± the minimum effect; **inconclusive** otherwise
+   (not called with the interval past the margin, or called with the interval reaching inside it), with
+   the reason printed. A conjunction is yes when every pair is, no when any is. Every other comparison
+   in the write-up is reported, not used.
 3. **Intervals that cover the seeds and the test data.** A paired difference `a − b` is computed per seed
    on the whole test region (seeds are paired: the same seed gives both arms the same initialisation and
    data order). Its interval is the Student-t interval over seeds; where the task scores its test region
@@ -43,20 +53,25 @@ The rules are code (`pipelines/studies/verdicts.py`, `pipelines/studies/claims/j
    seed and arm, blocks kept whole), and the interval used is the **union** of the two (p-value: the
    larger). Every table says which ("Student t over 5 seeds" or "… ∪ seed × block bootstrap (K blocks)").
    Seeds: 5 by default (`CLAIM_SEEDS`); `ARGS=--quick` uses 3, half the training steps and leaves out the
-   experiments marked `quick: false` (the real-data periodic ones), and the table says its verdicts are
-   provisional.
+   experiments marked `quick: false` (the real-data periodic ones and the 1,200-step retrieval family),
+   and the table says its verdicts are provisional.
 4. **Holm–Bonferroni within each experiment.** All paired calls one experiment makes (the primary among
    them) are adjusted together; a difference is *called* only when its Holm-adjusted p is below 0.05, and
    its interval is shown at the level Holm tested it at (1 − 0.05/(m − rank)), so a called difference's
    interval always excludes 0. Direction is read from the interval's side of 0 — no rule reads a mean.
-5. **A gate, declared per claim.** The claimed arm's gain over the position-free control (NoPE, or the
-   control the config names) at the primary's length must have its lower 95 % bound at or above the
-   declared `min_gain`, and the primary's 95 % interval must be at most `max_width` wide; a testbed that
-   misses either (or did not measure it) makes the verdict **inconclusive** ("gate missed: …"), the
-   rule's own verdict shown beside it. The power column is that gain / the half-width of its interval
-   (reported, not thresholded). A claim with no position-free arm says why (`control: null`) and is
-   gated on the width alone. Claims that train nothing or measure an exact identity (7, 8, 10) are
-   exempt and say so.
+5. **A gate, declared per claim.** **Every arm the primary compares** must beat the position-free
+   control (NoPE, or the control the config names) at the gate's length (the primary's, or L₀ where
+   the claim is about longer lengths): each arm's gain has its lower 95 % bound at or above the
+   declared `min_gain`, and the weakest arm decides. An arm the claim itself predicts to carry no usable
+   position (control periods, an untrained reference, the arm content is said to overwrite) is left out
+   only by name, with the reason (`exclude`); a primary over pooled arms names its components (`arms`).
+   Where declared (`baseline_gain`), every gated arm must also beat the task's trivial baseline (claim
+   3c: seasonal naive). The primary's 95 % interval must be at most `max_width` wide (of a
+   conjunction: its widest pair). A testbed that misses any of these (or did not measure it) makes the
+   verdict **inconclusive** ("gate missed: …"), the rule's own verdict shown beside it. The power column
+   is the weakest arm's gain / the half-width of its interval (reported, not thresholded). A claim with
+   no position-free arm says why (`control: null`) and is gated on the width alone. Claims that train
+   nothing or measure an exact identity (7, 8, 10) are exempt and say so.
 6. **Retained gain, guarded.** retained(L) = mean gain(L) / mean gain(L₀) (a ratio of means over seeds and
    blocks, not a mean of per-seed ratios), with a 95 % paired bootstrap interval (numerator and denominator
    resampled together). It is defined only when the gain at L₀ has its lower 95 % bound above 0 **and** above
@@ -87,12 +102,13 @@ def holds_cell(r: ClaimResult) -> str:
     return out
 
 
-def git_state(root: Path | None = None) -> tuple[str, bool]:
-    """(short commit of ``root``'s HEAD, whether its tree has changes — tracked or untracked, ignored
-    files aside); ``("", False)`` outside a git checkout."""
+def git_state(root: Path | None = None, full: bool = False) -> tuple[str, bool]:
+    """(short — ``full``: whole — commit of ``root``'s HEAD, whether its tree has changes — tracked or
+    untracked, ignored files aside); ``("", False)`` outside a git checkout."""
     git = ["git", "-C", str(root or ROOT)]
     try:
-        sha = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        sha = subprocess.run(git + ["rev-parse", *([] if full else ["--short"]), "HEAD"], capture_output=True,
+                             text=True,
                              timeout=10, check=True).stdout.strip()
         dirty = subprocess.run(git + ["status", "--porcelain"], capture_output=True, text=True,
                                timeout=10, check=True).stdout.strip()
@@ -110,7 +126,7 @@ def started(root: Path | None = None) -> str:
     sha, dirty = git_state(root)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     commit = (f" at commit {sha}" + (f" + uncommitted changes — {DRAFT}" if dirty else "")) if sha else ""
-    return f"Run started {when}{commit}."
+    return f"Run started {when}{commit}, load average {os.getloadavg()[0]:.2f}."
 
 
 def provenance(start: str = "") -> str:
@@ -118,8 +134,10 @@ def provenance(start: str = "") -> str:
     on what: UTC time, CPU model and count, torch."""
 
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"{start} Run finished {when} on {cpu_model()} ({os.cpu_count()} CPUs), torch "
-            f"{torch.__version__}.").strip()
+            f"{torch.__version__}, load average {load} over the last 1 / 5 / 15 min (the run's own "
+            "processes count in it).").strip()
 
 
 def summary_table(
@@ -154,8 +172,11 @@ def claims_markdown(
     figures_dir: Path | None,
     table: str | None = None,
     relative_to: Path | None = None,
+    method: str = METHOD,
+    changes: str = CHANGES,
 ) -> str:
-    """The table (if given) and each experiment's details, figures linked relative to ``relative_to``."""
+    """The table (if given), preceded by the verdict rules (``method``) and what changed since the last
+    published run (``changes``), and each experiment's details, figures linked relative to ``relative_to``."""
     parts = []
     if table is not None:
         parts += [
@@ -165,12 +186,13 @@ def claims_markdown(
             "(one parent run per experiment, one child run per trained model). Each claim declares one "
             "primary comparison before the run; every paired call of an experiment is Holm-adjusted "
             "with the others and the verdict reads the primary one's interval: yes, no (the opposite "
-            "called, or the interval within ± the declared minimum effect) or inconclusive (with the "
-            "reason); a trained claim whose testbed misses its declared gate is inconclusive (below: how "
+            "called, or the interval within ± the declared minimum effect; a yes also needs the interval "
+            "clear of it) or inconclusive (with the reason); a trained claim whose testbed misses its "
+            "declared gate is inconclusive (below: how "
             "a verdict is called). Budget, cost plan "
             "and `--jobs`: [claims_budget.md](claims_budget.md).\n",
-            METHOD,
-            CHANGES,
+            method,
+            changes,
             table,
         ]
     for r in results:
@@ -188,3 +210,40 @@ def claims_markdown(
             shown = os.path.relpath(f, relative_to) if relative_to is not None else f
             parts.append(f"\n![{r.name}]({shown})\n")
     return "\n".join(parts)
+
+
+def refuse_dirty(args: Any) -> None:
+    """A run that trains (not ``--smoke``, ``--plan``) from a tree with uncommitted changes is refused
+    unless ``--allow-dirty`` (a draft): the rules a published run reads must be the committed ones."""
+    if args.smoke or args.plan or args.allow_dirty:
+        return
+    sha, dirty = git_state()
+    if dirty:
+        raise PosencError(f"the tree at {sha} has uncommitted changes: a published run reads its rules "
+                          "(primaries, minimum effects, gates, budgets) from a clean commit; commit them, or "
+                          f"pass --allow-dirty for a draft (marked {DRAFT!r})")
+
+
+def pinned_at_start(args: Any) -> str:
+    """The commit the run starts at (``""`` outside git); ``--pinned``: refused unless it is that commit
+    with a clean tree."""
+    sha, dirty = git_state(ROOT, full=True)
+    same = bool(sha) and (sha.startswith(args.pinned or "-") or (args.pinned or "").startswith(sha))
+    if args.pinned and (not same or dirty):
+        raise PosencError(f"--pinned {args.pinned}: this checkout ({ROOT}) is at {sha or 'no commit'}"
+                          f"{' with uncommitted changes' if dirty else ''}; a published run starts from a "
+                          "clean worktree at its recorded commit (make publish-claims)")
+    return sha
+
+
+def recheck(args: Any, sha0: str) -> None:
+    """At the end of a run that may be published (not ``--smoke``, ``--plan``, ``--allow-dirty``): the
+    checkout must still be at the commit it started at, with a clean tree; otherwise no docs are written."""
+    if args.smoke or args.plan or args.allow_dirty:
+        return
+    sha, dirty = git_state(ROOT, full=True)
+    if sha != sha0 or dirty:
+        raise PosencError(f"the checkout {ROOT} changed during the run (started at {sha0 or 'no commit'}, "
+                          f"now {sha or 'no commit'}{' with uncommitted changes' if dirty else ''}): its "
+                          "results are not a published run and no docs were written; run it from a pinned "
+                          "worktree (make publish-claims)")

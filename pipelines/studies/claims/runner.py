@@ -42,11 +42,14 @@ from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
 from pipelines.studies.claims.jobs import ChildPool, cost_rows, cost_table
 from pipelines.studies.claims.judge import CLAIM_SEEDS, INCONCLUSIVE, Gate, parse_gate, parse_primary
+from pipelines.studies.claims.render import render_docs, store
 from pipelines.studies.claims.report import (
     DRAFT,
     claims_markdown,
-    git_state,
+    pinned_at_start,
     provenance,
+    recheck,
+    refuse_dirty,
     started,
     summary_table,
 )
@@ -167,6 +170,10 @@ def run_one(experiment: Experiment, ctx: Context, path: Path, factor: float = 1.
     result.wall_s, result.cpu_s = time.perf_counter() - wall0, cpu_seconds() - cpu0 + ctx.pooled_cpu_s
     config = read_config(path)
     result.name, result.claim, result.number = ctx.name, experiment.claim, str(config.get("claim", ""))
+    result.short = " ".join(str(config.get("short", "")).split())
+    if config.get("neighbour"):  # a neighbour of its source's claim says so in its own row
+        result.claim = f"*Neighbour of the source's claim* ({' '.join(str(config['neighbour']).split())}): " \
+                       f"{result.claim}"
     gated(result, experiment)
     note = config.get("note")
     if note:
@@ -253,6 +260,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--allow-dirty", action="store_true",
                    help=f"run from a tree with uncommitted changes: a draft, marked {DRAFT!r} in the output "
                    "(a published run needs a clean tree: its commit is recorded when it starts)")
+    p.add_argument("--pinned", default=None, metavar="COMMIT",
+                   help="a published run: refuse unless this checkout is at COMMIT with a clean tree, and "
+                   "check both again when the last experiment ends (make publish-claims runs it from a "
+                   "worktree)")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="pilot seeds for every experiment instead of its declared ones (to size a testbed "
                    "on seeds that are not reported); the table says PILOT")
@@ -287,6 +298,7 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
         build(configs[n])  # every config instantiates before anything is trained
     start = started()  # the commit the run's rules were frozen in, recorded before anything trains
     refuse_dirty(args)
+    sha0 = pinned_at_start(args)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(args.out or Path("outputs") / "claims" / stamp)
     client = mlflow.MlflowClient(tracking_uri())
@@ -298,27 +310,18 @@ def run(argv: Sequence[str] | None = None) -> list[ClaimResult]:
     wall0, cpu0, factor = time.perf_counter(), cpu_seconds(), idle_factor(max(args.threads, args.jobs))
     results = run_all(planned, [configs[n] for n in names], args.jobs, factor)
     wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0  # the workers have exited: counted
+    where = provenance(start)
     table = summary_table(results, wall, cpu, args.smoke, factor, args.threads, quick=args.quick,
-                          jobs=args.jobs, skipped=skipped, where=provenance(start),
-                          pilot=args.seeds)
+                          jobs=args.jobs, skipped=skipped, where=where, pilot=args.seeds)
     (out / "claims.md").write_text(table)
     print(table)
+    recheck(args, sha0)  # nothing may have changed the code under the run: no docs from a moved tree
     if args.docs:
-        write_docs(Path(args.docs), results, table, out)
+        suite = dict(wall=wall, cpu=cpu, smoke=args.smoke, factor=factor, threads=args.threads,
+                     quick=args.quick, jobs=args.jobs, skipped=skipped, where=where, pilot=args.seeds)
+        write_docs(Path(args.docs), results, suite)
     print(f"results: {out}  (MLflow experiment {EXPERIMENT} in {scrub_text(client.tracking_uri)})")
     return results
-
-
-def refuse_dirty(args: argparse.Namespace) -> None:
-    """A run that trains (not ``--smoke``, ``--plan``) from a tree with uncommitted changes is refused
-    unless ``--allow-dirty`` (a draft): the rules a published run reads must be the committed ones."""
-    if args.smoke or args.plan or args.allow_dirty:
-        return
-    sha, dirty = git_state()
-    if dirty:
-        raise PosencError(f"the tree at {sha} has uncommitted changes: a published run reads its rules "
-                          "(primaries, minimum effects, gates, budgets) from a clean commit; commit them, or "
-                          f"pass --allow-dirty for a draft (marked {DRAFT!r})")
 
 
 def run_all(planned: list[tuple[Experiment, Context]], paths: list[Path], jobs: int,
@@ -365,8 +368,10 @@ def plan(names: list[str], configs: dict[str, Path], client: Any, exp_id: str, o
     return []
 
 
-def write_docs(path: Path, results: list[ClaimResult], table: str, out: Path) -> None:
-    """The write-up: the table, then each experiment's details; figures copied to docs/figures."""
+def write_docs(path: Path, results: list[ClaimResult], suite: dict[str, Any]) -> None:
+    """The write-up: figures copied to ``docs/figures``, the run's results stored beside the write-up
+    (:func:`~pipelines.studies.claims.render.store`), and the write-up (and the claims block of
+    ``results.md`` beside it, where it has one) generated from what was stored — never by hand."""
     figures = path.parent / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     for r in results:
@@ -374,9 +379,10 @@ def write_docs(path: Path, results: list[ClaimResult], table: str, out: Path) ->
         for f in r.figures:
             target = figures / f"claims_{Path(f).name}"
             shutil.copyfile(f, target)
-            moved.append(str(target))
+            moved.append(str(target.relative_to(path.parent)))
         r.figures = moved
-    path.write_text(claims_markdown(results, figures_dir=figures, table=table, relative_to=path.parent))
+    store(path, results, suite)
+    render_docs(path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

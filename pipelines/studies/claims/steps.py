@@ -109,11 +109,10 @@ class StepsToCriterion(Experiment):
         )
         out.why = verdict_reason(ctx, j, holds)
         gate = ctx.gate
-        g = None
-        if gate is not None and gate.control in arms:
-            g = gain(arms[gate.arm or ctx.primary.a], arms[gate.control], higher_is_better=False)
-        primary = j.primary.stat if j.primary is not None else None
-        measure_gate(out, gate, g, primary, gate.arm if gate else "")
+        gains = {} if gate is None else {
+            a: gain(arms[a], arms[gate.control], higher_is_better=False) if a in arms and gate.control in arms
+            else None for a in gate.gated(ctx.primary)}
+        measure_gate(out, gate, gains, j.primary_stat())
         return out
 
     def tables(self, steps: dict[str, list[float]], curves: dict[str, list[list]]) -> str:

@@ -70,8 +70,9 @@ class Measured:
     def judge(self, pairs: list[Key], primary: Primary | str | None) -> Judgement:
         """Holm over every ``(a, b, length)`` the rule reads, the primary comparison among them."""
         keys = list(dict.fromkeys(pairs))
-        if isinstance(primary, Primary) and primary.key(self.train_length) not in keys:
-            keys.insert(0, primary.key(self.train_length))
+        if isinstance(primary, Primary):  # the primary's comparisons are always members, first
+            first = primary.keys(self.train_length)
+            keys = first + [k for k in keys if k not in first]
         stats = {k: self.stat(*k) for k in keys}
         return judge_stats(stats, primary, self.train_length, self.higher_is_better)
 
@@ -241,14 +242,24 @@ class Sweep(Experiment):
         if gate is None:
             return
         found = isinstance(primary, Primary)
-        arm = gate.arm or (primary.a if found else None)
         length = gate.length or (primary.length if found and primary.length else m.train_length)
-        g = None
-        if gate.control and arm in m.values and gate.control in m.values and length in m.lengths:
-            x, y = m.arm(arm, length), m.arm(gate.control, length)
-            g = gain(x, y, m.higher_is_better) if x is not None and y is not None else None
-        stat = judgement.primary.stat if judgement is not None and judgement.primary is not None else None
-        measure_gate(out, gate, g, stat, f"{arm} at {length}")
+        arms = gate.gated(primary)
+        gains = {a: self.gain_at(m, a, gate.control, length) for a in arms}
+        trivial = m.trivial_arm()
+        baseline = ({a: self.gain_at(m, a, None, length, trivial) for a in arms}
+                    if gate.baseline_gain is not None else None)
+        stat = judgement.primary_stat() if judgement is not None else None
+        measure_gate(out, gate, gains, stat, baseline, f"{length}", m.baseline_name)
+
+    @staticmethod
+    def gain_at(m: Measured, arm: str, control: str | None, length: int, trivial: Any = None) -> Any:
+        """``arm``'s gain over ``control`` (or over the ``trivial`` baseline's arm) at ``length``; None
+        where either is missing or undefined."""
+        if arm not in m.values or length not in m.lengths:
+            return None
+        x = m.arm(arm, length)
+        y = trivial if control is None else m.arm(control, length) if control in m.values else None
+        return gain(x, y, m.higher_is_better) if x is not None and y is not None else None
 
 
 def retained_table(m: Measured, head: list[str], nope: str | None) -> str:

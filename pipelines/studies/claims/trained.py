@@ -37,7 +37,7 @@ def primary_verdict(ctx, j: Judgement) -> tuple[str, str]:
     :func:`verdict_reason`)."""
     if not isinstance(ctx.primary, Primary):
         return "inconclusive", "no primary comparison declared: nothing to call"
-    return ctx.primary.verdict(j.primary)[0], ctx.primary.rule()
+    return ctx.primary.verdict(j.primary_calls)[0], ctx.primary.rule()
 
 
 class LearnedExtrapolation(Sweep):
@@ -95,15 +95,19 @@ class PeriodicControl(Sweep):
         holds, rule = primary_verdict(ctx, j)
         L0 = m.train_length
         measured = f"{m.metric} at L0 = {L0}: " + "; ".join(f"{c} {fmt(m.at(c, L0), 4)}" for c in m.values)
-        controls_better = [c for c in self.controls if j.sign(c, self.plain, L0) == 1]
-        if controls_better:
-            measured += f"; control pinning also called better than plain RoPE: {', '.join(controls_better)}"
+        measured += f"; beside the pair, each other arm − {self.plain} at L0 (Holm): " + "; ".join(
+            f"{c} {j.calls[(c, self.plain, L0)].text(4)} ({word(j.sign(c, self.plain, L0))})"
+            for c in self.controls)
         extra = ("\nPaired differences (same seed), true periods − the others (calls after Holm):\n\n"
                  + md_table(["length", "difference", "mean ± CI", "call"], rows))
         if self.markov:
             chain = markov_at(last, m.lengths)
             measured += "; best Markov chain (order chosen on validation) " + ", ".join(
                 f"{n}: {v:.4f}" for n, v in chain.items())
+            above = [m.at(c, L0).mean - chain.get(L0, math.nan) for c in m.values]
+            if all(math.isfinite(x) for x in above):
+                measured += (f"; every arm {'above' if min(above) > 0 else 'against'} the chain at L0 by "
+                             f"{min(above):+.4f} to {max(above):+.4f}")
             extra += ("\nThe best interpolated Markov chain (fitted on the train region, order chosen on the "
                       "validation region) on the same test bases, each base seeing only its own window:\n\n"
                       + md_table(["length", m.metric], [[n, f"{v:.4f}"] for n, v in chain.items()]))
@@ -133,6 +137,21 @@ def pool(m: Measured, label: str, arms: list[str]) -> None:
     seed, so ``relative (mean) − absolute (mean)`` is the mean over every relative–absolute pair)."""
     m.values[label] = {n: [float(np.mean(v)) for v in zip(*(m.values[a][n] for a in arms), strict=True)]
                        for n in m.lengths}
+    m.blocks[label] = {n: [pooled_blocks(b) for b in zip(*(m.blocks.get(a, {}).get(n) or [None] * len(m.seeds)
+                                                              for a in arms), strict=True)]
+                       for n in m.lengths}
+
+
+def pooled_blocks(blocks: tuple[np.ndarray | None, ...]) -> np.ndarray | None:
+    """One seed's per-block (sum, count) of the mean of several arms scored on the same blocks: the
+    arms' sums averaged, the counts kept (so each block's metric, and the seed × block bootstrap's, is
+    the mean of the arms'); None unless every arm has the same blocks with the same counts."""
+    if any(b is None for b in blocks) or len({b.shape for b in blocks}) != 1:
+        return None
+    counts = blocks[0][:, 1]
+    if not all(np.array_equal(b[:, 1], counts) for b in blocks):
+        return None
+    return np.stack([np.mean([b[:, 0] for b in blocks], axis=0), counts], axis=1)  # (K, 2)
 
 
 class RelativeVsAbsolute(Sweep):
