@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from pipelines.studies.claims.base import ClaimResult, Experiment
-from pipelines.studies.claims.judge import Gate, Primary, measure_gate, parse_gate, parse_primary
+from pipelines.studies.claims.gates import Gate, measure_gate, parse_gate
+from pipelines.studies.claims.judge import Primary, parse_primary
 from pipelines.studies.claims.sweep import Measured, retained_table
 from pipelines.studies.verdicts import gain
 from posenc import PosencError

@@ -11,7 +11,8 @@ import pytest
 
 from pipelines.eval.statistics import min_effect, point_guard
 from pipelines.studies.bootstrap import Arm, Resampler, p_value, percentile_interval
-from pipelines.studies.claims.judge import gate_reason, three_way
+from pipelines.studies.claims.gates import gate_reason
+from pipelines.studies.claims.judge import three_way
 from pipelines.studies.verdicts import (
     Call,
     PairedStat,

@@ -80,7 +80,7 @@ class Context:
     children: list[str] = field(default_factory=list)
     quick: bool = False
     primary: Any = None  # the config's declared primary comparison (judge.Primary) or sentence
-    gate: Any = None  # the config's declared gate (judge.Gate), None for an exempt experiment
+    gate: Any = None  # the config's declared gate (gates.Gate), None for an exempt experiment
     pilot_seeds: list[int] | None = None  # --seeds: every experiment's seeds replaced (a pilot)
     #: children being trained in worker processes: (key, seed) → (owning experiment, future)
     pool: dict[tuple[str, int], tuple[str, Any]] = field(default_factory=dict)

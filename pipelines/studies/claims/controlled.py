@@ -25,7 +25,8 @@ from pipelines.eval.splits import length_loaders, with_lengths
 from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import Primary, judge_stats, measure_gate, verdict_reason
+from pipelines.studies.claims.gates import measure_gate
+from pipelines.studies.claims.judge import Primary, judge_stats, verdict_reason
 from pipelines.studies.claims.order import CAUSAL
 from pipelines.studies.claims.sweep import Sweep
 from pipelines.studies.claims.trained import primary_verdict

@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.studies.bootstrap import Arm
-from pipelines.studies.claims.gates import Gate, gate_reason, measure_gate, nonneg, parse_gate
+from pipelines.studies.claims.gates import nonneg
 from pipelines.studies.tables import md_table
 from pipelines.studies.verdicts import Call, PairedStat, gain, holm_calls, power
 from posenc import PosencError
-
-__all__ = ["Gate", "gate_reason", "measure_gate", "parse_gate"]  # the gate lives in gates.py
 
 # ----------------------------------------------------------------------------- three-way verdicts
 YES, NO, INCONCLUSIVE = "yes", "no", "inconclusive"

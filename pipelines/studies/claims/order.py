@@ -15,7 +15,8 @@ import torch
 from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import Primary, judge_stats, measure_gate, verdict_reason
+from pipelines.studies.claims.gates import measure_gate
+from pipelines.studies.claims.judge import Primary, judge_stats, verdict_reason
 from pipelines.studies.tables import md_table
 from pipelines.studies.verdicts import paired
 

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child
-from pipelines.studies.claims.judge import measure_gate, power_over, three_way
+from pipelines.studies.claims.gates import measure_gate
+from pipelines.studies.claims.judge import power_over, three_way
 from pipelines.studies.tables import md_table
 from pipelines.studies.verdicts import holm_calls, paired
 from posenc import PositionalEncoding

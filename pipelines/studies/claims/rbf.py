@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from pipelines.studies.claims.base import ClaimResult, est, fmt
-from pipelines.studies.claims.judge import measure_gate
+from pipelines.studies.claims.gates import measure_gate
 from pipelines.studies.claims.sweep import Sweep
 from pipelines.studies.tables import md_table
 from pipelines.studies.verdicts import PairedStat

@@ -40,8 +40,9 @@ from pipelines.console.scrub import scrub_text
 from pipelines.safety import add_trust_args, apply_trust_args
 from pipelines.studies.claims.base import ClaimResult, Experiment
 from pipelines.studies.claims.context import EXPERIMENT, ROOT, Context
+from pipelines.studies.claims.gates import Gate, parse_gate
 from pipelines.studies.claims.jobs import ChildPool, cost_rows, cost_table
-from pipelines.studies.claims.judge import CLAIM_SEEDS, INCONCLUSIVE, Gate, parse_gate, parse_primary
+from pipelines.studies.claims.judge import CLAIM_SEEDS, INCONCLUSIVE, parse_primary
 from pipelines.studies.claims.render import render_docs, store
 from pipelines.studies.claims.report import (
     DRAFT,

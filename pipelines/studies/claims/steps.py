@@ -17,7 +17,8 @@ import lightning as L
 from pipelines.studies.bootstrap import Arm
 from pipelines.studies.claims.base import ClaimResult, Experiment, est, fmt
 from pipelines.studies.claims.context import Child, _merge
-from pipelines.studies.claims.judge import QUICK_STEPS, judge_stats, measure_gate, verdict_reason
+from pipelines.studies.claims.gates import measure_gate
+from pipelines.studies.claims.judge import QUICK_STEPS, judge_stats, verdict_reason
 from pipelines.studies.claims.trained import primary_verdict
 from pipelines.studies.tables import md_table
 from pipelines.studies.verdicts import gain, paired

@@ -48,8 +48,9 @@ MOVED: tuple[tuple[str, str], ...] = (
     ("pipelines.bench", "pipelines.studies.bench"),
     # issue 55: families as folders. A module that became a package keeps its name, so only the classes
     # it defined move (by whole class path); its siblings move by module.
-    *((f"pipelines.tasks.forecast.{name}", f"pipelines.tasks.forecast.model.{name}")
-      for name in ("Forecaster", "ForecastAdapter")),
+    ("pipelines.tasks.forecast.Forecaster", "pipelines.tasks.forecast.model.Forecaster"),
+    ("pipelines.tasks.forecast.ForecastAdapter", "pipelines.tasks.forecast.module.ForecastAdapter"),
+    ("pipelines.tasks.forecast.model.ForecastAdapter", "pipelines.tasks.forecast.module.ForecastAdapter"),
     *((f"pipelines.tasks.forecast_{name}", f"pipelines.tasks.forecast.{name}") for name in (
         "baselines", "blend", "layers", "linear", "metrics", "patchtst", "predict")),
     ("pipelines.tasks.dna.DNATask", "pipelines.tasks.dna.base.DNATask"),
