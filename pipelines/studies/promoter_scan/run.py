@@ -48,7 +48,7 @@ from datamodules.dna.genome_cache import default_genome, load_genome
 from datamodules.dna.locate import GenomeIndex, Located, Site, locate_records
 from datamodules.dna.samples import SPLITS
 from datamodules.dna.scan_windows import background_windows, promoter_windows
-from pipelines.console import configure
+from pipelines.console import configure, user_errors_exit
 from pipelines.eval.evaluate import load_config
 from pipelines.eval.scan import Reads, read_windows, score_table
 from pipelines.eval.sweep import config_key, read_layers, train_run
@@ -239,8 +239,5 @@ def run(argv: Sequence[str] | None = None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
+    with user_errors_exit():
         run(argv)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.children import MAX_JOBS, stop_pool, worker_pool
-from pipelines.console import configure
+from pipelines.console import configure, user_errors_exit
+from pipelines.console.scrub import scrub_text
 from pipelines.eval.evaluate import load_config
 from pipelines.eval.sweep import config_key, read_layers, train_run
 from pipelines.studies.compare.run import scheme_file, scheme_label
@@ -261,15 +262,12 @@ def finish(client: Any, parents: dict[str, str], sets: list[PromoterSet], rows: 
         client.set_terminated(parent, "FINISHED")
     print(summary.read_text())
     print(f"files: {out / 'results.csv'} {summary}\nMLflow parent runs {' '.join(parents.values())} in "
-          f"{client.tracking_uri}")
+          f"{scrub_text(client.tracking_uri)}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    try:
+    with user_errors_exit():
         run(argv)
-    except PosencError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 __all__ = ["main", "run"]
