@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,3 +186,13 @@ def make_commands(command: Command, root: Path = ROOT) -> tuple[int, list[tuple[
                     and words[i + 2].startswith("pipelines."):
                 runs.append(("python", "-m", *_until_separator(words[i + 2:])))
     return done.returncode, runs
+
+
+def run_make(make: tuple[str, ...], store: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """``make …`` run as ``make -n`` says (its one command, with this interpreter, from the checkout), its
+    MLflow store under ``store``: the way a user's make target runs, at whatever size the test gives it."""
+    code, runs = make_commands(Command(Snippet(ROOT / "Makefile", 0, " ".join(make), True), make, False))
+    assert code == 0 and len(runs) == 1, f"make -n {' '.join(make[1:])}: exit {code}, {runs}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *runs[0][1:]], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=timeout)

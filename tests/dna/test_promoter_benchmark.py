@@ -4,9 +4,6 @@ tiny size, read from ``make -n``."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +12,8 @@ import pytest
 
 from pipelines.studies.promoters.sets import pair_folder, published_for, read_sets
 from posenc import PosencError
-from tests.docs_commands import Command, Snippet, make_commands
-from tests.helpers import ROOT, workdir_with_store, write_fasta
+from tests.docs_commands import run_make
+from tests.helpers import workdir_with_store, write_fasta
 
 MOTIF = "TATAAT"
 
@@ -110,12 +107,7 @@ def test_the_documented_command_at_tiny_size(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY)
     args = f"--config configs/dna_promoter.yaml --config {tmp_path / 'tiny.yaml'} --folds 3 --quick"
     make = ("make", "benchmark-promoters", f"DATA={data}", f"OUT={tmp_path / 'out'}", f"ARGS={args}")
-    code, runs = make_commands(Command(Snippet(ROOT / "Makefile", 0, " ".join(make), True), make, False))
-    assert code == 0 and len(runs) == 1, f"make -n {' '.join(make[1:])}: exit {code}, {runs}"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, *runs[0][1:]], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=900)
+    done = run_make(make, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = pd.read_csv(tmp_path / "out" / "results.csv")
     assert set(rows.method) == {"model", "composition", "kmer_lr", "onehot_lr", "pwm", "cnn", "cnnprom"}
@@ -126,7 +118,7 @@ def test_the_documented_command_at_tiny_size(tmp_path):
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "## ecoli_prom" in summary and "--quick: fold 0 of 3" in summary
     assert "| CNNProm (published) | 0.84 | 0.90 | 0.96 |" in summary
-    client = mlflow.MlflowClient(uri)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs_ = client.search_runs([client.get_experiment_by_name("posenc-promoters").experiment_id])
     parents = [r for r in runs_ if r.data.tags.get("posenc.promoters") == "parent"]
     children = [r for r in runs_ if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]

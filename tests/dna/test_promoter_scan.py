@@ -4,16 +4,13 @@ both strands, a tiny model trained on one fold, every read scored at two window 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.docs_commands import Command, Snippet, make_commands
-from tests.helpers import ROOT, readable_png, write_fasta
+from tests.docs_commands import run_make
+from tests.helpers import readable_png, write_fasta
 
 MOTIF, AT, LENGTH, TSS = "TATAAT", 10, 40, 25  # the tiny promoters: a box 15 bases before their TSS
 COMP = str.maketrans("ACGT", "TGCA")
@@ -59,12 +56,7 @@ def test_the_documented_command_at_tiny_size(tmp_path):
             f"--folds 3 --val-fraction 0.3 --lengths 200 400 --background 4 --margin 100 --tss-index {TSS} "
             f"--boxes {AT + 3}")
     make = ("make", "scan-promoters", f"DATA={prom} {neg}", f"OUT={tmp_path / 'out'}", f"ARGS={args}")
-    code, runs = make_commands(Command(Snippet(ROOT / "Makefile", 0, " ".join(make), True), make, False))
-    assert code == 0 and len(runs) == 1, f"make -n {' '.join(make[1:])}: exit {code}, {runs}"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, *runs[0][1:]], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=900)
+    done = run_make(make, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "out"
     placed = json.loads((out / "locate.json").read_text())["summary"]
