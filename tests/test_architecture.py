@@ -171,7 +171,7 @@ LINE_TARGET = 10_000
 #: (+387) and issue 53's promoter work under pipelines/tasks/dna/ (+1,342: the two-class metrics, the
 #: six baselines, the classifier's readout, the scanning reads, predict's tracks): not met, said in the
 #: notes of issue 55.
-LINE_CEILING = 12_285
+LINE_CEILING = 12_280
 
 
 def pipeline_lines(root: Path = ROOT) -> int:
